@@ -1,0 +1,41 @@
+// The operator registry: kernels/operators.yaml.
+#pragma once
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+struct ParamSpec {
+  std::string name;
+  std::string type;                  // int | float | bool | string
+  bool required = false;
+  nlohmann::json default_value;      // null when required
+  std::vector<nlohmann::json> choices;  // enum, empty if any
+  std::optional<double> min;
+};
+
+struct OperatorSpec {
+  std::string name;
+  std::string module;                // kernels/<module>.py
+  std::string description;
+  int min_rank = 1, max_rank = 1;
+  std::vector<std::string> dim_names;
+  std::vector<std::string> dtypes;
+  std::vector<ParamSpec> params;
+};
+
+class OperatorRegistry {
+ public:
+  static OperatorRegistry load(const std::filesystem::path& yaml_file);
+  const OperatorSpec* find(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<OperatorSpec> ops_;
+};
+
+}  // namespace kiln
