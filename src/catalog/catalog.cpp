@@ -1,1 +1,1052 @@
-// placeholder: being written
+// The SQLite catalog. See catalog.h and docs/catalog.md.
+#include "catalog/catalog.h"
+
+#include <signal.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include <sqlite3.h>
+
+#include "catalog/job_key.h"
+#include "common/hash.h"
+#include "common/home.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace kiln {
+
+namespace {
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+[[noreturn]] void fail(sqlite3* db, const fs::path& path, const std::string& what) {
+  std::string msg = "catalog " + path.string() + ": " + what;
+  if (db) {
+    msg += ": ";
+    msg += sqlite3_errmsg(db);
+  }
+  throw CatalogError(msg);
+}
+
+// ---- statements -------------------------------------------------------------
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const fs::path& path, const char* sql) : db_(db), path_(path) {
+    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
+      fail(db, path, std::string("prepare `") + sql + "`");
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int i, std::nullptr_t) { return check(sqlite3_bind_null(st_, i)); }
+  Stmt& bind(int i, long long v) { return check(sqlite3_bind_int64(st_, i, v)); }
+  Stmt& bind(int i, int v) { return check(sqlite3_bind_int64(st_, i, v)); }
+  Stmt& bind(int i, double v) { return check(sqlite3_bind_double(st_, i, v)); }
+  Stmt& bind(int i, const std::string& v) {
+    return check(sqlite3_bind_text(st_, i, v.data(), (int)v.size(), SQLITE_TRANSIENT));
+  }
+  Stmt& bind(int i, const char* v) { return bind(i, std::string(v)); }
+  Stmt& bind_blob(int i, const std::string& v) {
+    return check(sqlite3_bind_blob(st_, i, v.data(), (int)v.size(), SQLITE_TRANSIENT));
+  }
+  template <class T>
+  Stmt& bind(int i, const std::optional<T>& v) {
+    if (!v) return bind(i, nullptr);
+    return bind(i, *v);
+  }
+  // "" -> NULL
+  Stmt& bind_text_or_null(int i, const std::string& v) {
+    return v.empty() ? bind(i, nullptr) : bind(i, v);
+  }
+
+  // true: a row is available; false: done. Throws on error.
+  bool step() {
+    int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    fail(db_, path_, std::string("`") + first_line(sqlite3_sql(st_)) + "`");
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+  int rc_step() { return sqlite3_step(st_); }
+
+  bool is_null(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
+  long long i64(int c) const { return sqlite3_column_int64(st_, c); }
+  double dbl(int c) const { return sqlite3_column_double(st_, c); }
+  std::string text(int c) const {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, c));
+    return p ? std::string(p, sqlite3_column_bytes(st_, c)) : std::string();
+  }
+  std::optional<long long> opt_i64(int c) const {
+    return is_null(c) ? std::nullopt : std::optional<long long>(i64(c));
+  }
+  std::optional<double> opt_dbl(int c) const {
+    return is_null(c) ? std::nullopt : std::optional<double>(dbl(c));
+  }
+  json js(int c) const {
+    if (is_null(c)) return json();
+    return json::parse(text(c), nullptr, /*allow_exceptions=*/false);
+  }
+  sqlite3_stmt* get() const { return st_; }
+
+ private:
+  static std::string first_line(const char* sql) {
+    std::string s = sql ? sql : "";
+    auto nl = s.find('\n');
+    if (nl != std::string::npos) s = s.substr(0, nl) + " ...";
+    return s;
+  }
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail(db_, path_, "bind");
+    return *this;
+  }
+  sqlite3* db_;
+  const fs::path& path_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+void exec(sqlite3* db, const fs::path& path, const std::string& sql, const std::string& what) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = "catalog " + path.string() + ": " + what + ": " + (err ? err : "error");
+    sqlite3_free(err);
+    throw CatalogError(msg);
+  }
+}
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted.
+class Tx {
+ public:
+  Tx(sqlite3* db, const fs::path& path) : db_(db), path_(path) {
+    exec(db_, path_, "BEGIN IMMEDIATE", "begin transaction");
+  }
+  ~Tx() {
+    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void commit() {
+    exec(db_, path_, "COMMIT", "commit");
+    done_ = true;
+  }
+
+ private:
+  sqlite3* db_;
+  const fs::path& path_;
+  bool done_ = false;
+};
+
+int user_version(sqlite3* db, const fs::path& path) {
+  Stmt st(db, path, "PRAGMA user_version");
+  st.step();
+  return (int)st.i64(0);
+}
+
+// ---- job rows ---------------------------------------------------------------
+
+const char* const kJobCols =
+    "id, key, op, shape, dtype, params, target, arch, spec, state, attempts, message, "
+    "lease_owner, lease_expires";
+
+JobRow read_job(const Stmt& st) {
+  JobRow j;
+  j.id = st.i64(0);
+  j.key = st.text(1);
+  j.op = st.text(2);
+  j.shape = st.js(3);
+  j.dtype = st.text(4);
+  j.params = st.js(5);
+  j.target = st.text(6);
+  j.arch = st.text(7);
+  j.spec = st.js(8);
+  j.state = st.text(9);
+  j.attempts = (int)st.i64(10);
+  j.message = st.text(11);
+  j.lease_owner = st.text(12);
+  j.lease_expires = st.opt_dbl(13);
+  return j;
+}
+
+const char* const kCandCols =
+    "c.id, c.job_id, c.key, c.generator, c.template, c.config, c.source, c.parent_id, c.round, "
+    "c.instance, EXISTS (SELECT 1 FROM evaluations e WHERE e.candidate_id = c.id)";
+
+CandidateRow read_candidate(const Stmt& st) {
+  CandidateRow c;
+  c.id = st.i64(0);
+  c.job_id = st.i64(1);
+  c.key = st.text(2);
+  c.generator = st.text(3);
+  c.template_name = st.text(4);
+  c.config = st.js(5);
+  if (!st.is_null(6)) c.source = st.text(6);
+  c.parent_id = st.opt_i64(7);
+  c.round = (int)st.i64(8);
+  c.instance = (int)st.i64(9);
+  c.evaluated = st.i64(10) != 0;
+  return c;
+}
+
+// "host:pid[:anything]" -> (host, pid); pid 0 if not of that form.
+std::pair<std::string, long> parse_owner(const std::string& owner) {
+  auto colon = owner.find(':');
+  if (colon == std::string::npos) return {owner, 0};
+  std::string host = owner.substr(0, colon);
+  long pid = 0;
+  size_t i = colon + 1;
+  for (; i < owner.size() && std::isdigit((unsigned char)owner[i]); ++i) {
+    pid = pid * 10 + (owner[i] - '0');
+    if (pid > 1L << 30) return {host, 0};
+  }
+  if (i == colon + 1) return {host, 0};
+  return {host, pid};
+}
+
+// True when owner names a process on this host that no longer exists.
+bool owner_gone(const std::string& owner, const std::string& host) {
+  auto [h, pid] = parse_owner(owner);
+  if (pid <= 0 || host.empty() || h != host) return false;
+  return kill((pid_t)pid, 0) == -1 && errno == ESRCH;
+}
+
+// ---- typed evaluation fields ------------------------------------------------
+
+const json* at(const json& j, std::initializer_list<const char*> keys) {
+  const json* p = &j;
+  for (const char* k : keys) {
+    if (!p->is_object()) return nullptr;
+    auto it = p->find(k);
+    if (it == p->end()) return nullptr;
+    p = &*it;
+  }
+  return p;
+}
+
+std::optional<double> num(const json& j, std::initializer_list<const char*> keys) {
+  const json* p = at(j, keys);
+  if (!p || !p->is_number()) return std::nullopt;
+  return p->get<double>();
+}
+
+std::optional<long long> integer(const json& j, std::initializer_list<const char*> keys) {
+  const json* p = at(j, keys);
+  if (!p || !p->is_number()) return std::nullopt;
+  if (p->is_number_float()) {
+    double d = p->get<double>();
+    if (!(d >= -9.2e18 && d <= 9.2e18)) return std::nullopt;
+    return (long long)d;
+  }
+  return p->get<long long>();
+}
+
+std::optional<std::string> str(const json& j, std::initializer_list<const char*> keys) {
+  const json* p = at(j, keys);
+  if (!p || !p->is_string()) return std::nullopt;
+  return p->get<std::string>();
+}
+
+// ---- migrations -------------------------------------------------------------
+
+void migrate(sqlite3* db, const fs::path& path, const std::vector<Migration>& migrations) {
+  for (const auto& m : migrations) {
+    if (user_version(db, path) >= m.version) continue;
+    std::string sql;
+    try {
+      sql = read_file(m.file);
+    } catch (const std::exception& e) {
+      throw CatalogError("catalog " + path.string() + ": migration " + m.file.string() + ": " +
+                         e.what());
+    }
+    Tx tx(db, path);
+    // Another process may have migrated while we waited for the write lock.
+    if (user_version(db, path) >= m.version) continue;
+    exec(db, path, sql, "migration " + m.file.filename().string());
+    exec(db, path, "PRAGMA user_version = " + std::to_string(m.version),
+         "set user_version");
+    tx.commit();
+  }
+}
+
+std::string dir_of(const fs::path& path) {
+  fs::path d = path.parent_path();
+  return d.empty() ? std::string(".") : d.string();
+}
+
+constexpr int kBusyTimeoutMs = 10000;
+
+// Throws a CatalogError explaining why the first real access of `db` failed.
+[[noreturn]] void explain_failure(sqlite3* db, const fs::path& path, const std::string& what,
+                                  bool read_only) {
+  const int code = db ? (sqlite3_errcode(db) & 0xff) : SQLITE_ERROR;
+  const std::string err = db ? sqlite3_errmsg(db) : "out of memory";
+  if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT)
+    throw CatalogError("catalog " + path.string() +
+                       " is not a valid SQLite catalog (corrupt, or some other file): " + err);
+  if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN || code == SQLITE_IOERR ||
+      code == SQLITE_PERM) {
+    std::string why;
+    if (access(dir_of(path).c_str(), W_OK) != 0)
+      why = read_only
+                ? " (directory " + dir_of(path) + " is not writable, so SQLite cannot create " +
+                      path.filename().string() +
+                      "-shm, and a -wal file holds unmerged changes; close the writer first)"
+                : " (directory " + dir_of(path) + " is not writable; SQLite needs to create " +
+                      path.filename().string() + "-wal and -shm beside the catalog)";
+    else if (!read_only && access(path.c_str(), W_OK) != 0)
+      why = " (the file is not writable)";
+    throw CatalogError("catalog " + path.string() + ": cannot " +
+                       (read_only ? "read: " : "write: ") + err + why);
+  }
+  fail(db, path, what);
+}
+
+// PRAGMA user_version as the first access, with explained failures.
+int probe_version(sqlite3* db, const fs::path& path, bool read_only) {
+  sqlite3_stmt* st = nullptr;
+  int version = -1;
+  if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    version = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  if (version < 0) explain_failure(db, path, "read schema version", read_only);
+  return version;
+}
+
+std::string uri_path(const fs::path& path) {
+  std::string abs = fs::absolute(path).string(), out;
+  for (unsigned char c : abs) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20) {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    } else {
+      out += (char)c;
+    }
+  }
+  return out;
+}
+
+// A read-only connection, probed. A WAL catalog in a directory this process
+// cannot write (a published copy) cannot get its -shm file; when no -wal file
+// holds unmerged pages, it is opened as immutable instead.
+sqlite3* connect_read_only(const fs::path& path) {
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(raw, sqlite3_close_v2);
+  if (rc != SQLITE_OK) explain_failure(raw, path, "cannot open", true);
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
+  sqlite3_stmt* st = nullptr;
+  bool ok = sqlite3_prepare_v2(raw, "PRAGMA user_version", -1, &st, nullptr) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  if (ok) return db.release();
+  const int code = sqlite3_errcode(raw) & 0xff;
+  std::error_code ec;
+  fs::path wal = path.string() + "-wal";
+  const bool wal_empty = !fs::exists(wal, ec) || fs::file_size(wal, ec) == 0;
+  if ((code == SQLITE_READONLY || code == SQLITE_CANTOPEN) &&
+      access(dir_of(path).c_str(), W_OK) != 0 && wal_empty) {
+    sqlite3* imm = nullptr;
+    std::string uri = "file:" + uri_path(path) + "?immutable=1";
+    rc = sqlite3_open_v2(uri.c_str(), &imm,
+                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
+    std::unique_ptr<sqlite3, int (*)(sqlite3*)> idb(imm, sqlite3_close_v2);
+    if (rc != SQLITE_OK) explain_failure(imm, path, "cannot open", true);
+    sqlite3_extended_result_codes(imm, 1);
+    probe_version(imm, path, true);
+    return idb.release();
+  }
+  explain_failure(raw, path, "read schema version", true);
+}
+
+// ---- query authorizer -------------------------------------------------------
+
+struct AuthState {
+  // Set when the authorizer refused the statement being prepared: "" for
+  // "not a read statement", else the reason (ATTACH is not allowed, ...).
+  std::optional<std::string> denied;
+};
+
+bool in(const char* s, std::initializer_list<const char*> list) {
+  if (!s) return false;
+  for (const char* x : list)
+    if (sqlite3_stricmp(s, x) == 0) return true;
+  return false;
+}
+
+int query_authorizer(void* ud, int action, const char* a1, const char* a2, const char*,
+                     const char*) {
+  auto* st = static_cast<AuthState*>(ud);
+  switch (action) {
+    case SQLITE_SELECT:
+    case SQLITE_READ:
+    case SQLITE_RECURSIVE:
+      return SQLITE_OK;
+    case SQLITE_UPDATE:
+      // Connecting an eponymous virtual table (pragma_table_info(...) and
+      // friends) asks for UPDATE on sqlite_master while it declares its
+      // schema. A real UPDATE of sqlite_master is not read-only (refused by
+      // the sqlite3_stmt_readonly check) and refused by SQLite itself.
+      if (a1 && (sqlite3_stricmp(a1, "sqlite_master") == 0 ||
+                 sqlite3_stricmp(a1, "sqlite_schema") == 0))
+        return SQLITE_OK;
+      st->denied = "";
+      return SQLITE_DENY;
+    case SQLITE_FUNCTION:
+      if (in(a2, {"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"})) {
+        st->denied = std::string("function ") + a2 + "() is not allowed";
+        return SQLITE_DENY;
+      }
+      return SQLITE_OK;
+    case SQLITE_PRAGMA:
+      // Introspection pragmas whose argument names a table/index: any argument.
+      if (in(a1, {"table_info", "table_xinfo", "table_list", "index_list", "index_info",
+                  "index_xinfo", "foreign_key_list", "foreign_key_check", "integrity_check",
+                  "quick_check", "compile_options", "database_list", "collation_list",
+                  "function_list", "pragma_list", "module_list"}))
+        return SQLITE_OK;
+      // Setting pragmas: reading only (no value).
+      if (!a2 && in(a1, {"user_version", "schema_version", "application_id", "journal_mode",
+                         "page_size", "page_count", "freelist_count", "encoding",
+                         "data_version", "foreign_keys"}))
+        return SQLITE_OK;
+      st->denied = std::string("PRAGMA ") + (a1 ? a1 : "") + (a2 ? std::string(" = ") + a2 : "") +
+                   " is not allowed";
+      return SQLITE_DENY;
+    case SQLITE_ATTACH:
+      st->denied = "ATTACH is not allowed";
+      return SQLITE_DENY;
+    case SQLITE_DETACH:
+      st->denied = "DETACH is not allowed";
+      return SQLITE_DENY;
+    case SQLITE_TRANSACTION:
+    case SQLITE_SAVEPOINT:
+      st->denied = "transaction control is not allowed";
+      return SQLITE_DENY;
+    default:
+      st->denied = "";  // "is not a read statement"
+      return SQLITE_DENY;
+  }
+}
+
+std::string trim(std::string s) {
+  auto ws = [](unsigned char c) { return std::isspace(c) || c == ';'; };
+  while (!s.empty() && ws(s.back())) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && std::isspace((unsigned char)s[i])) ++i;
+  s = s.substr(i);
+  if (s.size() > 200) s = s.substr(0, 200) + "...";
+  return s;
+}
+
+}  // namespace
+
+// ---- free functions ---------------------------------------------------------
+
+std::vector<Migration> find_migrations(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw CatalogError("migrations directory " + dir.string() +
+                       " not found (set KILN_HOME to the Kiln installation)");
+  std::vector<Migration> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    // NNNN_name.sql: four digits, '_', a name, ".sql".
+    const std::string name = e.path().filename().string();
+    const bool digits = name.size() > 9 && std::all_of(name.begin(), name.begin() + 4, [](char c) {
+                          return std::isdigit((unsigned char)c);
+                        });
+    if (!e.is_regular_file() || !digits || name[4] != '_' ||
+        name.compare(name.size() - 4, 4, ".sql") != 0)
+      continue;
+    out.push_back({std::stoi(name.substr(0, 4)), e.path()});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Migration& a, const Migration& b) { return a.version < b.version; });
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].version != (int)i + 1)
+      throw CatalogError("migrations in " + dir.string() + " must be numbered 0001, 0002, ... " +
+                         "without gaps or duplicates; found " + out[i].file.filename().string());
+  if (out.empty()) throw CatalogError("no migrations (NNNN_*.sql) in " + dir.string());
+  return out;
+}
+
+fs::path default_migrations_dir() { return kiln_home() / "db" / "migrations"; }
+
+std::string network_filesystem_warning(const fs::path& path) {
+  fs::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  struct statfs sf{};
+  if (statfs(dir.c_str(), &sf) != 0) return "";
+  struct Fs {
+    unsigned long magic;
+    const char* name;
+  };
+  static const Fs known[] = {
+      {0x6969, "NFS"},         {0x0BD00BD0, "Lustre"}, {0x47504653, "GPFS"},
+      {0xFF534D42, "CIFS/SMB"}, {0xFE534D42, "SMB2"},  {0x19830326, "BeeGFS"},
+      {0x65735546, "FUSE"},     {0x00C36400, "CephFS"}, {0x013111A8, "IBRIX"},
+      {0xAAD7AAEA, "PanFS"},
+  };
+  for (const auto& f : known)
+    if ((unsigned long)(unsigned int)sf.f_type == f.magic)
+      return std::string("catalog ") + path.string() + " is on " + f.name +
+             "; SQLite WAL needs node-local disk (see docs/catalog.md)";
+  return "";
+}
+
+// ---- Catalog ----------------------------------------------------------------
+
+Catalog::Catalog(sqlite3* db, fs::path path, bool read_only)
+    : db_(db), path_(std::move(path)), read_only_(read_only) {}
+
+Catalog::Catalog(Catalog&& o) noexcept
+    : db_(std::exchange(o.db_, nullptr)), path_(std::move(o.path_)), read_only_(o.read_only_) {}
+
+Catalog& Catalog::operator=(Catalog&& o) noexcept {
+  if (this != &o) {
+    if (db_) sqlite3_close_v2(db_);
+    db_ = std::exchange(o.db_, nullptr);
+    path_ = std::move(o.path_);
+    read_only_ = o.read_only_;
+  }
+  return *this;
+}
+
+Catalog::~Catalog() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+Catalog Catalog::open(const fs::path& path, bool read_only) {
+  return open(path, read_only, default_migrations_dir());
+}
+
+Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migrations_dir) {
+  std::error_code ec;
+  if (read_only && !fs::exists(path, ec))
+    throw CatalogError("no catalog at " + path.string() + "; run `kiln submit` first");
+  if (fs::is_directory(path, ec))
+    throw CatalogError("catalog " + path.string() + " is a directory, not a catalog file");
+
+  auto migrations = find_migrations(migrations_dir);
+  const int latest = migrations.back().version;
+
+  if (read_only) {
+    Catalog cat(connect_read_only(path), path, true);
+    const int version = user_version(cat.db_, path);
+    if (version > latest)
+      throw CatalogError("catalog " + path.string() + " has schema version " +
+                         std::to_string(version) + ", newer than this kiln knows (" +
+                         std::to_string(latest) + "); use a newer kiln");
+    if (version < latest)
+      throw CatalogError("catalog " + path.string() + " has schema version " +
+                         std::to_string(version) + " but this kiln needs " +
+                         std::to_string(latest) +
+                         "; open it read-write once (e.g. `kiln submit`) to migrate");
+    exec(cat.db_, path, "PRAGMA foreign_keys = ON", "configure");
+    return cat;
+  }
+
+  fs::path dir = path.parent_path();
+  if (!dir.empty() && !fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec)
+      throw CatalogError("catalog " + path.string() + ": cannot create directory " +
+                         dir.string() + ": " + ec.message());
+  }
+
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  Catalog cat(raw, path, false);  // closes raw on any throw below
+  if (rc != SQLITE_OK) {
+    if (access(dir_of(path).c_str(), W_OK) != 0)
+      throw CatalogError("catalog " + path.string() + ": cannot create it: directory " +
+                         dir_of(path) + " is not writable");
+    explain_failure(raw, path, "cannot open", false);
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
+
+  // Reading the header is the first real access; it detects non-database files.
+  const int version = probe_version(raw, path, false);
+  if (version > latest)
+    throw CatalogError("catalog " + path.string() + " has schema version " +
+                       std::to_string(version) + ", newer than this kiln knows (" +
+                       std::to_string(latest) + "); use a newer kiln");
+
+  // Switching to WAL needs an exclusive lock, and SQLite does not call the busy
+  // handler for it: when several processes open a fresh catalog at once, the
+  // losers get SQLITE_BUSY. Retry until the busy timeout; once one of them has
+  // switched, the mode is stored in the file and the others find it set.
+  {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    std::string mode;
+    for (int attempt = 0;; ++attempt) {
+      sqlite3_stmt* st = nullptr;
+      rc = sqlite3_prepare_v2(raw, "PRAGMA journal_mode = WAL", -1, &st, nullptr);
+      if (rc == SQLITE_OK) rc = sqlite3_step(st);
+      if (rc == SQLITE_ROW) mode = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+      sqlite3_finalize(st);
+      if (rc == SQLITE_ROW) break;
+      const int code = sqlite3_errcode(raw) & 0xff;
+      if ((code != SQLITE_BUSY && code != SQLITE_LOCKED) ||
+          std::chrono::steady_clock::now() > deadline)
+        explain_failure(raw, path, "set WAL mode", false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 + 5 * attempt, 50)));
+    }
+    if (sqlite3_stricmp(mode.c_str(), "wal") != 0)
+      throw CatalogError("catalog " + path.string() + ": cannot use WAL mode (journal mode is " +
+                         mode + ")");
+  }
+  exec(raw, path, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON", "configure");
+  migrate(raw, path, migrations);
+  return cat;
+}
+
+int Catalog::schema_version() const { return user_version(db_, path_); }
+
+SubmitResult Catalog::submit(const std::string& name, const std::string& manifest_path,
+                             const std::string& manifest_text, const std::vector<NewJob>& jobs) {
+  std::set<std::string> keys;
+  for (const auto& j : jobs) {
+    if (j.key.empty()) throw CatalogError("submit: a job has an empty key");
+    keys.insert(j.key);
+  }
+  std::string joined;
+  for (const auto& k : keys) joined += k + "\n";
+  SubmitResult r;
+  r.batch_id = sha256_hex(joined).substr(0, 12);
+  r.total_jobs = (int)keys.size();
+
+  const double t = now_s();
+  Tx tx(db_, path_);
+  Stmt(db_, path_,
+       "INSERT OR IGNORE INTO batches (id, name, manifest_path, manifest_sha256, manifest_text, "
+       "created_at) VALUES (?, ?, ?, ?, ?, ?)")
+      .bind(1, r.batch_id)
+      .bind(2, name)
+      .bind(3, manifest_path)
+      .bind(4, sha256_hex(manifest_text))
+      .bind(5, manifest_text)
+      .bind(6, t)
+      .run();
+  Stmt ins(db_, path_,
+           "INSERT OR IGNORE INTO jobs (key, op, shape, dtype, params, target, arch, spec, "
+           "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Stmt sel(db_, path_, "SELECT id FROM jobs WHERE key = ?");
+  Stmt link(db_, path_, "INSERT OR IGNORE INTO batch_jobs (batch_id, job_id) VALUES (?, ?)");
+  std::set<std::string> seen;
+  for (const auto& j : jobs) {
+    if (!seen.insert(j.key).second) continue;
+    sqlite3_reset(ins.get());
+    ins.bind(1, j.key)
+        .bind(2, j.op)
+        .bind(3, canonical_json(j.shape))
+        .bind(4, j.dtype)
+        .bind(5, canonical_json(j.params.is_null() ? json::object() : j.params))
+        .bind(6, j.target)
+        .bind(7, j.arch)
+        .bind(8, canonical_json(j.spec))
+        .bind(9, t)
+        .run();
+    if (sqlite3_changes(db_) == 1) ++r.new_jobs;
+    sqlite3_reset(sel.get());
+    sel.bind(1, j.key);
+    if (!sel.step()) fail(nullptr, path_, "submit: job " + j.key + " vanished");
+    long long id = sel.i64(0);
+    sqlite3_reset(link.get());
+    link.bind(1, r.batch_id).bind(2, id).run();
+  }
+  tx.commit();
+  return r;
+}
+
+std::optional<JobRow> Catalog::claim_job(const std::string& owner, double lease_s,
+                                         const std::optional<std::string>& batch_id) {
+  if (owner.empty()) throw CatalogError("claim_job: empty owner");
+  const std::string host = this_host();
+  Tx tx(db_, path_);
+  const double t = now_s();
+  std::string sql =
+      "SELECT id, state, lease_owner, lease_expires FROM jobs "
+      "WHERE state IN ('queued', 'running')";
+  if (batch_id) sql += " AND id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)";
+  sql += " ORDER BY id";
+  Stmt st(db_, path_, sql.c_str());
+  if (batch_id) st.bind(1, *batch_id);
+  std::optional<long long> pick;
+  std::string reclaim_note;
+  while (st.step()) {
+    std::string state = st.text(1);
+    if (state == "queued") {
+      pick = st.i64(0);
+      break;
+    }
+    std::string prev = st.text(2);
+    auto expires = st.opt_dbl(3);
+    if (!expires || *expires < t) {
+      pick = st.i64(0);
+      reclaim_note = "reclaimed from " + prev + " (lease expired)";
+      break;
+    }
+    if (prev != owner && owner_gone(prev, host)) {
+      pick = st.i64(0);
+      reclaim_note = "reclaimed from " + prev + " (process gone)";
+      break;
+    }
+  }
+  if (!pick) return std::nullopt;  // Tx rolls back: nothing written
+  Stmt up(db_, path_,
+          "UPDATE jobs SET state = 'running', lease_owner = ?1, lease_expires = ?2, "
+          "attempts = attempts + 1, started_at = ?3, finished_at = NULL, message = ?4 "
+          "WHERE id = ?5");
+  up.bind(1, owner).bind(2, t + lease_s).bind(3, t).bind_text_or_null(4, reclaim_note);
+  up.bind(5, *pick).run();
+  auto row = job(*pick);
+  tx.commit();
+  return row;
+}
+
+int Catalog::renew_leases(const std::string& owner, double lease_s) {
+  Tx tx(db_, path_);
+  Stmt(db_, path_,
+       "UPDATE jobs SET lease_expires = ?1 WHERE state = 'running' AND lease_owner = ?2")
+      .bind(1, now_s() + lease_s)
+      .bind(2, owner)
+      .run();
+  int n = sqlite3_changes(db_);
+  tx.commit();
+  return n;
+}
+
+namespace {
+
+[[noreturn]] void not_held(const Catalog& cat, sqlite3* db, const fs::path& path,
+                           long long job_id, const std::string& owner, const char* op) {
+  auto j = cat.job(job_id);
+  std::string msg = std::string(op) + ": job " + std::to_string(job_id);
+  if (!j)
+    msg += " does not exist";
+  else if (j->state != "running")
+    msg += " is " + j->state + ", not running";
+  else
+    msg += " is held by " + j->lease_owner + ", not " + owner;
+  throw CatalogError("catalog " + path.string() + ": " + msg);
+}
+
+}  // namespace
+
+void Catalog::finish_job(long long job_id, const std::string& owner, bool ok,
+                         const std::string& message) {
+  Tx tx(db_, path_);
+  Stmt(db_, path_,
+       "UPDATE jobs SET state = ?1, lease_owner = NULL, lease_expires = NULL, finished_at = ?2, "
+       "message = ?3 WHERE id = ?4 AND state = 'running' AND lease_owner = ?5")
+      .bind(1, ok ? "done" : "failed")
+      .bind(2, now_s())
+      .bind_text_or_null(3, message)
+      .bind(4, job_id)
+      .bind(5, owner)
+      .run();
+  if (sqlite3_changes(db_) != 1) not_held(*this, db_, path_, job_id, owner, "finish_job");
+  tx.commit();
+}
+
+void Catalog::release_job(long long job_id, const std::string& owner) {
+  Tx tx(db_, path_);
+  Stmt(db_, path_,
+       "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_expires = NULL "
+       "WHERE id = ?1 AND state = 'running' AND lease_owner = ?2")
+      .bind(1, job_id)
+      .bind(2, owner)
+      .run();
+  if (sqlite3_changes(db_) != 1) not_held(*this, db_, path_, job_id, owner, "release_job");
+  tx.commit();
+}
+
+int Catalog::requeue_failed(const std::optional<std::string>& batch_id) {
+  Tx tx(db_, path_);
+  std::string sql =
+      "UPDATE jobs SET state = 'queued', finished_at = NULL WHERE state = 'failed'";
+  if (batch_id) sql += " AND id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)";
+  Stmt st(db_, path_, sql.c_str());
+  if (batch_id) st.bind(1, *batch_id);
+  st.run();
+  int n = sqlite3_changes(db_);
+  tx.commit();
+  return n;
+}
+
+std::optional<JobRow> Catalog::job(long long job_id) const {
+  std::string sql = std::string("SELECT ") + kJobCols + " FROM jobs WHERE id = ?";
+  Stmt st(db_, path_, sql.c_str());
+  st.bind(1, job_id);
+  if (!st.step()) return std::nullopt;
+  return read_job(st);
+}
+
+CandidateRow Catalog::add_candidate(const CandidateRow& c) {
+  std::string key = c.key.empty()
+                        ? candidate_key(c.generator, c.template_name, c.config, c.source)
+                        : c.key;
+  Tx tx(db_, path_);
+  Stmt(db_, path_,
+       "INSERT OR IGNORE INTO candidates (job_id, key, generator, template, config, source, "
+       "parent_id, round, instance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+      .bind(1, c.job_id)
+      .bind(2, key)
+      .bind(3, c.generator)
+      .bind_text_or_null(4, c.template_name)
+      .bind(5, canonical_json(c.config.is_null() ? json::object() : c.config))
+      .bind(6, c.source)
+      .bind(7, c.parent_id)
+      .bind(8, c.round)
+      .bind(9, c.instance)
+      .bind(10, now_s())
+      .run();
+  std::string sql =
+      std::string("SELECT ") + kCandCols + " FROM candidates c WHERE c.job_id = ? AND c.key = ?";
+  Stmt st(db_, path_, sql.c_str());
+  st.bind(1, c.job_id).bind(2, key);
+  if (!st.step()) fail(nullptr, path_, "add_candidate: row vanished");
+  CandidateRow row = read_candidate(st);
+  tx.commit();
+  return row;
+}
+
+std::vector<CandidateRow> Catalog::candidates(long long job_id) const {
+  std::string sql =
+      std::string("SELECT ") + kCandCols + " FROM candidates c WHERE c.job_id = ? ORDER BY c.id";
+  Stmt st(db_, path_, sql.c_str());
+  st.bind(1, job_id);
+  std::vector<CandidateRow> out;
+  while (st.step()) out.push_back(read_candidate(st));
+  return out;
+}
+
+void Catalog::record_evaluation(long long candidate_id, const EvaluationIn& e) {
+  // The typed columns come from the worker's result object; accept the whole
+  // answer ({"id", "ok", "result": {...}}) too.
+  const json* rp = &e.result;
+  if (e.result.is_object() && e.result.contains("ok") && e.result.contains("result") &&
+      e.result["result"].is_object())
+    rp = &e.result["result"];
+  const json& r = *rp;
+
+  Tx tx(db_, path_);
+  {
+    Stmt chk(db_, path_, "SELECT 1 FROM evaluations WHERE candidate_id = ?");
+    chk.bind(1, candidate_id);
+    if (chk.step())
+      throw CatalogError("catalog " + path_.string() + ": candidate " +
+                         std::to_string(candidate_id) + " already has an evaluation");
+  }
+  Stmt ins(db_, path_,
+           "INSERT INTO evaluations (candidate_id, status, message, exec_device, seeds, "
+           "max_abs_err, max_rel_err, bench_device, runs, mean_ms, median_ms, p99_ms, min_ms, "
+           "stddev_ms, estimate_ms, registers, sgprs, spills, shared_bytes, scratch_bytes, "
+           "occupancy, compile_s, check_s, bench_s, worker, result, created_at) VALUES "
+           "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  ins.bind(1, candidate_id)
+      .bind(2, e.status)
+      .bind_text_or_null(3, e.message.empty() ? str(r, {"message"}).value_or("") : e.message)
+      .bind(4, str(r, {"exec_device"}))
+      .bind(5, integer(r, {"correctness", "seeds"}))
+      .bind(6, num(r, {"correctness", "max_abs_err"}))
+      .bind(7, num(r, {"correctness", "max_rel_err"}))
+      .bind(8, str(r, {"latency", "device"}))
+      .bind(9, integer(r, {"latency", "runs"}))
+      .bind(10, num(r, {"latency", "mean_ms"}))
+      .bind(11, num(r, {"latency", "median_ms"}))
+      .bind(12, num(r, {"latency", "p99_ms"}))
+      .bind(13, num(r, {"latency", "min_ms"}))
+      .bind(14, num(r, {"latency", "stddev_ms"}))
+      .bind(15, e.estimate_ms)
+      .bind(16, integer(r, {"artifact", "registers"}))
+      .bind(17, integer(r, {"artifact", "sgprs"}))
+      .bind(18, integer(r, {"artifact", "spills"}))
+      .bind(19, integer(r, {"artifact", "shared_bytes"}))
+      .bind(20, integer(r, {"artifact", "scratch_bytes"}))
+      .bind(21, num(r, {"artifact", "occupancy"}))
+      .bind(22, num(r, {"timings", "compile_s"}))
+      .bind(23, num(r, {"timings", "check_s"}))
+      .bind(24, num(r, {"timings", "bench_s"}))
+      .bind_text_or_null(25, e.worker)
+      .bind(26, e.result.is_null()
+                    ? std::string("{}")
+                    : e.result.dump(-1, ' ', false, json::error_handler_t::replace))
+      .bind(27, now_s());
+  if (int rc = ins.rc_step(); rc != SQLITE_DONE) {
+    if (rc == SQLITE_CONSTRAINT_UNIQUE)  // lost a race with another writer
+      throw CatalogError("catalog " + path_.string() + ": candidate " +
+                         std::to_string(candidate_id) + " already has an evaluation");
+    fail(db_, path_, "record_evaluation for candidate " + std::to_string(candidate_id));
+  }
+  if (e.artifact) {
+    const ArtifactIn& a = *e.artifact;
+    const std::string sha = sha256_hex(a.bytes);
+    Stmt(db_, path_, "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)")
+        .bind(1, sha)
+        .bind(2, (long long)a.bytes.size())
+        .bind_blob(3, a.bytes)
+        .run();
+    Stmt(db_, path_,
+         "INSERT INTO artifacts (candidate_id, target, arch, kind, sha256, kernel_name, metadata) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?)")
+        .bind(1, candidate_id)
+        .bind(2, a.target)
+        .bind(3, a.arch)
+        .bind(4, a.kind)
+        .bind(5, sha)
+        .bind(6, a.kernel_name)
+        .bind(7, canonical_json(a.metadata.is_null() ? json::object() : a.metadata))
+        .run();
+  }
+  tx.commit();
+}
+
+void Catalog::set_best(const BestRow& b) {
+  Tx tx(db_, path_);
+  {
+    Stmt chk(db_, path_, "SELECT job_id FROM candidates WHERE id = ?");
+    chk.bind(1, b.candidate_id);
+    if (!chk.step())
+      throw CatalogError("catalog " + path_.string() + ": set_best: no candidate " +
+                         std::to_string(b.candidate_id));
+    if (chk.i64(0) != b.job_id)
+      throw CatalogError("catalog " + path_.string() + ": set_best: candidate " +
+                         std::to_string(b.candidate_id) + " belongs to job " +
+                         std::to_string(chk.i64(0)) + ", not " + std::to_string(b.job_id));
+  }
+  Stmt(db_, path_,
+       "INSERT OR REPLACE INTO best (job_id, candidate_id, basis, value_ms, device, selected_at) "
+       "VALUES (?, ?, ?, ?, ?, ?)")
+      .bind(1, b.job_id)
+      .bind(2, b.candidate_id)
+      .bind(3, b.basis)
+      .bind(4, b.value_ms)
+      .bind_text_or_null(5, b.device)
+      .bind(6, now_s())
+      .run();
+  tx.commit();
+}
+
+std::optional<BestRow> Catalog::best(long long job_id) const {
+  Stmt st(db_, path_,
+          "SELECT job_id, candidate_id, basis, value_ms, device FROM best WHERE job_id = ?");
+  st.bind(1, job_id);
+  if (!st.step()) return std::nullopt;
+  BestRow b;
+  b.job_id = st.i64(0);
+  b.candidate_id = st.i64(1);
+  b.basis = st.text(2);
+  b.value_ms = st.dbl(3);
+  b.device = st.text(4);
+  return b;
+}
+
+Catalog::QueryResult Catalog::query(const std::string& sql) const {
+  // A separate read-only connection: even a statement that slipped past the
+  // checks below cannot write through it.
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(connect_read_only(path_), sqlite3_close_v2);
+  sqlite3* raw = db.get();
+  int rc = SQLITE_OK;
+  sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+  sqlite3_db_config(raw, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, nullptr);
+  sqlite3_db_config(raw, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+  AuthState auth;
+  sqlite3_set_authorizer(raw, query_authorizer, &auth);
+
+  struct Finalize {
+    void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+  };
+  std::vector<std::unique_ptr<sqlite3_stmt, Finalize>> stmts;
+  // Prepare and check every statement before running any.
+  const char* p = sql.c_str();
+  const char* end = p + sql.size();
+  while (p < end) {
+    sqlite3_stmt* st = nullptr;
+    const char* tail = nullptr;
+    auth.denied.reset();
+    rc = sqlite3_prepare_v2(raw, p, (int)(end - p), &st, &tail);
+    std::string text = trim(std::string(p, tail && tail > p ? tail : end));
+    if (rc != SQLITE_OK) {
+      if (auth.denied) {
+        if (auth.denied->empty())
+          throw CatalogError("kiln query is read-only: `" + text + "` is not a read statement");
+        throw CatalogError("kiln query is read-only: `" + text + "`: " + *auth.denied);
+      }
+      throw CatalogError("query: " + std::string(sqlite3_errmsg(raw)) + " in `" + text + "`");
+    }
+    p = tail ? tail : end;
+    if (!st) continue;  // whitespace or a comment
+    stmts.emplace_back(st);
+    if (!sqlite3_stmt_readonly(st))
+      throw CatalogError("kiln query is read-only: `" + text + "` is not a read statement");
+  }
+  if (stmts.empty()) throw CatalogError("query: no SQL statement given");
+
+  QueryResult out;
+  for (auto& s : stmts) {
+    sqlite3_stmt* st = s.get();
+    const int n = sqlite3_column_count(st);
+    QueryResult cur;
+    for (int c = 0; c < n; ++c) cur.columns.emplace_back(sqlite3_column_name(st, c));
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      std::vector<json> row;
+      row.reserve(n);
+      for (int c = 0; c < n; ++c) {
+        switch (sqlite3_column_type(st, c)) {
+          case SQLITE_INTEGER: row.emplace_back((std::int64_t)sqlite3_column_int64(st, c)); break;
+          case SQLITE_FLOAT: row.emplace_back(sqlite3_column_double(st, c)); break;
+          case SQLITE_TEXT:
+            row.emplace_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, c)),
+                                         sqlite3_column_bytes(st, c)));
+            break;
+          case SQLITE_BLOB:
+            row.emplace_back("<blob " + std::to_string(sqlite3_column_bytes(st, c)) + " bytes>");
+            break;
+          default: row.emplace_back(nullptr);
+        }
+      }
+      cur.rows.push_back(std::move(row));
+    }
+    if (rc != SQLITE_DONE) {
+      if (auth.denied)
+        throw CatalogError("kiln query is read-only: " +
+                           (auth.denied->empty() ? std::string("not a read statement")
+                                                 : *auth.denied));
+      throw CatalogError("query: " + std::string(sqlite3_errmsg(raw)));
+    }
+    if (n > 0) out = std::move(cur);
+  }
+  return out;
+}
+
+}  // namespace kiln

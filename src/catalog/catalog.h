@@ -5,6 +5,7 @@
 // One Catalog object per thread. Every mutating call is one transaction.
 #pragma once
 #include <filesystem>
+#include <stdexcept>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,14 +37,17 @@ struct JobRow {
   long long id = 0;
   std::string key, op, dtype, target, arch, state;
   nlohmann::json shape, params, spec;
-  int attempts = 0;
+  int attempts = 0;          // times claimed (a reclaim or a release-then-claim counts)
   std::string message;
+  std::string lease_owner;   // "" when not running
+  std::optional<double> lease_expires;
 };
 
 struct CandidateRow {
   long long id = 0;
   long long job_id = 0;
-  std::string key, generator, template_name;
+  std::string key;          // "" in add_candidate: computed by candidate_key() (job_key.h)
+  std::string generator, template_name;  // template_name "" is stored as NULL
   nlohmann::json config;
   std::optional<std::string> source;
   std::optional<long long> parent_id;
@@ -71,19 +75,43 @@ struct BestRow {
   long long job_id = 0, candidate_id = 0;
   std::string basis;        // measured | estimated
   double value_ms = 0;
-  std::string device;
+  std::string device;       // "" is stored as NULL (estimated)
 };
+
+// One migration file, db/migrations/NNNN_name.sql; version = NNNN.
+struct Migration {
+  int version = 0;
+  std::filesystem::path file;
+};
+
+// The migration files of `dir`, sorted by version; throws CatalogError if the
+// directory is missing or versions are not exactly 1, 2, ..., N.
+std::vector<Migration> find_migrations(const std::filesystem::path& dir);
+
+// <kiln_home()>/db/migrations.
+std::filesystem::path default_migrations_dir();
+
+// Non-empty (a warning naming the filesystem) when `path`'s directory is on a
+// network / cluster filesystem (NFS, Lustre, GPFS, CIFS, BeeGFS, ...), where
+// SQLite's WAL locking is unsafe. Callers decide whether to warn or refuse.
+std::string network_filesystem_warning(const std::filesystem::path& path);
 
 class Catalog {
  public:
   // Opens (creating if needed) and migrates. read_only opens with
   // SQLITE_OPEN_READONLY and never migrates (fails if the file is missing or old).
+  // Migrations come from default_migrations_dir().
   static Catalog open(const std::filesystem::path& path, bool read_only = false);
+  // Same, with an explicit migrations directory (tests, relocated installs).
+  static Catalog open(const std::filesystem::path& path, bool read_only,
+                      const std::filesystem::path& migrations_dir);
   Catalog(Catalog&&) noexcept;
   Catalog& operator=(Catalog&&) noexcept;
   ~Catalog();
 
   int schema_version() const;
+  const std::filesystem::path& path() const { return path_; }
+  bool read_only() const { return read_only_; }
 
   // Batches and jobs. Stores the batch and every job whose key is new, in one
   // transaction; the batch id is a hash of the sorted job keys.
@@ -95,12 +123,17 @@ class Catalog {
   // running, lease, attempts+1. Optionally restricted to one batch.
   std::optional<JobRow> claim_job(const std::string& owner, double lease_s,
                                   const std::optional<std::string>& batch_id = std::nullopt);
-  // Extends every lease held by owner.
-  void renew_leases(const std::string& owner, double lease_s);
+  // Extends every lease held by owner; returns how many running jobs it holds
+  // (fewer than expected means a job was reclaimed by another run).
+  int renew_leases(const std::string& owner, double lease_s);
   // running -> done | failed; clears the lease. Throws if owner does not hold it.
   void finish_job(long long job_id, const std::string& owner, bool ok, const std::string& message);
   // running -> queued (drain); clears the lease.
   void release_job(long long job_id, const std::string& owner);
+  // failed -> queued for every failed job (of one batch, if given); returns the count.
+  int requeue_failed(const std::optional<std::string>& batch_id = std::nullopt);
+  // One job by id; nullopt if there is none.
+  std::optional<JobRow> job(long long job_id) const;
 
   // Candidates: inserts or returns the existing row with the same (job, key).
   CandidateRow add_candidate(const CandidateRow& c);
@@ -110,11 +143,15 @@ class Catalog {
   // candidate already has one.
   void record_evaluation(long long candidate_id, const EvaluationIn& e);
 
-  // Best selection. set_best replaces the job's best row.
+  // Best selection. set_best replaces the job's best row; throws if the
+  // candidate does not belong to the job.
   void set_best(const BestRow& best);
   std::optional<BestRow> best(long long job_id) const;
 
-  // Read-only SQL; throws CatalogError for anything that is not a read.
+  // Read-only SQL; throws CatalogError for anything that is not a read. Runs on
+  // a separate SQLITE_OPEN_READONLY connection with an authorizer that allows
+  // only reads; several statements are allowed if all are reads, and the rows
+  // of the last one that returns columns are returned.
   struct QueryResult {
     std::vector<std::string> columns;
     std::vector<std::vector<nlohmann::json>> rows;  // null, integer, real, string (blobs as "<blob N bytes>")
@@ -125,8 +162,10 @@ class Catalog {
   sqlite3* handle() const { return db_; }
 
  private:
-  explicit Catalog(sqlite3* db);
+  Catalog(sqlite3* db, std::filesystem::path path, bool read_only);
   sqlite3* db_ = nullptr;
+  std::filesystem::path path_;
+  bool read_only_ = false;
 };
 
 }  // namespace kiln

@@ -1,1 +1,49 @@
-// placeholder: being written
+// kiln: YAML manifest of kernel requests -> verified, tuned Triton kernels and
+// code objects, recorded in an SQLite catalog.
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: kiln <command> [options]
+
+commands:
+  submit MANIFEST      validate a manifest, expand it into jobs, store them
+  run                  process queued jobs until none remain
+  status               jobs and candidates per state
+  best                 the best kernel per job, its metrics and their basis
+  query "SELECT ..."   read-only SQL over the catalog
+  package              bundle the best code objects for a target
+
+Every command takes --help. The catalog is --catalog PATH, else $KILN_CATALOG,
+else ./kiln.db. Docs: docs/manifest.md, docs/catalog.md, docs/architecture.md.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  kiln::Args args(argv + 2, argv + argc);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::cout << "kiln " << KILN_VERSION << "\n";
+    return 0;
+  }
+  if (cmd == "submit") return kiln::cmd_submit(args);
+  if (cmd == "run") return kiln::cmd_run(args);
+  if (cmd == "status") return kiln::cmd_status(args);
+  if (cmd == "best") return kiln::cmd_best(args);
+  if (cmd == "query") return kiln::cmd_query(args);
+  if (cmd == "package") return kiln::cmd_package(args);
+  std::cerr << "kiln: unknown command '" << cmd << "'\n\n" << kUsage;
+  return 2;
+}

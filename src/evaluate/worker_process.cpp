@@ -1,1 +1,767 @@
-// placeholder: being written
+#include <utility>  // before Asio (Boost 1.74 under newer GCC)
+
+#include "evaluate/worker_process.h"
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/buffers_iterator.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+
+extern char** environ;
+
+namespace kiln {
+namespace {
+
+namespace asio = boost::asio;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr size_t kMaxLine = 64u << 20;              // longest stdout line we accept
+constexpr milliseconds kPendingPoll{100};           // exit check while a request runs
+constexpr milliseconds kReapPoll{5};                // while waiting for a dying child
+constexpr milliseconds kEofGrace{2000};             // stdout closed, child still alive
+constexpr milliseconds kKillGiveUp{10000};          // SIGKILLed child that never exits
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGILL: return "SIGILL";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGALRM: return "SIGALRM";
+    case SIGTERM: return "SIGTERM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGSYS: return "SIGSYS";
+    default: return "unknown signal";
+  }
+}
+
+// "exited with code N" / "killed by signal 11 (SIGSEGV)" from a waitpid status.
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    std::string s = "killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+    if (WCOREDUMP(status)) s += " (core dumped)";
+    return s;
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+std::string seconds_text(milliseconds ms) {
+  std::ostringstream o;
+  o << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return o.str();
+}
+
+// Replaces invalid UTF-8 so the detail can go into JSON (nlohmann throws on it).
+std::string sanitize_utf8(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok && len == 2 && c < 0xC2) ok = false;  // overlong
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += '?';
+      ++i;
+    }
+  }
+  return out;
+}
+
+bool has_exited(pid_t pid) {
+  if (pid <= 0) return true;
+  siginfo_t si;
+  std::memset(&si, 0, sizeof si);
+  int r;
+  do r = ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT);
+  while (r < 0 && errno == EINTR);
+  if (r < 0) return errno == ECHILD;  // reaped by someone else: gone for us
+  return si.si_pid == pid;
+}
+
+// Reaps an exited (or SIGKILLed) child; bounded so a child stuck in the kernel
+// cannot hang the engine. Returns the status, or nullopt if unavailable.
+std::optional<int> reap_bounded(pid_t pid, milliseconds limit) {
+  auto until = Clock::now() + limit;
+  auto nap = std::chrono::microseconds(200);
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return std::nullopt;  // ECHILD: someone else reaped it
+    if (Clock::now() >= until) return std::nullopt;
+    std::this_thread::sleep_for(nap);
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(10000));
+  }
+}
+
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old;
+    std::memset(&old, 0, sizeof old);
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
+        old.sa_handler == SIG_DFL)
+      ::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
+std::string start_error(const std::string& program, const std::string& what, int err) {
+  std::string msg = "cannot start " + program + ": " + what + std::strerror(err);
+  std::string base = program.substr(program.find_last_of('/') == std::string::npos
+                                        ? 0 : program.find_last_of('/') + 1);
+  if (base.rfind("python", 0) == 0) msg += " \xE2\x80\x94 install Python 3 or set KILN_PYTHON";
+  return msg;
+}
+
+// argv[0] without a slash: searched in the PATH the child will get.
+std::string resolve_executable(const std::string& name, const std::string& path_var) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string path = path_var.empty() ? "/usr/local/bin:/usr/bin:/bin" : path_var;
+  int last_err = ENOENT;
+  size_t pos = 0;
+  for (;;) {
+    size_t colon = path.find(':', pos);
+    std::string dir = path.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    struct stat st;
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+      last_err = EACCES;
+    }
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  throw std::runtime_error(start_error(name, "", last_err));
+}
+
+struct ExecFailure {
+  int stage;  // 1: chdir, 2: exec, 3: setup
+  int err;
+};
+
+// In the child between fork and exec: async-signal-safe calls only.
+[[noreturn]] void child_exec(pid_t parent, int in_r, int out_w, int err_w, int report_w,
+                             const char* exe, char* const* argv, char* const* envp,
+                             const char* cwd) {
+  auto fail = [&](int stage) {
+    ExecFailure f{stage, errno};
+    ssize_t ignored = ::write(report_w, &f, sizeof f);
+    (void)ignored;
+    ::_exit(127);
+  };
+  ::setpgid(0, 0);                       // own process group: kill(-pid) reaches all
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);    // die with the engine (even on kill -9)
+  if (::getppid() != parent) ::_exit(127);  // the engine died before prctl
+  // Move the pipe ends out of 0..2 first, so dup2 cannot clobber one another.
+  int a = ::fcntl(in_r, F_DUPFD_CLOEXEC, 3);
+  int b = ::fcntl(out_w, F_DUPFD_CLOEXEC, 3);
+  int c = ::fcntl(err_w, F_DUPFD_CLOEXEC, 3);
+  if (a < 0 || b < 0 || c < 0) fail(3);
+  if (::dup2(a, 0) < 0 || ::dup2(b, 1) < 0 || ::dup2(c, 2) < 0) fail(3);
+  // Anything else the engine has open stays out of the worker.
+  ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  if (cwd && ::chdir(cwd) != 0) fail(1);
+  ::execve(exe, argv, envp);
+  fail(2);
+  ::_exit(127);
+}
+
+int make_pipe(int fds[2]) { return ::pipe2(fds, O_CLOEXEC); }
+
+void set_nonblocking(int fd) {
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// One child's pipes. Handlers hold it by shared_ptr, so a stale handler of a
+// previous child never touches the current child's buffers.
+struct Channel {
+  Channel(asio::io_context& io, int in_fd, int out_fd, int err_fd, pid_t p)
+      : in(io, in_fd), out(io, out_fd), err(io, err_fd), out_buf(kMaxLine), pid(p) {}
+  asio::posix::stream_descriptor in, out, err;
+  asio::streambuf out_buf;
+  pid_t pid;
+  bool err_eof = false;
+  void close() {
+    boost::system::error_code ec;
+    in.close(ec);
+    out.close(ec);
+    err.close(ec);
+  }
+};
+
+}  // namespace
+
+struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
+  enum class State { kIdle, kPending, kReaping };
+  enum class Reason { kCrash, kTimeout };
+
+  Impl(asio::io_context& io_, WorkerOptions o)
+      : io(io_), opt(std::move(o)), deadline(io_), poll(io_) {}
+
+  asio::io_context& io;
+  WorkerOptions opt;
+  asio::steady_timer deadline;
+  asio::steady_timer poll;
+
+  pid_t pid = 0;                    // running (not yet reaped) child, 0 if none
+  std::shared_ptr<Channel> ch;      // its pipes
+  std::string tail;                 // stderr tail of the current child
+  std::string err_line;             // partial stderr line, for echo
+
+  State state = State::kIdle;
+  Reason reason = Reason::kCrash;
+  Done done;
+  uint64_t req_gen = 0;             // bumped when a request starts and when it ends
+  uint64_t poll_gen = 0;            // bumped each time the poll timer is re-armed
+  int64_t next_id = 0;
+  int64_t cur_id = 0;
+  milliseconds cur_timeout{0};
+  bool killed = false;              // we sent SIGKILL while reaping
+  Clock::time_point reap_deadline;  // kReaping: when to SIGKILL / give up
+  std::string note;                 // extra words for the crash detail
+  bool destroyed = false;
+
+  // ---- start ------------------------------------------------------------
+
+  void start() {
+    if (pid > 0 && !has_exited(pid))
+      throw std::logic_error("WorkerProcess::start: a child is already running");
+    kill_now("worker restarted");  // a dead, unreaped child: reap it, end its request
+    if (opt.argv.empty() || opt.argv[0].empty())
+      throw std::invalid_argument("WorkerProcess::start: empty argv");
+    ignore_sigpipe_once();
+
+    std::map<std::string, std::string> env;
+    for (char** e = environ; e && *e; ++e) {
+      std::string kv(*e);
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos) continue;
+      env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    for (const auto& [k, v] : opt.env) env[k] = v;
+    std::string path_var = env.count("PATH") ? env["PATH"] : std::string();
+    const std::string& program = opt.argv[0];
+    std::string exe = resolve_executable(program, path_var);
+
+    // Everything the child needs is built before fork (no allocation after).
+    std::vector<std::string> env_strs;
+    env_strs.reserve(env.size());
+    for (const auto& [k, v] : env) env_strs.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& s : env_strs) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = opt.argv;
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    const char* cwd = opt.working_dir.empty() ? nullptr : opt.working_dir.c_str();
+
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
+    auto close_all = [&] {
+      for (int* p : {in, out, err, rep}) {
+        close_fd(p[0]);
+        close_fd(p[1]);
+      }
+    };
+    if (make_pipe(in) || make_pipe(out) || make_pipe(err) || make_pipe(rep)) {
+      int e = errno;
+      close_all();
+      throw std::runtime_error(start_error(program, "pipe: ", e));
+    }
+
+    pid_t parent = ::getpid();
+    pid_t child = ::fork();
+    if (child < 0) {
+      int e = errno;
+      close_all();
+      throw std::runtime_error(start_error(program, "fork: ", e));
+    }
+    if (child == 0)
+      child_exec(parent, in[0], out[1], err[1], rep[1], exe.c_str(), argv.data(), envp.data(), cwd);
+
+    close_fd(in[0]);
+    close_fd(out[1]);
+    close_fd(err[1]);
+    close_fd(rep[1]);
+    // The report pipe closes on exec (CLOEXEC): EOF means the exec worked.
+    ExecFailure f{0, 0};
+    ssize_t n;
+    do n = ::read(rep[0], &f, sizeof f);
+    while (n < 0 && errno == EINTR);
+    close_fd(rep[0]);
+    if (n > 0) {
+      reap_bounded(child, milliseconds(5000));
+      close_all();
+      if (f.stage == 1)
+        throw std::runtime_error(start_error(
+            program, "cannot change to working directory '" + opt.working_dir + "': ", f.err));
+      if (f.stage == 3) throw std::runtime_error(start_error(program, "child setup: ", f.err));
+      throw std::runtime_error(start_error(program, "", f.err));
+    }
+
+    set_nonblocking(in[1]);
+    set_nonblocking(out[0]);
+    set_nonblocking(err[0]);
+    try {
+      ch = std::make_shared<Channel>(io, in[1], out[0], err[0], child);
+    } catch (...) {
+      close_all();
+      ::kill(-child, SIGKILL);
+      ::kill(child, SIGKILL);
+      reap_bounded(child, kKillGiveUp);
+      throw;
+    }
+    in[1] = out[0] = err[0] = -1;  // owned by the Channel now
+    pid = child;
+    tail.clear();
+    err_line.clear();
+    watch_stderr(ch);
+  }
+
+  // ---- stderr -----------------------------------------------------------
+
+  // We wait for readability and read ourselves (instead of async_read_some),
+  // so a final synchronous drain never reorders data.
+  void watch_stderr(const std::shared_ptr<Channel>& c) {
+    auto self = shared_from_this();
+    c->err.async_wait(asio::posix::descriptor_base::wait_read,
+                      [self, c](const boost::system::error_code& ec) {
+                        if (ec || self->destroyed || c != self->ch) return;
+                        self->drain_stderr(*c);
+                        if (!c->err_eof) self->watch_stderr(c);
+                      });
+  }
+
+  void drain_stderr(Channel& c) {
+    if (c.err_eof || !c.err.is_open()) return;
+    std::array<char, 8192> buf;
+    for (;;) {
+      ssize_t n = ::read(c.err.native_handle(), buf.data(), buf.size());
+      if (n > 0) {
+        on_stderr(c, buf.data(), static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) c.err_eof = true;
+      break;  // EOF, EAGAIN or an error
+    }
+  }
+
+  void add_tail(const char* data, size_t n) {
+    size_t cap = opt.stderr_tail_bytes;
+    if (cap == 0) return;
+    if (n >= cap) {
+      tail.assign(data + (n - cap), cap);
+    } else {
+      tail.append(data, n);
+      if (tail.size() > cap) tail.erase(0, tail.size() - cap);
+    }
+    size_t skip = 0;  // do not start in the middle of a UTF-8 character
+    while (skip < tail.size() && skip < 3 && (static_cast<unsigned char>(tail[skip]) & 0xC0) == 0x80)
+      ++skip;
+    if (skip) tail.erase(0, skip);
+  }
+
+  void echo_line(pid_t p, const std::string& line) {
+    std::string s = "[worker " + std::to_string(p) + "] " + line + "\n";
+    const char* d = s.data();
+    size_t left = s.size();
+    while (left > 0) {
+      ssize_t w = ::write(2, d, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      d += w;
+      left -= static_cast<size_t>(w);
+    }
+  }
+
+  void on_stderr(Channel& c, const char* data, size_t n) {
+    add_tail(data, n);
+    if (!opt.echo_stderr) return;
+    err_line.append(data, n);
+    size_t start = 0;
+    for (size_t nl; (nl = err_line.find('\n', start)) != std::string::npos; start = nl + 1)
+      echo_line(c.pid, err_line.substr(start, nl - start));
+    err_line.erase(0, start);
+    if (err_line.size() > 65536) {
+      echo_line(c.pid, err_line);
+      err_line.clear();
+    }
+  }
+
+  void flush_echo(pid_t p) {
+    if (opt.echo_stderr && !err_line.empty()) echo_line(p, err_line);
+    err_line.clear();
+  }
+
+  // ---- request ----------------------------------------------------------
+
+  void request(json req, milliseconds timeout, Done d) {
+    if (state != State::kIdle)
+      throw std::logic_error("WorkerProcess::request: a request is already pending");
+    if (!d) throw std::invalid_argument("WorkerProcess::request: no completion handler");
+    if (pid == 0 || !ch) {
+      WorkerOutcome o;
+      o.kind = WorkerOutcome::Kind::kCrash;
+      o.detail = "worker is not running";
+      post_done(std::move(d), std::move(o));
+      return;
+    }
+    int64_t id = ++next_id;
+    req["id"] = id;
+    auto line = std::make_shared<std::string>(
+        req.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+
+    done = std::move(d);
+    cur_id = id;
+    cur_timeout = timeout;
+    state = State::kPending;
+    killed = false;
+    note.clear();
+    uint64_t g = ++req_gen;
+    auto self = shared_from_this();
+    auto c = ch;
+
+    deadline.expires_after(timeout);
+    deadline.async_wait([self, g](const boost::system::error_code& ec) {
+      if (ec || !self->current(g, State::kPending)) return;
+      self->on_timeout();
+    });
+    asio::async_write(c->in, asio::buffer(*line),
+                      [self, g, c, line](const boost::system::error_code& ec, size_t) {
+                        if (!ec || !self->current(g, State::kPending) || c != self->ch) return;
+                        self->begin_crash("could not write the request (" + ec.message() + ")");
+                      });
+    read_stdout(c, g);
+    arm_poll(kPendingPoll);
+  }
+
+  bool current(uint64_t g, State s) const { return !destroyed && g == req_gen && state == s; }
+
+  void read_stdout(const std::shared_ptr<Channel>& c, uint64_t g) {
+    auto self = shared_from_this();
+    asio::async_read_until(
+        c->out, c->out_buf, '\n',
+        [self, c, g](const boost::system::error_code& ec, size_t n) {
+          if (!self->current(g, State::kPending) || c != self->ch) return;
+          if (ec) {
+            if (ec == asio::error::operation_aborted) return;
+            if (ec == asio::error::eof) self->begin_crash("");
+            else if (ec == asio::error::not_found)
+              self->begin_crash("sent a stdout line longer than " + std::to_string(kMaxLine) +
+                                " bytes; killed", /*kill=*/true);
+            else self->begin_crash("stdout read failed (" + ec.message() + ")");
+            return;
+          }
+          auto begin = asio::buffers_begin(c->out_buf.data());
+          std::string line(begin, begin + static_cast<std::ptrdiff_t>(n));
+          c->out_buf.consume(n);
+          if (self->on_line(*c, line)) return;
+          self->read_stdout(c, g);
+        });
+  }
+
+  // True when `line` was the answer (the request is finished).
+  bool on_line(Channel& c, std::string line) {
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (line.empty()) return false;
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      auto it = j.find("id");
+      if (it != j.end() && it->is_number_integer() && it->get<int64_t>() == cur_id) {
+        WorkerOutcome o;
+        o.kind = WorkerOutcome::Kind::kReply;
+        o.reply = std::move(j);
+        finish(std::move(o));
+        return true;
+      }
+    }
+    // Not ours: keep it where a crash report will show it.
+    std::string shown = line.size() > 2000 ? line.substr(0, 2000) + "..." : line;
+    std::string entry = "[stdout] " + shown + "\n";
+    add_tail(entry.data(), entry.size());
+    if (opt.echo_stderr) echo_line(c.pid, "[stdout] " + shown);
+    return false;
+  }
+
+  void arm_poll(milliseconds after) {
+    uint64_t pg = ++poll_gen;
+    auto self = shared_from_this();
+    poll.expires_after(after);
+    poll.async_wait([self, pg](const boost::system::error_code& ec) {
+      if (ec || self->destroyed || pg != self->poll_gen) return;
+      self->on_poll();
+    });
+  }
+
+  void on_poll() {
+    if (state == State::kPending) {
+      if (has_exited(pid)) begin_crash("");
+      else arm_poll(kPendingPoll);
+      return;
+    }
+    if (state != State::kReaping) return;
+    if (has_exited(pid)) {
+      finish_dead();
+      return;
+    }
+    auto now = Clock::now();
+    if (!killed && now >= reap_deadline) {
+      kill_group();
+      note = note.empty() ? "closed its stdout but did not exit; killed" : note;
+      reap_deadline = now + kKillGiveUp;
+    } else if (killed && now >= reap_deadline) {
+      // Stuck in the kernel (a GPU driver, say): give up on it.
+      note += note.empty() ? "" : "; ";
+      note += "did not exit " + seconds_text(kKillGiveUp) + " after SIGKILL; abandoned";
+      pid = 0;
+      finish_dead();
+      return;
+    }
+    arm_poll(kReapPoll);
+  }
+
+  void kill_group() {
+    if (pid > 0) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);  // should setpgid ever have failed
+    }
+    killed = true;
+  }
+
+  void on_timeout() {
+    reason = Reason::kTimeout;
+    state = State::kReaping;
+    kill_group();
+    reap_deadline = Clock::now() + kKillGiveUp;
+    arm_poll(milliseconds(0));
+  }
+
+  void begin_crash(std::string why, bool kill = false) {
+    reason = Reason::kCrash;
+    state = State::kReaping;
+    note = std::move(why);
+    if (kill) {
+      kill_group();  // we decided to kill it (protocol violation)
+      reap_deadline = Clock::now() + kKillGiveUp;
+    } else {
+      reap_deadline = Clock::now() + kEofGrace;  // let it finish exiting on its own
+    }
+    arm_poll(milliseconds(0));
+  }
+
+  // The child has exited (or was abandoned): kill what is left of its group,
+  // reap it, collect stderr, report.
+  void finish_dead() {
+    std::optional<int> status;
+    pid_t p = ch ? ch->pid : pid;
+    if (pid > 0) {
+      ::kill(-pid, SIGKILL);  // grandchildren; the group id is still ours (zombie leader)
+      status = reap_bounded(pid, kKillGiveUp);
+      pid = 0;
+    }
+    close_channel(p);
+    WorkerOutcome o;
+    std::string what;
+    if (reason == Reason::kTimeout) {
+      o.kind = WorkerOutcome::Kind::kTimeout;
+      what = "killed after " + seconds_text(cur_timeout);
+    } else {
+      o.kind = WorkerOutcome::Kind::kCrash;
+      what = status ? describe_status(*status) : std::string("exited (status unavailable)");
+    }
+    if (!note.empty()) what += " (" + note + ")";
+    o.detail = with_tail(what);
+    finish(std::move(o));
+  }
+
+  std::string with_tail(const std::string& what) const {
+    if (tail.empty()) return sanitize_utf8(what);
+    return sanitize_utf8(what + "; stderr:\n" + tail);
+  }
+
+  void close_channel(pid_t p) {
+    if (!ch) return;
+    drain_stderr(*ch);
+    flush_echo(p);
+    ch->close();
+    ch.reset();
+  }
+
+  void finish(WorkerOutcome o) {
+    state = State::kIdle;
+    ++req_gen;
+    ++poll_gen;
+    deadline.cancel();
+    poll.cancel();
+    Done d = std::move(done);
+    done = nullptr;
+    if (d) post_done(std::move(d), std::move(o));
+  }
+
+  void post_done(Done d, WorkerOutcome o) {
+    if (destroyed) return;
+    auto self = shared_from_this();
+    asio::post(io, [self, d = std::move(d), o = std::move(o)]() mutable {
+      if (!self->destroyed) d(std::move(o));
+    });
+  }
+
+  // ---- kill / stop ------------------------------------------------------
+
+  void kill_now(const std::string& why) {
+    pid_t p = ch ? ch->pid : pid;
+    if (pid > 0) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      if (!reap_bounded(pid, kKillGiveUp) && !has_exited(pid))
+        std::fprintf(stderr, "[worker %d] did not exit after SIGKILL; abandoned\n", pid);
+      pid = 0;
+    }
+    close_channel(p);
+    end_pending(why);
+  }
+
+  void end_pending(const std::string& why) {
+    if (state != State::kIdle) {
+      WorkerOutcome o;
+      o.kind = WorkerOutcome::Kind::kCrash;
+      o.detail = with_tail(why);
+      finish(std::move(o));
+    } else {
+      ++poll_gen;
+      deadline.cancel();
+      poll.cancel();
+    }
+  }
+
+  void stop(milliseconds grace) {
+    if (pid > 0 && ch) {
+      boost::system::error_code ec;
+      ch->in.close(ec);  // EOF on the worker's stdin: it exits by itself
+      auto until = Clock::now() + grace;
+      while (!has_exited(pid) && Clock::now() < until)
+        std::this_thread::sleep_for(milliseconds(2));
+    }
+    kill_now("worker stopped by the engine");
+  }
+};
+
+// ---- WorkerProcess -------------------------------------------------------
+
+WorkerProcess::WorkerProcess(asio::io_context& io, WorkerOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(options))) {}
+
+WorkerProcess::~WorkerProcess() {
+  if (!impl_) return;
+  try {
+    impl_->destroyed = true;
+    impl_->done = nullptr;
+    impl_->kill_now("worker destroyed");
+  } catch (...) {
+  }
+}
+
+void WorkerProcess::start() { impl_->start(); }
+
+void WorkerProcess::request(json req, milliseconds timeout, Done done) {
+  impl_->request(std::move(req), timeout, std::move(done));
+}
+
+void WorkerProcess::kill() { impl_->kill_now("killed by the engine"); }
+
+void WorkerProcess::restart() {
+  impl_->kill_now("killed by the engine (restart)");
+  impl_->start();
+}
+
+void WorkerProcess::stop(milliseconds grace) { impl_->stop(grace); }
+
+bool WorkerProcess::alive() const { return impl_->pid > 0 && !has_exited(impl_->pid); }
+int WorkerProcess::pid() const { return impl_->pid; }
+bool WorkerProcess::busy() const { return impl_->state != Impl::State::kIdle; }
+const std::string& WorkerProcess::stderr_tail() const { return impl_->tail; }
+
+json call_worker_once(const WorkerOptions& options, json req, milliseconds timeout) {
+  asio::io_context io;
+  WorkerProcess worker(io, options);
+  worker.start();
+  std::optional<WorkerOutcome> outcome;
+  worker.request(std::move(req), timeout, [&](WorkerOutcome o) {
+    outcome = std::move(o);
+    io.stop();  // the stderr watch would keep run() going
+  });
+  io.run();
+  worker.kill();
+  if (!outcome) throw std::runtime_error("worker: no answer (io_context stopped)");
+  switch (outcome->kind) {
+    case WorkerOutcome::Kind::kReply: return std::move(outcome->reply);
+    case WorkerOutcome::Kind::kTimeout:
+      throw std::runtime_error("worker timed out: " + outcome->detail);
+    case WorkerOutcome::Kind::kCrash:
+    default: throw std::runtime_error("worker crashed: " + outcome->detail);
+  }
+}
+
+}  // namespace kiln

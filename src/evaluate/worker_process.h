@@ -5,8 +5,22 @@
 // anything it started (ptxas, ...), and asks the kernel for SIGKILL when its
 // parent dies (prctl PR_SET_PDEATHSIG), so `kill -9` of the engine leaves no
 // orphans. It also exits by itself when its stdin closes.
+//
+// Threading: a WorkerProcess is not thread-safe. Call its methods from the
+// thread that runs the io_context (or before io.run()), and run that
+// io_context on one thread only. PR_SET_PDEATHSIG fires when the *thread* that
+// called start() exits, not only the process: call start()/restart() from a
+// thread that lives as long as the worker (the main thread / the io thread).
+//
+// Process-wide effects: the first start() sets SIGPIPE to SIG_IGN if it was
+// SIG_DFL (a write to a dead worker must be an error, not the engine's death);
+// the child gets SIGPIPE back to SIG_DFL and an empty signal mask. Children are
+// reaped with waitpid(pid): do not set SIGCHLD to SIG_IGN or reap with
+// waitpid(-1) elsewhere in the engine.
 #pragma once
+#include <utility>  // before Asio: Boost 1.74's Asio misses it under newer GCC
 #include <chrono>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <map>
@@ -21,18 +35,22 @@ namespace kiln {
 
 struct WorkerOptions {
   std::vector<std::string> argv;               // e.g. {"python3", "-m", "kiln_worker"}
+                                               // argv[0] without '/' is searched in PATH
+                                               // (the PATH of the child's environment)
   std::map<std::string, std::string> env;      // added to / overriding the parent's environment
   std::string working_dir;                     // empty: inherit
   size_t stderr_tail_bytes = 8192;             // kept for crash reports
-  bool echo_stderr = false;                    // copy the child's stderr to ours
+  bool echo_stderr = false;                    // copy the child's stderr to ours, each line
+                                               // prefixed "[worker PID] "
 };
 
 struct WorkerOutcome {
   enum class Kind { kReply, kTimeout, kCrash };
   Kind kind = Kind::kReply;
-  nlohmann::json reply;      // kReply: the child's JSON answer
+  nlohmann::json reply;      // kReply: the child's JSON answer (may be {"ok": false, ...})
   std::string detail;        // kTimeout/kCrash: what happened ("killed after 300 s",
-                             // "exited with signal 11 (SIGSEGV)"), plus the stderr tail
+                             // "exited with code 3", "killed by signal 11 (SIGSEGV)"),
+                             // then "; stderr:\n" and the stderr tail (valid UTF-8)
 };
 
 class WorkerProcess {
@@ -40,36 +58,53 @@ class WorkerProcess {
   using Done = std::function<void(WorkerOutcome)>;
 
   WorkerProcess(boost::asio::io_context& io, WorkerOptions options);
-  ~WorkerProcess();  // kills the child's process group
+  // Kills the child's process group and reaps the child. A pending request's
+  // done is never called after destruction; handlers still queued on the
+  // io_context are harmless (they hold the internals alive and do nothing).
+  ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
-  // Spawns the child. Throws std::runtime_error if it cannot be started.
+  // Spawns the child. Throws std::runtime_error if it cannot be started
+  // ("cannot start python3: No such file or directory — install Python 3 or
+  // set KILN_PYTHON"), std::logic_error if a live child is already running (a
+  // dead one not yet noticed is reaped first, its pending request ends kCrash).
   void start();
 
   // Sends one request (an "id" member is set) and calls done exactly once, on
-  // the io_context, with the reply, or kTimeout after `timeout` (the child's
-  // process group is then killed), or kCrash if the child exits or its stdout
-  // closes first. One request at a time per worker.
+  // the io_context (never inside request()), with the reply, or kTimeout after
+  // `timeout` (the child's process group is then killed), or kCrash if the
+  // child exits or its stdout closes first (the child is then reaped, its
+  // group killed). After kTimeout/kCrash the worker is not running: call
+  // restart(). On a worker that is not running, done gets kCrash. Lines on the
+  // child's stdout that are not JSON objects with this id are skipped (and
+  // kept in the stderr tail as "[stdout] ..."). One request at a time per
+  // worker: throws std::logic_error if busy().
   void request(nlohmann::json req, std::chrono::milliseconds timeout, Done done);
 
-  // Kills the process group (SIGKILL) and reaps the child.
+  // Kills the process group (SIGKILL) and reaps the child. A pending request
+  // completes with kCrash ("killed by the engine"). No-op when not running.
   void kill();
   // kill() then start(): a fresh child.
   void restart();
+  // Closes the child's stdin (the worker exits by itself), waits up to `grace`
+  // for it to exit, then kill()s what is left. Blocks the calling thread.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
 
-  bool alive() const;
-  int pid() const;
-  bool busy() const;
-  const std::string& stderr_tail() const;
+  bool alive() const;        // a child is running (started, not exited)
+  int pid() const;           // the running child's pid (= its process group), 0 if none
+  bool busy() const;         // a request is pending (false again before its done runs)
+  const std::string& stderr_tail() const;  // the current child's stderr tail (raw bytes)
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with in-flight handlers
 };
 
-// Starts a worker, sends one request, waits for the answer (own io_context).
-// Throws std::runtime_error with the detail on timeout or crash.
+// Starts a worker, sends one request, waits for the answer (own io_context),
+// then kills the worker. Returns the reply as is (check "ok" yourself).
+// Throws std::runtime_error if the worker cannot start, and with the detail on
+// timeout ("worker timed out: killed after ...") or crash ("worker crashed: ...").
 nlohmann::json call_worker_once(const WorkerOptions& options, nlohmann::json req,
                                 std::chrono::milliseconds timeout);
 

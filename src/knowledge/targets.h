@@ -26,8 +26,13 @@ struct Target {
   long long l2_bytes = 0;
   long long infinity_cache_bytes = 0;
   double memory_bandwidth_gbs = 0;  // peak DRAM/HBM bandwidth
-  std::map<std::string, double> peak_tflops;  // by dtype: fp32, fp16, bf16 (matrix units)
+  // Dense peaks at boost clock, no sparsity: fp32 = vector FP32 (VALU / CUDA cores),
+  // fp16 and bf16 = matrix units (MFMA / WMMA / tensor cores). Files may add more
+  // keys (fp32_matrix for AMD MFMA FP32, tf32 for NVIDIA tensor cores).
+  std::map<std::string, double> peak_tflops;
   std::vector<std::string> device_match;      // substrings of a device name that mean "this kind"
+  bool triton_supported = true;     // Triton 3.6 compiles for this arch (checked by cross-compile)
+  std::filesystem::path file;       // the YAML file it came from
   nlohmann::json raw;               // the whole YAML document, for the worker
 };
 
@@ -36,11 +41,14 @@ class TargetRegistry {
   // Loads every *.yaml under dir; throws std::runtime_error naming file:line on bad files.
   static TargetRegistry load(const std::filesystem::path& dir);
 
-  // By name or alias, case-insensitive; nullptr if unknown.
+  // By name or alias, case-insensitive, ignoring spaces, '-' and '_'
+  // ("rx 7900 xtx" finds RX7900XTX); nullptr if unknown.
   const Target* find(const std::string& name) const;
-  std::vector<std::string> names() const;
+  std::vector<std::string> names() const;   // canonical names, sorted
+  const std::vector<Target>& all() const { return targets_; }
 
-  // True when `device_name` (as the worker reports it) is a device of this target's kind.
+  // True when `device_name` (as the worker reports it) is a device of this target's kind:
+  // it contains one of t.device_match, case-insensitively.
   static bool matches_device(const Target& t, const std::string& device_name);
 
  private:

@@ -1,0 +1,485 @@
+"""Helpers shared by the Kiln template modules.
+
+What lives here:
+
+* dtype names ("fp32", "fp16", "bf16") <-> torch dtypes and Triton signature types,
+  plus default correctness tolerances per dtype;
+* random inputs (`randn`): fresh, seeded, normal, generated on the CPU so that a seed
+  gives the same numbers on every device;
+* target helpers: backend, warp size, shared-memory (LDS) limit, `GPUTarget`;
+* config-space helpers: `product` / `expand` (deterministic cartesian products),
+  `amd_knobs` (the AMD option axes a target supports) and `runtime_options`,
+  which splits a config into compile/launch options and constexprs and keeps the
+  AMD knobs only for hip;
+* `compilable`, `cross_compile`, `compiler_mode`: cross-compilation, also while
+  the Triton interpreter is on (see below);
+* `spec`: builds the dict that `compile_spec` returns.
+
+Interpreter and cross-compilation in one process
+------------------------------------------------
+With ``TRITON_INTERPRET=1`` set before Triton is imported, ``@triton.jit`` returns an
+``InterpretedFunction`` (it runs on torch CPU tensors) instead of a ``JITFunction``.
+The worker needs both in one process: run a candidate on the CPU *and*
+cross-compile it to hsaco / cubin. What is in the way, checked on Triton 3.6.0
+(torch 2.13, NumPy 2.5), and what this module does about it:
+
+1. Our kernels are ``InterpretedFunction``s, which ``triton.compile`` cannot lower.
+   Each keeps the plain Python function in ``.fn``; ``compilable(kernel)`` returns
+   a cached ``JITFunction(kernel.fn)`` (or the kernel itself on a GPU), and
+   ``compile_spec`` always puts that in ``spec["fn"]``.
+2. Triton's own ``@jit`` library functions (``tl.max``, ``tl.sum``, ``tl.zeros``,
+   ``tl.cdiv``, ``tl.sigmoid``, ...) are ``InterpretedFunction``s too, and the code
+   generator would call them as plain Python ("'ir.value' object has no attribute
+   'data'"). At import, this module replaces them (in every ``triton.language*``
+   module and on the tensor class) by ``InterpretableJIT`` objects: real
+   ``JITFunction``s that the compiler inlines, and that run the original
+   interpreted function when an interpreted kernel calls them.
+3. A library call from an interpreted kernel (``InterpretedFunction.__call__``)
+   patches ``tl.core`` for the interpreter and never restores it, so compiling
+   after running e.g. ``tl.sigmoid`` fails ("'ir.value' object has no attribute
+   'dtype'"). At import, ``__call__`` is replaced by the same body plus the restore.
+
+Two interpreter bugs that affect correctness runs are fixed the same way: scalar
+arguments as loop bounds (``range(0, K, BLOCK_K)``) fail with NumPy >= 2.4, and
+``tl.dot`` on bf16 multiplies the raw bits (see the ``_fix_*`` functions).
+
+All fixes are applied once, only when the interpreter is in use, and are
+idempotent. After that a plain ``triton.compile(ASTSource(spec["fn"], ...))`` works
+in the interpreter process; ``cross_compile(spec, target)`` does exactly that, with
+the interpret knob off for the duration (``compiler_mode()``), which is the safe way
+(the knob changes how constexpr functions return values). Verified by
+tests/python/test_kernels.py, which interleaves interpreted runs and compiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import sys
+import types
+
+import torch
+import triton
+from triton.runtime.jit import JITFunction
+
+# ---------------------------------------------------------------------------
+# dtypes
+# ---------------------------------------------------------------------------
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+# Default tolerances (atol, rtol) for comparing against a reference computed in
+# higher precision. Half types lose ~3 decimal digits on the output store alone.
+TOLERANCES = {
+    "fp32": {"atol": 1e-5, "rtol": 1e-4},
+    "fp16": {"atol": 1e-2, "rtol": 1e-2},
+    "bf16": {"atol": 2e-2, "rtol": 2e-2},
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """'fp16' -> torch.float16."""
+    try:
+        return TORCH_DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {name!r}; expected one of {sorted(TORCH_DTYPES)}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.float16 -> 'fp16'."""
+    return DTYPE_NAMES[dtype]
+
+
+def element_bytes(name: str) -> int:
+    return ELEMENT_BYTES[name]
+
+
+def pointer_type(name: str) -> str:
+    """Triton signature type of a pointer to `name` elements: 'fp32' -> '*fp32'."""
+    torch_dtype(name)  # validate
+    return "*" + name
+
+
+def tolerance(name: str) -> dict:
+    return dict(TOLERANCES[name])
+
+
+def randn(shape, dtype: str, seed: int, device, scale: float = 1.0, generator=None) -> torch.Tensor:
+    """Normal random tensor of `dtype`, generated on the CPU from `seed` (or from
+    `generator`, to draw several tensors from one stream) and moved to `device`."""
+    if generator is None:
+        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+    t = torch.randn(tuple(int(s) for s in shape), generator=generator, dtype=torch.float32)
+    if scale != 1.0:
+        t = t * scale
+    return t.to(torch_dtype(dtype)).to(device)
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+def numel(shape) -> int:
+    return int(math.prod(int(s) for s in shape))
+
+
+# ---------------------------------------------------------------------------
+# targets
+# ---------------------------------------------------------------------------
+
+# Fallback shared-memory (LDS) bytes per workgroup when the target dict does not say.
+_LDS_BY_ARCH = {
+    "gfx90a": 64 * 1024,
+    "gfx942": 64 * 1024,
+    "gfx950": 160 * 1024,
+    "gfx1100": 64 * 1024,
+    "sm_80": 166912,   # 163 KiB opt-in
+    "sm_86": 101376,   # 99 KiB
+    "sm_89": 101376,
+    "sm_90": 232448,   # 227 KiB opt-in
+}
+# Keys a target yaml may use for the per-block shared-memory limit, in bytes.
+_LDS_KEYS = ("max_shared_per_block", "shared_memory_per_block", "max_shared_memory_per_block",
+             "lds_bytes", "lds_per_workgroup", "shared_bytes")
+
+
+def backend(target: dict) -> str:
+    """'hip' or 'cuda' (from target['backend'], else guessed from the arch)."""
+    b = target.get("backend")
+    if b:
+        return b
+    return "hip" if str(target.get("arch", "")).startswith("gfx") else "cuda"
+
+
+def is_hip(target: dict) -> bool:
+    return backend(target) == "hip"
+
+
+def arch(target: dict) -> str:
+    return str(target.get("arch", ""))
+
+
+def warp_size(target: dict) -> int:
+    """Threads per warp/wavefront: target['warp_size'], else 32 on NVIDIA and
+    RDNA (gfx10+), 64 on CDNA (gfx9)."""
+    if target.get("warp_size"):
+        return int(target["warp_size"])
+    a = arch(target)
+    if a.startswith("gfx"):
+        return 64 if a.startswith("gfx9") else 32
+    return 32
+
+
+def has_mfma(target: dict) -> bool:
+    """CDNA matrix cores (gfx90a, gfx942, gfx950): where matrix_instr_nonkdim and
+    kpack apply. RDNA (gfx11) uses WMMA and ignores them."""
+    return is_hip(target) and arch(target).startswith("gfx9")
+
+
+def shared_limit(target: dict) -> int:
+    """Shared memory / LDS bytes a single workgroup may use."""
+    for key in _LDS_KEYS:
+        if target.get(key):
+            return int(target[key])
+    a = arch(target)
+    if a in _LDS_BY_ARCH:
+        return _LDS_BY_ARCH[a]
+    return 64 * 1024 if a.startswith("gfx") else 48 * 1024
+
+
+def gpu_target(target: dict):
+    """triton GPUTarget for a target dict: gfx942 -> ('hip', 'gfx942', 64),
+    sm_90 -> ('cuda', 90, 32)."""
+    from triton.backends.compiler import GPUTarget
+    a = arch(target)
+    if is_hip(target):
+        return GPUTarget("hip", a, warp_size(target))
+    cc = int(a[3:]) if a.startswith("sm_") else int(a)
+    return GPUTarget("cuda", cc, 32)
+
+
+def device_backend(t: torch.Tensor) -> str:
+    """Where a launch on this tensor runs: 'cpu' (Triton interpreter), 'hip' or 'cuda'."""
+    if t.device.type == "cpu":
+        return "cpu"
+    return "hip" if getattr(torch.version, "hip", None) else "cuda"
+
+
+# ---------------------------------------------------------------------------
+# configs
+# ---------------------------------------------------------------------------
+
+LAUNCH_KEYS = ("num_warps", "num_stages")
+AMD_KNOBS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
+
+
+def product(**axes) -> list[dict]:
+    """Cartesian product of the axes as a list of dicts, in a deterministic order
+    (first axis varies slowest, values in the order given)."""
+    keys = list(axes)
+    return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
+
+
+def expand(base: list[dict], axes: dict, keep=None) -> list[dict]:
+    """Every base config combined with every combination of `axes` (e.g. the AMD
+    knobs), the axes varying slowest: all base configs with the first knob values
+    come first, so a truncated walk of the space still sees every tile with the
+    default knobs. `keep(config) -> bool` filters."""
+    out = []
+    for combo in product(**axes):
+        for b in base:
+            c = dict(b)
+            c.update(combo)
+            if keep is None or keep(c):
+                out.append(c)
+    return out
+
+
+def amd_knobs(target: dict, dot: bool = False) -> dict:
+    """Config axes for the AMD compile options on this target ({} off hip).
+
+    waves_per_eu (0 = compiler default, 2 = ask for 2 waves per SIMD) everywhere on
+    hip; for kernels built on tl.dot on CDNA (gfx9) also matrix_instr_nonkdim
+    (16 / 32: the MFMA shape) and kpack (1 / 2; gfx950 only accepts 1). Default
+    values first."""
+    if not is_hip(target):
+        return {}
+    axes = {}
+    if dot and has_mfma(target):
+        axes["matrix_instr_nonkdim"] = [16, 32]
+        axes["kpack"] = [1] if arch(target) == "gfx950" else [1, 2]
+    axes["waves_per_eu"] = [0, 2]
+    return axes
+
+
+def runtime_options(config: dict, backend: str) -> tuple[dict, dict]:
+    """Split a config into (options, constexprs).
+
+    options: num_warps, num_stages, and on `backend == 'hip'` the AMD knobs
+    (waves_per_eu, matrix_instr_nonkdim, kpack) — the keyword options of a Triton
+    launch / `triton.compile`. On 'cuda' and 'cpu' the AMD knobs are dropped (the
+    NVIDIA backend rejects them; the interpreter ignores options anyway).
+    constexprs: every other key (the UPPER_CASE block sizes)."""
+    options, constexprs = {}, {}
+    for k, v in config.items():
+        if k in LAUNCH_KEYS:
+            options[k] = v
+        elif k in AMD_KNOBS:
+            if backend == "hip":
+                options[k] = v
+        else:
+            constexprs[k] = v
+    return options, constexprs
+
+
+def is_pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+# ---------------------------------------------------------------------------
+# compilation, and the interpreter fixes (see the module docstring)
+# ---------------------------------------------------------------------------
+
+_COMPILABLE: dict = {}
+
+
+def compilable(kernel):
+    """A real JITFunction for `kernel`: the kernel itself when it is one (on a
+    GPU), else a cached JITFunction(kernel.fn) (under the interpreter)."""
+    if isinstance(kernel, JITFunction):
+        return kernel
+    fn = kernel.fn
+    jf = _COMPILABLE.get(fn)
+    if jf is None:
+        jf = JITFunction(fn, **getattr(kernel, "kwargs", {}))
+        _COMPILABLE[fn] = jf
+    return jf
+
+
+class InterpretableJIT(JITFunction):
+    """A JITFunction that the code generator inlines like any @jit function and
+    that, called from an interpreted kernel, runs the InterpretedFunction it
+    replaces (a plain JITFunction refuses to be called outside a kernel)."""
+
+    def __init__(self, interpreted):
+        super().__init__(interpreted.fn, **getattr(interpreted, "kwargs", {}))
+        self.interpreted = interpreted
+
+    def __call__(self, *args, **kwargs):
+        return self.interpreted(*args, **kwargs)
+
+
+def _fix_library_functions() -> None:
+    """Point 2: replace Triton's own @jit library functions, created as
+    InterpretedFunctions under TRITON_INTERPRET=1, by InterpretableJIT
+    equivalents, in every triton.language* module and on the tensor class."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    namespaces = [m for name, m in list(sys.modules.items())
+                  if isinstance(m, types.ModuleType)
+                  and (name == "triton.language" or name.startswith("triton.language."))]
+    namespaces.append(tl.core.tensor)
+    replaced: dict = {}
+    for ns in namespaces:
+        for key, value in list(vars(ns).items()):
+            if isinstance(value, InterpretedFunction):
+                if id(value) not in replaced:
+                    replaced[id(value)] = InterpretableJIT(value)
+                setattr(ns, key, replaced[id(value)])
+
+
+def _fix_nested_call_leak() -> None:
+    """Point 3: Triton 3.6's InterpretedFunction.__call__ (a @jit function called
+    from an interpreted kernel) patches triton.language for the callee's globals
+    and never undoes it, leaving tl.core patched after the kernel finishes. Same
+    body, plus the restore."""
+    from triton.runtime import interpreter
+    cls = interpreter.InterpretedFunction
+    if getattr(cls.__call__, "_kiln_interpreter_patch", False):
+        return
+
+    def __call__(self, *args, **kwargs):
+        scope = interpreter._patch_lang(self.fn)
+        try:
+            fn = self.rewrite()
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                raise interpreter.InterpreterError(repr(e)) from e
+        finally:
+            scope.restore()
+
+    __call__._kiln_interpreter_patch = True
+    cls.__call__ = __call__
+
+
+def _fix_interpreter_scalar_index() -> None:
+    """NumPy >= 2.4 refuses int() of a 1-element 1-D array, which is how Triton
+    3.6's interpreter turns a scalar kernel argument into a Python int (its
+    patched `tensor.__index__`), so `for k in range(0, K, BLOCK_K)` with a
+    runtime bound fails with "only 0-dimensional arrays can be converted to
+    Python scalars". Re-patch `__index__` to take the single element."""
+    import numpy as np
+    from triton.runtime import interpreter
+    try:
+        int(np.array([1]))
+        return  # older NumPy: nothing to fix
+    except TypeError:
+        pass
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_kiln_interpreter_patch", False):
+        return
+
+    def index(self):
+        return int(self.handle.data.reshape(-1)[0])
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", index)
+
+    patch_lang_tensor._kiln_interpreter_patch = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def _fix_interpreter_bf16_dot() -> None:
+    """Triton 3.6's interpreter keeps bf16 tensors as raw uint16 bits and its
+    `tl.dot` multiplies those bits as integers, so any bf16 GEMM is garbage on the
+    CPU. Widen bf16 operands to fp32 first (exact: bf16 is the top half of an
+    fp32); the products of two bf16 values are exact in fp32 too, so this matches
+    a GPU's bf16 MMA with fp32 accumulation up to summation order."""
+    import numpy as np
+    from triton.runtime import interpreter
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+    if getattr(original, "_kiln_interpreter_patch", False):
+        return
+
+    def widen(h):
+        if getattr(h.dtype, "name", None) != "bf16":
+            return h
+        f32 = (h.data.astype(np.uint32) << 16).view(np.float32)
+        return interpreter.TensorHandle(f32, triton.language.float32)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    create_dot._kiln_interpreter_patch = True
+    builder.create_dot = create_dot
+
+
+def _interpreter_in_use() -> bool:
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    return bool(triton.knobs.runtime.interpret) or isinstance(tl.max, InterpretedFunction)
+
+
+# Applied once per process, when this module is first imported; each is
+# idempotent (a re-import of the package finds them in place).
+if _interpreter_in_use():
+    _fix_nested_call_leak()
+    _fix_library_functions()
+    _fix_interpreter_scalar_index()
+    _fix_interpreter_bf16_dot()
+
+
+@contextlib.contextmanager
+def compiler_mode():
+    """Turn the interpret knob off while compiling (it changes how constexpr
+    functions return their values). Not thread-safe: don't run interpreted
+    kernels on another thread meanwhile."""
+    interpret = triton.knobs.runtime.interpret
+    triton.knobs.runtime.interpret = False
+    try:
+        yield
+    finally:
+        triton.knobs.runtime.interpret = interpret
+
+
+def cross_compile(spec_: dict, target: dict):
+    """triton.compile a `compile_spec` dict for a target dict; returns the
+    CompiledKernel (`.asm["hsaco"]` / `.asm["cubin"]`, `.metadata`)."""
+    from triton.compiler import ASTSource
+    with compiler_mode():
+        src = ASTSource(fn=compilable(spec_["fn"]), signature=spec_["signature"],
+                        constexprs=spec_["constexprs"], attrs=spec_.get("attrs"))
+        return triton.compile(src, target=gpu_target(target), options=spec_["options"])
+
+
+def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options: dict, grid) -> dict:
+    """The dict that `compile_spec` returns.
+
+    args: (name, type, value) for each runtime argument in the kernel's order;
+    type is '*fp16' / 'i32' / 'fp32'. The value is used for divisibility hints,
+    like the JIT does at launch: pointers are assumed 16-byte aligned (torch
+    allocations are) and ints that are multiples of 16 are marked so. The hints go
+    in 'attrs' ({(arg_index,): [["tt.divisibility", 16]]}), to be passed as
+    `ASTSource(..., attrs=spec["attrs"])`; without them the compiled code loses
+    vectorised loads.
+    """
+    jf = compilable(kernel)
+    signature, attrs = {}, {}
+    names = jf.arg_names
+    for name, ty, value in args:
+        if ty == "i32" and isinstance(value, int) and not -2**31 <= value < 2**31:
+            ty = "i64"  # as the JIT would specialise it
+        signature[name] = ty
+        aligned = ty.startswith("*") or (isinstance(value, int) and value % 16 == 0)
+        if aligned:
+            attrs[(names.index(name),)] = [["tt.divisibility", 16]]
+    for name in constexprs:
+        signature[name] = "constexpr"
+    # Keep the signature in the kernel's parameter order.
+    signature = {n: signature[n] for n in names if n in signature}
+    missing = [n for n in names if n not in signature]
+    if missing:
+        raise ValueError(f"{jf.__name__}: no value for parameter(s) {missing}")
+    grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+    return dict(fn=jf, signature=signature, constexprs=dict(constexprs), attrs=attrs,
+                options=dict(options), grid=grid)
+
+
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b

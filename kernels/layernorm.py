@@ -1,0 +1,189 @@
+"""Layer norm over the last dim of [rows, cols], with weight and bias [cols]:
+
+    out = (x - mean) / sqrt(var + eps) * weight + bias      (biased variance)
+
+Two kernels, picked by the config's BLOCK_N:
+
+* `layernorm_kernel` (BLOCK_N >= cols): BLOCK_M whole rows in registers; mean,
+  then variance of (x - mean), then the output. One read of x.
+* `layernorm_looped_kernel` (BLOCK_N < cols): pass 1 walks the row in chunks
+  accumulating per-lane sums of (x - s) and (x - s)^2, shifted by the row's first
+  element s so the E[x^2] - E[x]^2 form does not cancel catastrophically when the
+  mean is large; pass 2 re-reads the row and writes the output. Two reads.
+
+The math is in fp32 whatever the storage dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import common
+
+OPERATORS = ("layernorm",)
+
+MAX_ONE_PASS = 32768
+
+
+@triton.jit
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    mask = row_mask[:, None] & col_mask[None, :]
+    offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / n_cols
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / n_cols
+    rstd = 1.0 / tl.sqrt(var + eps)
+
+    w = tl.load(w_ptr + cols, mask=col_mask).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=col_mask).to(tl.float32)
+    out = xc * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def layernorm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    row_offs = rows.to(tl.int64)[:, None] * n_cols
+
+    # Pass 1: shifted per-lane sums (shift = first element of the row).
+    shift = tl.load(x_ptr + rows.to(tl.int64) * n_cols, mask=row_mask, other=0.0).to(tl.float32)
+    s1 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    s2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = row_mask[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        d = tl.where(mask, x - shift[:, None], 0.0)
+        s1 += d
+        s2 += d * d
+    mean_d = tl.sum(s1, axis=1) / n_cols
+    var = tl.maximum(tl.sum(s2, axis=1) / n_cols - mean_d * mean_d, 0.0)
+    mean = shift + mean_d
+    rstd = 1.0 / tl.sqrt(var + eps)
+
+    # Pass 2: normalise, scale, shift.
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_mask = cols < n_cols
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=col_mask).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=col_mask).to(tl.float32)
+        out = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+        tl.store(out_ptr + row_offs + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------
+# template interface
+# ---------------------------------------------------------------------------
+
+def _check(op):
+    if op not in OPERATORS:
+        raise ValueError(f"layernorm: unknown operator {op!r}")
+
+
+def _eps(params) -> float:
+    eps = float((params or {}).get("eps", 1e-5))
+    if eps < 0:
+        raise ValueError("layernorm: eps must be >= 0")
+    return eps
+
+
+def _kernel(n_cols, config):
+    return layernorm_kernel if config["BLOCK_N"] >= n_cols else layernorm_looped_kernel
+
+
+def make_inputs(op, shape, dtype, params, seed, device):
+    _check(op)
+    rows, cols = shape
+    g = common.generator(seed)
+    return {"x": common.randn([rows, cols], dtype, seed, device, generator=g),
+            "weight": common.randn([cols], dtype, seed, device, generator=g),
+            "bias": common.randn([cols], dtype, seed, device, generator=g)}
+
+
+def reference(op, inputs, params):
+    _check(op)
+    x = inputs["x"]
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["weight"], inputs["bias"], _eps(params))
+
+
+def output_like(op, inputs, params):
+    _check(op)
+    return torch.empty_like(inputs["x"])
+
+
+def config_space(op, shape, dtype, params, target):
+    """One-pass configs (BLOCK_N = row padded to pow2) when it fits, then looped
+    configs with BLOCK_N in 512..4096 smaller than the row."""
+    _check(op)
+    rows, cols = shape
+    ws = common.warp_size(target)
+    row_block = triton.next_power_of_2(cols)
+    max_bm = triton.next_power_of_2(rows)
+
+    shapes = []  # (BLOCK_M, BLOCK_N)
+    if row_block <= MAX_ONE_PASS:
+        for bm in [1, 2, 4, 8, 16]:
+            if bm == 1 or (bm <= max_bm and bm * row_block <= 8192):
+                shapes.append((bm, row_block))
+    for bn in [512, 1024, 2048, 4096]:
+        if bn < cols:
+            shapes.append((1, bn))
+
+    base = []
+    for bm, bn in shapes:
+        tile = bm * bn
+        for warps in [1, 2, 4, 8, 16]:
+            # >= 1 element per thread; <= 32 per thread (the looped kernel keeps
+            # two fp32 accumulators per element).
+            if (warps == 1 or warps * ws <= tile) and tile <= warps * ws * 32:
+                base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
+    return common.expand(base, common.amd_knobs(target))
+
+
+def _grid(shape, config):
+    rows, _ = shape
+    return (common.cdiv(rows, config["BLOCK_M"]), 1, 1)
+
+
+def launch(op, inputs, out, config, params):
+    _check(op)
+    x = inputs["x"]
+    rows, cols = x.shape
+    opts, consts = common.runtime_options(config, common.device_backend(out))
+    _kernel(cols, config)[_grid(x.shape, config)](
+        x, inputs["weight"], inputs["bias"], out, rows, cols, _eps(params), **consts, **opts)
+    return out
+
+
+def compile_spec(op, shape, dtype, params, config, target):
+    _check(op)
+    rows, cols = shape
+    opts, consts = common.runtime_options(config, common.backend(target))
+    ptr = common.pointer_type(dtype)
+    args = [("x_ptr", ptr, None), ("w_ptr", ptr, None), ("b_ptr", ptr, None), ("out_ptr", ptr, None),
+            ("n_rows", "i32", rows), ("n_cols", "i32", cols), ("eps", "fp32", _eps(params))]
+    return common.spec(_kernel(cols, config), args, consts, opts, _grid(shape, config))
+
+
+def traffic(op, shape, dtype, params):
+    _check(op)
+    rows, cols = shape
+    n = rows * cols
+    e = common.element_bytes(dtype)
+    # mean, centre, square, sum, scale, weight, bias: ~8 flops per element.
+    return {"bytes": (2 * n + 2 * cols) * e, "flops": 8 * n}

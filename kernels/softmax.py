@@ -1,0 +1,167 @@
+"""Row softmax over the last dim of a [rows, cols] tensor, any number of columns.
+
+Two kernels, picked by the config's BLOCK_N:
+
+* `softmax_kernel` (BLOCK_N >= cols): the whole row sits in registers; one read,
+  one write. BLOCK_M rows per program, which helps short rows.
+* `softmax_online_kernel` (BLOCK_N < cols): the row is walked in BLOCK_N chunks.
+  Pass 1 keeps a running max and a running sum of exp rescaled to that max
+  ("online softmax", Milakov & Gimelshein 2018); pass 2 re-reads the row and
+  writes exp(x - max) / sum. Two reads, one write.
+
+The math is in fp32 whatever the storage dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import common
+
+OPERATORS = ("softmax",)
+
+# Largest row held in registers by the one-pass kernel (elements, padded to pow2).
+MAX_ONE_PASS = 32768
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    # Rows past the end re-read the last row (keeps them finite); they are not stored.
+    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+
+    x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=col_mask[None, :],
+                other=-float("inf")).to(tl.float32)
+    row_max = tl.max(x, axis=1)
+    e = tl.exp(x - row_max[:, None])  # masked columns: exp(-inf) = 0
+    denom = tl.sum(e, axis=1)
+    out = e / denom[:, None]
+    out_offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
+             mask=row_mask[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    x_row = x_ptr + rows_in[:, None] * n_cols
+    out_row = out_ptr + rows.to(tl.int64)[:, None] * n_cols
+
+    # Pass 1: running max m and running sum l of exp(x - m). Every chunk has at
+    # least one valid column, so m is finite after the first chunk.
+    m = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :],
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=1))
+        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
+        m = m_new
+
+    # Pass 2: normalise.
+    inv_l = 1.0 / l
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        col_mask = cols < n_cols
+        x = tl.load(x_row + cols[None, :], mask=col_mask[None, :], other=-float("inf")).to(tl.float32)
+        out = tl.exp(x - m[:, None]) * inv_l[:, None]
+        tl.store(out_row + cols[None, :], out.to(out_ptr.dtype.element_ty),
+                 mask=row_mask[:, None] & col_mask[None, :])
+
+
+# ---------------------------------------------------------------------------
+# template interface
+# ---------------------------------------------------------------------------
+
+def _check(op):
+    if op not in OPERATORS:
+        raise ValueError(f"softmax: unknown operator {op!r}")
+
+
+def _kernel(n_cols, config):
+    return softmax_kernel if config["BLOCK_N"] >= n_cols else softmax_online_kernel
+
+
+def make_inputs(op, shape, dtype, params, seed, device):
+    _check(op)
+    rows, cols = shape
+    return {"x": common.randn([rows, cols], dtype, seed, device)}
+
+
+def reference(op, inputs, params):
+    _check(op)
+    return torch.softmax(inputs["x"], dim=-1)
+
+
+def output_like(op, inputs, params):
+    _check(op)
+    return torch.empty_like(inputs["x"])
+
+
+def config_space(op, shape, dtype, params, target):
+    """One-pass configs when the padded row fits MAX_ONE_PASS, then chunked
+    (online) configs with BLOCK_N in 512..8192 smaller than the row."""
+    _check(op)
+    rows, cols = shape
+    ws = common.warp_size(target)
+    row_block = triton.next_power_of_2(cols)
+    max_bm = triton.next_power_of_2(rows)
+
+    shapes = []  # (BLOCK_M, BLOCK_N)
+    if row_block <= MAX_ONE_PASS:
+        for bm in [1, 2, 4, 8, 16]:
+            if bm == 1 or (bm <= max_bm and bm * row_block <= 8192):
+                shapes.append((bm, row_block))
+    for bn in [512, 1024, 2048, 4096, 8192]:
+        if bn < cols:
+            shapes.append((1, bn))
+
+    base = []
+    for bm, bn in shapes:
+        tile = bm * bn
+        for warps in [1, 2, 4, 8, 16]:
+            # At least one element per thread, and at most 64 fp32 values per
+            # thread so the tile stays in registers.
+            if (warps == 1 or warps * ws <= tile) and tile <= warps * ws * 64:
+                base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
+    return common.expand(base, common.amd_knobs(target))
+
+
+def _grid(shape, config):
+    rows, _ = shape
+    return (common.cdiv(rows, config["BLOCK_M"]), 1, 1)
+
+
+def launch(op, inputs, out, config, params):
+    _check(op)
+    x = inputs["x"]
+    rows, cols = x.shape
+    opts, consts = common.runtime_options(config, common.device_backend(out))
+    _kernel(cols, config)[_grid(x.shape, config)](x, out, rows, cols, **consts, **opts)
+    return out
+
+
+def compile_spec(op, shape, dtype, params, config, target):
+    _check(op)
+    rows, cols = shape
+    opts, consts = common.runtime_options(config, common.backend(target))
+    ptr = common.pointer_type(dtype)
+    args = [("x_ptr", ptr, None), ("out_ptr", ptr, None), ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
+    return common.spec(_kernel(cols, config), args, consts, opts, _grid(shape, config))
+
+
+def traffic(op, shape, dtype, params):
+    _check(op)
+    n = common.numel(shape)
+    # max, subtract, exp, sum, divide: ~5 flops per element.
+    return {"bytes": 2 * n * common.element_bytes(dtype), "flops": 5 * n}

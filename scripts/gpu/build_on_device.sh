@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE (Ubuntu 24.04, no registry): unpacks the carried .deps/
+# into /tmp/deps and builds Kiln into build-gpu/ against them.
+# Boost 1.74's Asio lacks an #include <utility> that GCC 13 needs: CXXFLAGS adds it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p /tmp/deps
+for d in .deps/libboost1.74-dev_*.deb .deps/libboost-program-options1.74-dev_*.deb \
+         .deps/libboost-program-options1.74.0_*.deb .deps/libsqlite3-dev_*.deb; do
+  dpkg -x "$d" /tmp/deps
+done
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+CXXFLAGS="-include utility" cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release \
+  -DBOOST_ROOT=/tmp/deps/usr -DBoost_NO_SYSTEM_PATHS=ON \
+  -DBoost_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0 \
+  -DSQLite3_INCLUDE_DIR=/tmp/deps/usr/include \
+  -DSQLite3_LIBRARY=/tmp/deps/usr/lib/x86_64-linux-gnu/libsqlite3.a >/tmp/cmake-gpu.log 2>&1 \
+  || { cat /tmp/cmake-gpu.log; exit 1; }
+cmake --build build-gpu -j"$(nproc)" 2>&1 | grep -E "error|Error" && exit 1 || true
+test -x build-gpu/kiln
+echo "built build-gpu/kiln"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine for Kiln and builds it: apt packages, Python
+# packages, CMake build in ./build. Idempotent and quiet when everything is there.
+#   KILN_SKIP_APT=1   do not touch apt (packages installed by other means)
+#   KILN_BUILD_DIR    build directory (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential cmake pkg-config git
+  libboost-dev libboost-program-options-dev libyaml-cpp-dev libsqlite3-dev sqlite3
+  nlohmann-json3-dev libssl-dev libgtest-dev python3 python3-pip)
+
+say() { echo "[setup] $*" >&2; }
+
+if [[ "${KILN_SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    SUDO=""
+    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    say "installing apt packages: ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+PY=${KILN_PYTHON:-python3}
+if ! "$PY" - <<'PYEOF' 2>/dev/null
+import importlib.metadata as md, sys
+need = {"torch": None, "triton": "3.6.0", "yaml": None, "pytest": None, "msgpack": None, "numpy": None}
+import torch, triton, yaml, pytest, msgpack, numpy
+sys.exit(0 if triton.__version__ == "3.6.0" else 1)
+PYEOF
+then
+  say "installing Python packages (worker/requirements.txt)"
+  "$PY" -m pip install -q --disable-pip-version-check -r worker/requirements.txt
+fi
+
+BUILD=${KILN_BUILD_DIR:-build}
+if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -E "error|warning: unused" || true
+test -x "$BUILD/kiln" || { say "build failed"; cmake --build "$BUILD" -j1; exit 1; }
+say "ready: $BUILD/kiln"

@@ -1,0 +1,487 @@
+#include "cli/commands.h"
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "catalog/catalog.h"
+#include "catalog/job_key.h"
+#include "cli/table.h"
+#include "common/home.h"
+#include "evaluate/worker_process.h"
+#include "explore/explorer.h"
+#include "manifest/manifest.h"
+#include "package/code_object.h"
+#include "package/package.h"
+
+namespace kiln {
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+namespace {
+
+// Thrown for usage errors; main prints it with the command's help.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string default_catalog() {
+  if (const char* env = std::getenv("KILN_CATALOG"); env && *env) return env;
+  return "kiln.db";
+}
+
+void add_common(po::options_description& d, bool json_flag) {
+  d.add_options()("help,h", "show this help")(
+      "catalog", po::value<std::string>()->default_value(default_catalog()),
+      "catalog file (default: $KILN_CATALOG, else ./kiln.db)");
+  if (json_flag) d.add_options()("json", "machine-readable JSON on stdout");
+}
+
+// Parses args; returns nullopt (after printing help) when --help was given.
+std::optional<po::variables_map> parse(const Args& args, const po::options_description& d,
+                                       const po::positional_options_description* pos,
+                                       const std::string& usage) {
+  po::variables_map vm;
+  try {
+    auto parser = po::command_line_parser(args).options(d);
+    if (pos) parser.positional(*pos);
+    po::store(parser.run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\n" << d << "\n";
+      return std::nullopt;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "\n\n" + usage + "\n\n" +
+                     [&] { std::ostringstream os; os << d; return os.str(); }());
+  }
+  return vm;
+}
+
+Knowledge load_knowledge() {
+  try {
+    return Knowledge::load(kiln_home());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot load Kiln's knowledge base under ") +
+                             kiln_home().string() + " (set KILN_HOME to the Kiln tree): " + e.what());
+  }
+}
+
+Catalog open_catalog(const po::variables_map& vm, bool read_only) {
+  return Catalog::open(vm["catalog"].as<std::string>(), read_only);
+}
+
+// Runs fn, mapping exceptions to exit codes and messages.
+template <typename Fn>
+int guarded(const char* cmd, Fn fn) {
+  try {
+    return fn();
+  } catch (const UsageError& e) {
+    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    return 2;
+  } catch (const ManifestError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
+// The worker's hello: Python, torch and Triton versions and the template
+// versions that go into job keys. A missing package is exit code 3.
+json worker_hello() {
+  WorkerOptions w;
+  const auto home = kiln_home();
+  w.argv = {python_executable(), "-m", "kiln_worker"};
+  std::string pythonpath = (home / "worker").string() + ":" + home.string();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonpath += std::string(":") + old;
+  w.env = {{"PYTHONPATH", pythonpath}, {"KILN_HOME", home.string()}, {"KILN_DEVICE", "cpu"}};
+  json reply = call_worker_once(w, {{"method", "hello"}}, std::chrono::seconds(180));
+  if (!reply.value("ok", false)) throw std::runtime_error("worker hello failed: " + reply.value("error", ""));
+  return reply["result"];
+}
+
+std::string shape_text(const json& shape) {
+  std::string s;
+  for (const auto& d : shape) s += (s.empty() ? "" : "x") + std::to_string(d.get<long long>());
+  return s;
+}
+
+std::string config_text(const json& config) {
+  std::string s;
+  for (const auto& [k, v] : config.items()) s += (s.empty() ? "" : " ") + k + "=" + cell_text(v);
+  return s;
+}
+
+struct Stmt {
+  sqlite3* db;
+  sqlite3_stmt* s = nullptr;
+  Stmt(sqlite3* d, const std::string& sql) : db(d) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) != SQLITE_OK)
+      throw std::runtime_error(sqlite3_errmsg(db));
+  }
+  ~Stmt() { sqlite3_finalize(s); }
+  bool step() { return sqlite3_step(s) == SQLITE_ROW; }
+  json col(int i) const {
+    switch (sqlite3_column_type(s, i)) {
+      case SQLITE_NULL: return nullptr;
+      case SQLITE_INTEGER: return static_cast<long long>(sqlite3_column_int64(s, i));
+      case SQLITE_FLOAT: return sqlite3_column_double(s, i);
+      default: return std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, i)));
+    }
+  }
+  std::string blob(int i) const {
+    const void* p = sqlite3_column_blob(s, i);
+    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(s, i)) : std::string();
+  }
+};
+
+}  // namespace
+
+// --- submit --------------------------------------------------------------------
+
+int cmd_submit(const Args& args) {
+  return guarded("submit", [&] {
+    po::options_description d("kiln submit options");
+    add_common(d, true);
+    d.add_options()("manifest", po::value<std::string>()->required(), "the YAML manifest");
+    po::positional_options_description pos;
+    pos.add("manifest", 1);
+    auto vm = parse(args, d, &pos,
+                    "usage: kiln submit MANIFEST [--catalog PATH] [--json]\n"
+                    "Validates MANIFEST, expands it into jobs (operator x shape x dtype x target) and\n"
+                    "stores them. Submitting the same manifest again adds no jobs.");
+    if (!vm) return 0;
+    const Knowledge knowledge = load_knowledge();
+    // Validate completely before the catalog is opened: a bad manifest leaves it untouched.
+    const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
+    json hello;
+    try {
+      hello = worker_hello();
+    } catch (const std::exception& e) {
+      std::cerr << "kiln submit: cannot start the Python evaluator: " << e.what() << "\n";
+      return 3;
+    }
+    const json templates = hello.value("templates", json::object());
+    const std::string triton = hello.value("triton", "");
+    std::vector<NewJob> jobs;
+    for (const JobSpec& js : m.jobs) {
+      const Target* t = knowledge.targets.find(js.target);
+      const OperatorSpec* op = knowledge.operators.find(js.op);
+      NewJob j;
+      j.op = js.op;
+      j.dtype = js.dtype;
+      j.target = t->name;
+      j.arch = t->arch;
+      j.shape = js.shape;
+      j.params = js.params;
+      j.spec = js.to_json(*t);
+      j.key = job_key(j.spec, templates.value(op->module, ""), triton);
+      jobs.push_back(std::move(j));
+    }
+    Catalog catalog = open_catalog(*vm, false);
+    SubmitResult r = catalog.submit(m.name, std::filesystem::absolute(m.path).string(), m.text, jobs);
+    if (vm->count("json")) {
+      std::cout << json{{"batch", r.batch_id}, {"name", m.name}, {"jobs", r.total_jobs},
+                        {"new_jobs", r.new_jobs}, {"triton", triton}}.dump()
+                << "\n";
+    } else {
+      std::cout << "batch " << r.batch_id << " (" << m.name << "): " << r.total_jobs << " jobs, "
+                << r.new_jobs << " new\n";
+    }
+    return 0;
+  });
+}
+
+// --- run -----------------------------------------------------------------------
+
+int cmd_run(const Args& args) {
+  return guarded("run", [&] {
+    po::options_description d("kiln run options");
+    add_common(d, true);
+    d.add_options()("batch", po::value<std::string>(), "only this batch's jobs")(
+        "workers", po::value<int>()->default_value(1), "evaluator processes in parallel")(
+        "device", po::value<std::string>()->default_value("auto"),
+        "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
+        "lease", po::value<double>()->default_value(120), "job lease in seconds")(
+        "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
+        "verbose,v", "copy the workers' stderr to ours");
+    auto vm = parse(args, d, nullptr,
+                    "usage: kiln run [--batch ID] [--workers N] [--device auto|cpu|gpu]\n"
+                    "Processes queued jobs until none remain. Progress goes to stderr.");
+    if (!vm) return 0;
+    RunOptions o;
+    o.workers = (*vm)["workers"].as<int>();
+    o.device = (*vm)["device"].as<std::string>();
+    o.lease_s = (*vm)["lease"].as<double>();
+    if (o.workers < 1) throw UsageError("--workers must be at least 1");
+    if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
+      throw UsageError("--device must be auto, cpu or gpu");
+    if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
+    if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
+    o.echo_worker_stderr = vm->count("verbose") > 0;
+    const Knowledge knowledge = load_knowledge();
+    Catalog catalog = open_catalog(*vm, false);
+    RunSummary s = run_explorer(catalog, knowledge, o);
+    if (vm->count("json"))
+      std::cout << json{{"jobs_done", s.jobs_done}, {"jobs_failed", s.jobs_failed},
+                        {"candidates", s.candidates}, {"candidate_failures", s.candidate_failures},
+                        {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"device", s.device}}.dump()
+                << "\n";
+    return s.interrupted ? 130 : 0;
+  });
+}
+
+// --- status --------------------------------------------------------------------
+
+int cmd_status(const Args& args) {
+  return guarded("status", [&] {
+    po::options_description d("kiln status options");
+    add_common(d, true);
+    d.add_options()("batch", po::value<std::string>(), "only this batch");
+    auto vm = parse(args, d, nullptr, "usage: kiln status [--batch ID] [--json]");
+    if (!vm) return 0;
+    Catalog catalog = open_catalog(*vm, true);
+    sqlite3* db = catalog.handle();
+    const bool one = vm->count("batch") > 0;
+    const std::string batch = one ? (*vm)["batch"].as<std::string>() : "";
+    const std::string job_filter =
+        one ? " WHERE j.id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)" : "";
+
+    json out = {{"catalog", (*vm)["catalog"].as<std::string>()}};
+    json batches = json::array();
+    {
+      Stmt st(db, std::string("SELECT b.id, b.name, b.created_at, "
+                              "SUM(j.state='queued'), SUM(j.state='running'), SUM(j.state='done'), "
+                              "SUM(j.state='failed'), COUNT(j.id) FROM batches b "
+                              "LEFT JOIN batch_jobs bj ON bj.batch_id = b.id LEFT JOIN jobs j ON j.id = bj.job_id ") +
+                      (one ? "WHERE b.id = ?1 " : "") + "GROUP BY b.id ORDER BY b.created_at");
+      if (one) sqlite3_bind_text(st.s, 1, batch.c_str(), -1, SQLITE_TRANSIENT);
+      while (st.step())
+        batches.push_back({{"id", st.col(0)}, {"name", st.col(1)}, {"created_at", st.col(2)},
+                           {"queued", st.col(3)}, {"running", st.col(4)}, {"done", st.col(5)},
+                           {"failed", st.col(6)}, {"jobs", st.col(7)}});
+    }
+    if (one && batches.empty()) throw std::runtime_error("no batch " + batch + " in the catalog");
+    out["batches"] = batches;
+    json evals = json::object();
+    {
+      Stmt st(db, "SELECT e.status, COUNT(*) FROM evaluations e JOIN candidates c ON c.id = e.candidate_id "
+                  "JOIN jobs j ON j.id = c.job_id" + job_filter + " GROUP BY e.status ORDER BY e.status");
+      if (one) sqlite3_bind_text(st.s, 1, batch.c_str(), -1, SQLITE_TRANSIENT);
+      while (st.step()) evals[st.col(0).get<std::string>()] = st.col(1);
+    }
+    out["evaluations"] = evals;
+    json failed = json::array();
+    {
+      Stmt st(db, "SELECT j.op, j.shape, j.dtype, j.target, j.message FROM jobs j" +
+                      (job_filter.empty() ? std::string(" WHERE") : job_filter + " AND") +
+                      " j.state = 'failed' ORDER BY j.id");
+      if (one) sqlite3_bind_text(st.s, 1, batch.c_str(), -1, SQLITE_TRANSIENT);
+      while (st.step())
+        failed.push_back({{"op", st.col(0)}, {"shape", json::parse(st.col(1).get<std::string>())},
+                          {"dtype", st.col(2)}, {"target", st.col(3)}, {"message", st.col(4)}});
+    }
+    out["failed_jobs"] = failed;
+    if (vm->count("json")) {
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    Table t{{"batch", "name", "jobs", "queued", "running", "done", "failed"}, {}};
+    for (const auto& b : batches)
+      t.rows.push_back({b["id"], b["name"], b["jobs"], b["queued"], b["running"], b["done"], b["failed"]});
+    t.print_text(std::cout);
+    std::cout << "\ncandidates evaluated:";
+    int total = 0;
+    for (const auto& [k, v] : evals.items()) total += v.get<int>();
+    std::cout << " " << total;
+    for (const auto& [k, v] : evals.items()) std::cout << " · " << k << " " << v.get<int>();
+    std::cout << "\n";
+    if (!failed.empty()) {
+      std::cout << "\nfailed jobs:\n";
+      for (const auto& f : failed)
+        std::cout << "  " << f["op"].get<std::string>() << " " << shape_text(f["shape"]) << " "
+                  << f["dtype"].get<std::string>() << " " << f["target"].get<std::string>() << ": "
+                  << cell_text(f["message"]) << "\n";
+    }
+    return 0;
+  });
+}
+
+// --- best ----------------------------------------------------------------------
+
+int cmd_best(const Args& args) {
+  return guarded("best", [&] {
+    po::options_description d("kiln best options");
+    add_common(d, true);
+    d.add_options()("op", po::value<std::string>(), "only this operator")(
+        "target", po::value<std::string>(), "only this target")(
+        "batch", po::value<std::string>(), "only this batch's jobs");
+    auto vm = parse(args, d, nullptr,
+                    "usage: kiln best [--op OP] [--target T] [--batch ID] [--json]\n"
+                    "The best kernel per job: its latency and whether it was measured on a device of\n"
+                    "the target's kind or estimated by the static model, its config, resources and\n"
+                    "code object.");
+    if (!vm) return 0;
+    std::string target;
+    if (vm->count("target")) {
+      const Knowledge knowledge = load_knowledge();
+      const Target* t = knowledge.targets.find((*vm)["target"].as<std::string>());
+      if (!t) throw UsageError("unknown target '" + (*vm)["target"].as<std::string>() + "'");
+      target = t->name;
+    }
+    Catalog catalog = open_catalog(*vm, true);
+    std::string sql =
+        "SELECT j.op, j.shape, j.dtype, j.target, j.arch, j.state, b.basis, b.value_ms, b.device, "
+        "c.config, e.max_rel_err, e.registers, e.spills, e.shared_bytes, e.occupancy, a.kind, "
+        "a.sha256, a.kernel_name, bl.data, j.message, e.exec_device, e.seeds, c.id, e.p99_ms, e.mean_ms "
+        "FROM jobs j LEFT JOIN best b ON b.job_id = j.id "
+        "LEFT JOIN candidates c ON c.id = b.candidate_id "
+        "LEFT JOIN evaluations e ON e.candidate_id = c.id "
+        "LEFT JOIN artifacts a ON a.candidate_id = c.id AND a.target = j.target "
+        "LEFT JOIN blobs bl ON bl.sha256 = a.sha256 WHERE 1=1";
+    if (vm->count("op")) sql += " AND j.op = ?1";
+    if (!target.empty()) sql += " AND j.target = ?2";
+    if (vm->count("batch")) sql += " AND j.id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?3)";
+    sql += " ORDER BY j.op, j.target, j.dtype, j.id";
+    Stmt st(catalog.handle(), sql);
+    if (vm->count("op")) sqlite3_bind_text(st.s, 1, (*vm)["op"].as<std::string>().c_str(), -1, SQLITE_TRANSIENT);
+    if (!target.empty()) sqlite3_bind_text(st.s, 2, target.c_str(), -1, SQLITE_TRANSIENT);
+    if (vm->count("batch"))
+      sqlite3_bind_text(st.s, 3, (*vm)["batch"].as<std::string>().c_str(), -1, SQLITE_TRANSIENT);
+    json rows = json::array();
+    while (st.step()) {
+      json r = {{"op", st.col(0)}, {"shape", json::parse(st.col(1).get<std::string>())},
+                {"dtype", st.col(2)}, {"target", st.col(3)}, {"arch", st.col(4)}, {"state", st.col(5)}};
+      if (!st.col(6).is_null()) {
+        r["basis"] = st.col(6);
+        r["ms"] = st.col(7);
+        r["device"] = st.col(8);
+        r["config"] = json::parse(st.col(9).get<std::string>());
+        r["candidate_id"] = st.col(22);
+        r["max_rel_err"] = st.col(10);
+        r["checked_on"] = st.col(20);
+        r["seeds"] = st.col(21);
+        r["p99_ms"] = r["basis"] == "measured" ? st.col(23) : json(nullptr);
+        r["mean_ms"] = r["basis"] == "measured" ? st.col(24) : json(nullptr);
+        r["registers"] = st.col(11);
+        r["spills"] = st.col(12);
+        r["shared_bytes"] = st.col(13);
+        r["occupancy"] = st.col(14);
+        if (!st.col(15).is_null()) {
+          const CodeObjectInfo info = inspect_code_object(st.blob(18));
+          r["code_object"] = {{"kind", st.col(15)}, {"sha256", st.col(16)}, {"kernel_name", st.col(17)},
+                              {"elf_machine", info.machine}, {"gfx", info.flags_gfx},
+                              {"note_target", info.note_target}, {"summary", info.summary()}};
+        }
+      } else {
+        r["message"] = st.col(19);
+      }
+      rows.push_back(std::move(r));
+    }
+    if (vm->count("json")) {
+      std::cout << rows.dump(2) << "\n";
+      return 0;
+    }
+    if (rows.empty()) {
+      std::cout << "no jobs" << (vm->count("op") || !target.empty() ? " match" : " in the catalog") << "\n";
+      return 0;
+    }
+    Table t{{"op", "shape", "dtype", "target", "best ms", "basis", "config", "regs", "spills",
+             "code object"},
+            {}};
+    for (const auto& r : rows) {
+      if (!r.contains("basis")) {
+        t.rows.push_back({r["op"], shape_text(r["shape"]), r["dtype"], r["target"], nullptr,
+                          r["state"], r.value("message", json(nullptr)), nullptr, nullptr, nullptr});
+        continue;
+      }
+      const std::string basis = r["basis"] == "measured"
+                                    ? "measured on " + r["device"].get<std::string>()
+                                    : "estimated";
+      t.rows.push_back({r["op"], shape_text(r["shape"]), r["dtype"], r["target"], r["ms"], basis,
+                        config_text(r["config"]), r["registers"], r["spills"],
+                        r.contains("code_object") ? json(r["code_object"]["kind"].get<std::string>() + ": " +
+                                                         r["code_object"]["summary"].get<std::string>())
+                                                  : json(nullptr)});
+    }
+    t.print_text(std::cout);
+    std::cout << "\nmeasured: median latency on a device of the target's kind. estimated: the static\n"
+                 "model (docs/estimate.md) ranks candidates for targets with no such device here;\n"
+                 "its ms are a model's, not a measurement.\n";
+    return 0;
+  });
+}
+
+// --- query ---------------------------------------------------------------------
+
+int cmd_query(const Args& args) {
+  return guarded("query", [&] {
+    po::options_description d("kiln query options");
+    add_common(d, true);
+    d.add_options()("csv", "CSV on stdout")("sql", po::value<std::string>()->required(), "the SQL");
+    po::positional_options_description pos;
+    pos.add("sql", 1);
+    auto vm = parse(args, d, &pos,
+                    "usage: kiln query \"SELECT ...\" [--json|--csv]\n"
+                    "Read-only SQL over the catalog (docs/catalog.md has the schema); writes are refused.");
+    if (!vm) return 0;
+    Catalog catalog = open_catalog(*vm, true);
+    Catalog::QueryResult q;
+    try {
+      q = catalog.query((*vm)["sql"].as<std::string>());
+    } catch (const CatalogError& e) {
+      throw UsageError(e.what());
+    }
+    Table t{q.columns, q.rows};
+    if (vm->count("json")) std::cout << t.to_json().dump(2) << "\n";
+    else if (vm->count("csv")) t.print_csv(std::cout);
+    else t.print_text(std::cout);
+    return 0;
+  });
+}
+
+// --- package -------------------------------------------------------------------
+
+int cmd_package(const Args& args) {
+  return guarded("package", [&] {
+    po::options_description d("kiln package options");
+    add_common(d, true);
+    d.add_options()("target", po::value<std::string>()->required(), "target name, e.g. MI300X")(
+        "out", po::value<std::string>()->required(), "output directory")(
+        "force", "replace --out if it exists");
+    auto vm = parse(args, d, nullptr,
+                    "usage: kiln package --target T --out DIR [--force]\n"
+                    "Writes the best code object of every finished job for target T, manifest.json\n"
+                    "(kernel name, operator, shape, dtype, launch metadata) and SHA256SUMS.");
+    if (!vm) return 0;
+    const Knowledge knowledge = load_knowledge();
+    const Target* t = knowledge.targets.find((*vm)["target"].as<std::string>());
+    if (!t) {
+      std::string known;
+      for (const auto& n : knowledge.targets.names()) known += (known.empty() ? "" : ", ") + n;
+      throw UsageError("unknown target '" + (*vm)["target"].as<std::string>() + "' (known: " + known + ")");
+    }
+    Catalog catalog = open_catalog(*vm, true);
+    PackageResult r = package_target(catalog, *t, (*vm)["out"].as<std::string>(), vm->count("force") > 0);
+    if (vm->count("json"))
+      std::cout << json{{"dir", r.dir.string()}, {"kernels", r.kernels}, {"files", r.files}}.dump() << "\n";
+    else
+      std::cout << "packaged " << r.kernels << " kernel(s) for " << t->name << " in " << r.dir.string()
+                << "\n";
+    return 0;
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,20 @@
+// The `kiln` subcommands. Each takes its own arguments (after the subcommand
+// name) and returns the process exit code:
+//   0 success · 1 runtime failure · 2 usage or manifest error ·
+//   3 missing Python dependency · 130 interrupted (the queue is left consistent)
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+using Args = std::vector<std::string>;
+
+int cmd_submit(const Args& args);
+int cmd_run(const Args& args);
+int cmd_status(const Args& args);
+int cmd_best(const Args& args);
+int cmd_query(const Args& args);
+int cmd_package(const Args& args);
+
+}  // namespace kiln

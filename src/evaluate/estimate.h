@@ -1,0 +1,47 @@
+// The static performance model: ranks candidates for a target with no device of
+// its kind here (every AMD target on a machine without AMD GPUs). Results from it
+// are labelled `estimated` everywhere they are shown. docs/estimate.md explains it.
+#pragma once
+#include <array>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "knowledge/targets.h"
+
+namespace kiln {
+
+struct KernelResources {
+  int num_warps = 4;
+  int warp_size = 64;
+  std::array<long long, 3> grid{1, 1, 1};
+  std::optional<int> registers;       // VGPRs / registers per thread
+  std::optional<int> spills;          // spilled registers per thread
+  std::optional<long long> shared_bytes;
+  std::optional<long long> scratch_bytes;  // per thread
+  std::optional<double> occupancy;    // AMD: waves per SIMD; NVIDIA: resident warps per SM
+
+  // From the worker's "artifact" object; missing fields stay unset.
+  static KernelResources from_artifact(const nlohmann::json& artifact);
+};
+
+struct Traffic {
+  double bytes = 0;
+  double flops = 0;
+  static Traffic from_json(const nlohmann::json& j);
+};
+
+struct Estimate {
+  double ms = 0;
+  // The terms, for reports: memory and compute times at full machine use, the
+  // fraction of the machine the launch keeps busy, the spill cost.
+  double memory_ms = 0, compute_ms = 0, utilisation = 1, spill_ms = 0;
+  nlohmann::json to_json() const;
+};
+
+// Throws std::invalid_argument if the target lacks bandwidth or compute units.
+Estimate estimate_latency(const Target& target, const std::string& dtype, const Traffic& traffic,
+                          const KernelResources& kernel);
+
+}  // namespace kiln

@@ -1,0 +1,45 @@
+// The explorer: claims jobs from the catalog and runs their candidates over N
+// evaluator slots in parallel, until no claimable job remains.
+//
+// Single-threaded: everything runs on one Boost.Asio io_context (worker pipes,
+// timers, signals), so the catalog is written from one thread. Each slot is a
+// long-lived Python worker; a candidate that times out or crashes its worker is
+// recorded as `timeout` / `crash` and the slot gets a fresh worker.
+#pragma once
+#include <filesystem>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "catalog/catalog.h"
+#include "manifest/manifest.h"
+
+namespace kiln {
+
+struct RunOptions {
+  int workers = 1;
+  std::string device = "auto";              // auto | cpu | gpu (KILN_DEVICE for workers)
+  std::optional<std::string> batch;         // only this batch's jobs
+  double lease_s = 120;                     // job lease, renewed every lease_s / 3
+  std::filesystem::path scratch_dir;        // artifacts in flight + Triton cache; empty: a temp dir
+  bool echo_worker_stderr = false;
+  std::ostream* progress = nullptr;         // progress lines; nullptr: std::cerr
+  double progress_interval_s = 5;
+};
+
+struct RunSummary {
+  int jobs_done = 0, jobs_failed = 0;
+  int candidates = 0, candidate_failures = 0;
+  bool interrupted = false;                 // stopped by SIGINT/SIGTERM/SIGUSR1
+  double wall_s = 0;
+  std::string device;                       // the executing device the workers reported
+};
+
+// Runs until the queue is empty or a signal asks to stop. Throws
+// std::runtime_error when the workers cannot start (missing Python packages...).
+RunSummary run_explorer(Catalog& catalog, const Knowledge& knowledge, const RunOptions& options);
+
+// "host:pid" of this process: the lease owner.
+std::string this_owner();
+
+}  // namespace kiln

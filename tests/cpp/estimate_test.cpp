@@ -1,0 +1,104 @@
+// The static model: it must prefer what the hardware prefers, all else equal.
+#include "evaluate/estimate.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln {
+namespace {
+
+Target mi300x() {
+  Target t;
+  t.name = "MI300X";
+  t.vendor = "amd";
+  t.backend = "hip";
+  t.arch = "gfx942";
+  t.warp_size = 64;
+  t.compute_units = 304;
+  t.simds_per_cu = 4;
+  t.max_waves_per_simd = 8;
+  t.memory_bandwidth_gbs = 5300;
+  t.peak_tflops = {{"fp32", 163.4}, {"fp16", 1307.4}};
+  return t;
+}
+
+KernelResources kernel(long long blocks, int warps, double occupancy) {
+  KernelResources k;
+  k.grid = {blocks, 1, 1};
+  k.num_warps = warps;
+  k.warp_size = 64;
+  k.occupancy = occupancy;
+  k.spills = 0;
+  return k;
+}
+
+TEST(Estimate, MemoryBoundTimeIsBytesOverBandwidth) {
+  Traffic tr{1e9, 0};
+  Estimate e = estimate_latency(mi300x(), "fp32", tr, kernel(304 * 16, 4, 8));
+  EXPECT_NEAR(e.memory_ms, 1e9 / (5300e9 * 0.85) * 1e3, 1e-9);
+  EXPECT_NEAR(e.utilisation, 1.0, 1e-9);
+  EXPECT_NEAR(e.ms, e.memory_ms + 0.004, 1e-9);
+}
+
+TEST(Estimate, ComputeBoundUsesTheDtypePeak) {
+  Traffic tr{1e6, 1e12};
+  Estimate fp16 = estimate_latency(mi300x(), "fp16", tr, kernel(304 * 16, 4, 8));
+  Estimate fp32 = estimate_latency(mi300x(), "fp32", tr, kernel(304 * 16, 4, 8));
+  EXPECT_GT(fp32.compute_ms, 7 * fp16.compute_ms);
+  // A dtype without its own peak falls back to fp32's.
+  Estimate bf16 = estimate_latency(mi300x(), "bf16", tr, kernel(304 * 16, 4, 8));
+  EXPECT_DOUBLE_EQ(bf16.compute_ms, fp32.compute_ms);
+}
+
+TEST(Estimate, AGridThatCannotFillTheMachineIsSlower) {
+  Traffic tr{1e8, 0};
+  Estimate full = estimate_latency(mi300x(), "fp32", tr, kernel(304 * 8, 4, 8));
+  Estimate tiny = estimate_latency(mi300x(), "fp32", tr, kernel(16, 4, 8));
+  EXPECT_GT(tiny.ms, 5 * full.ms);
+}
+
+TEST(Estimate, ATailRoundCosts) {
+  Traffic tr{1e8, 0};
+  // 8 waves/SIMD x 4 SIMDs / 4 warps = 8 blocks per CU: 2432 slots.
+  Estimate exact = estimate_latency(mi300x(), "fp32", tr, kernel(2432, 4, 8));
+  Estimate tail = estimate_latency(mi300x(), "fp32", tr, kernel(2433, 4, 8));
+  EXPECT_GT(tail.ms, 1.8 * exact.ms);
+}
+
+TEST(Estimate, LowOccupancyHidesLessLatency) {
+  Traffic tr{1e8, 0};
+  // One block of one warp per CU, occupancy 1: a quarter wave per SIMD.
+  Estimate low = estimate_latency(mi300x(), "fp32", tr, kernel(304, 1, 1));
+  Estimate high = estimate_latency(mi300x(), "fp32", tr, kernel(304 * 8, 4, 8));
+  EXPECT_GT(low.ms, high.ms);
+}
+
+TEST(Estimate, SpillsCost) {
+  Traffic tr{1e8, 0};
+  KernelResources k = kernel(304 * 8, 4, 8);
+  Estimate clean = estimate_latency(mi300x(), "fp32", tr, k);
+  k.spills = 32;
+  Estimate spilled = estimate_latency(mi300x(), "fp32", tr, k);
+  EXPECT_GT(spilled.spill_ms, 0);
+  EXPECT_GT(spilled.ms, clean.ms);
+}
+
+TEST(Estimate, RejectsATargetWithoutSpecs) {
+  Target t = mi300x();
+  t.memory_bandwidth_gbs = 0;
+  EXPECT_THROW(estimate_latency(t, "fp32", Traffic{1, 1}, kernel(1, 1, 1)), std::invalid_argument);
+}
+
+TEST(Estimate, ReadsTheWorkersArtifactReport) {
+  nlohmann::json a = {{"num_warps", 8}, {"warp_size", 32}, {"grid", {10, 2, 1}},
+                      {"registers", 40}, {"spills", nullptr}, {"occupancy", 48}};
+  KernelResources k = KernelResources::from_artifact(a);
+  EXPECT_EQ(k.num_warps, 8);
+  EXPECT_EQ(k.grid[0], 10);
+  EXPECT_EQ(k.grid[1], 2);
+  EXPECT_EQ(*k.registers, 40);
+  EXPECT_FALSE(k.spills.has_value());
+  EXPECT_DOUBLE_EQ(*k.occupancy, 48);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,273 @@
+"""End-to-end tests of the `kiln` binary on this machine's CPU (Triton interpreter).
+
+They drive the real CLI on a real SQLite catalog with real Python workers:
+the quickstart manifest with a `kill -9` of `kiln run` midway and a resumed run,
+bad manifests, read-only queries, best and package.
+
+KILN_BIN names the binary (default: build/kiln).
+"""
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+QUICKSTART = ROOT / "jobs" / "quickstart.yaml"
+
+AMD_MACHINE = 224
+
+
+def kiln(*args, catalog, check=True, timeout=900, env=None):
+    e = dict(os.environ, KILN_CATALOG=str(catalog))
+    if env:
+        e.update(env)
+    r = subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=e)
+    if check and r.returncode != 0:
+        raise AssertionError(f"kiln {' '.join(map(str, args))} exited {r.returncode}\n"
+                             f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+    return r
+
+
+def db_rows(catalog, sql):
+    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def worker_pids_with(marker):
+    """PIDs of live processes whose environment mentions `marker` (our scratch dir)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (p / "environ").read_bytes():
+                stat = (p / "stat").read_text()
+                if stat.split(")")[-1].split()[0] != "Z":
+                    pids.append(int(p.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def binary():
+    if not KILN.exists():
+        pytest.fail(f"{KILN} is missing: build first (scripts/setup.sh)")
+    return KILN
+
+
+def file_digest(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if Path(path).exists() else None
+
+
+# --- the quickstart, killed midway and resumed ------------------------------------
+
+@pytest.fixture(scope="module")
+def quickstart(binary, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("quickstart")
+    catalog = tmp / "kiln.db"
+    scratch = tmp / "scratch"
+    out = kiln("submit", QUICKSTART, "--json", catalog=catalog)
+    sub = json.loads(out.stdout)
+    assert sub["new_jobs"] == sub["jobs"] > 0
+
+    # First run: kill -9 once some candidates are recorded but before the end.
+    log = open(tmp / "run1.log", "w")
+    proc = subprocess.Popen([str(KILN), "run", "--workers", "2", "--scratch", str(scratch)],
+                            stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, KILN_CATALOG=str(catalog)))
+    deadline = time.time() + 600
+    evaluated = 0
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        try:
+            evaluated = db_rows(catalog, "SELECT COUNT(*) FROM evaluations")[0][0]
+        except sqlite3.OperationalError:
+            continue
+        if evaluated >= 3:
+            break
+    assert proc.poll() is None, "kiln run finished before it could be killed: make the quickstart larger"
+    workers_before = worker_pids_with(str(scratch))
+    assert workers_before, "no worker processes found while kiln run was running"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    log.close()
+    killed_at = evaluated
+    # PR_SET_PDEATHSIG: the workers die with their engine.
+    for _ in range(50):
+        left = worker_pids_with(str(scratch))
+        if not left:
+            break
+        time.sleep(0.1)
+    orphans = worker_pids_with(str(scratch))
+
+    states = dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+    evaluated_after_kill = db_rows(catalog, "SELECT COUNT(*) FROM evaluations")[0][0]
+
+    # Second run: picks the dead run's jobs up at once (its lease owner's pid is gone).
+    r2 = kiln("run", "--workers", "2", "--json", "--scratch", scratch, catalog=catalog)
+    summary = json.loads(r2.stdout)
+    return dict(catalog=catalog, tmp=tmp, jobs=sub["jobs"], killed_at=killed_at,
+                orphans=orphans, states_after_kill=states,
+                evaluated_after_kill=evaluated_after_kill, summary=summary, run2=r2,
+                batch=sub["batch"])
+
+
+def test_kill9_leaves_no_worker(quickstart):
+    assert quickstart["orphans"] == []
+
+
+def test_kill9_left_unfinished_jobs(quickstart):
+    s = quickstart["states_after_kill"]
+    assert s.get("done", 0) < quickstart["jobs"], s
+
+
+def test_resumed_run_finishes_every_job(quickstart):
+    rows = db_rows(quickstart["catalog"], "SELECT state, COUNT(*) FROM jobs GROUP BY state")
+    assert dict(rows) == {"done": quickstart["jobs"]}, rows
+    assert quickstart["summary"]["interrupted"] is False
+
+
+def test_no_candidate_evaluated_twice(quickstart):
+    cat = quickstart["catalog"]
+    n_cand = db_rows(cat, "SELECT COUNT(*) FROM candidates")[0][0]
+    n_eval = db_rows(cat, "SELECT COUNT(*) FROM evaluations")[0][0]
+    distinct = db_rows(cat, "SELECT COUNT(DISTINCT candidate_id) FROM evaluations")[0][0]
+    assert n_eval == distinct == n_cand
+    # The resumed run evaluated exactly the candidates the first run had not recorded.
+    assert quickstart["summary"]["candidates"] == n_eval - quickstart["evaluated_after_kill"]
+
+
+def test_best_has_correct_kernel_and_real_code_objects(quickstart):
+    rows = json.loads(kiln("best", "--json", catalog=quickstart["catalog"]).stdout)
+    assert len(rows) == quickstart["jobs"]
+    for r in rows:
+        assert r["state"] == "done", r
+        assert r["basis"] in ("measured", "estimated"), r
+        assert r["max_rel_err"] is not None
+        co = r["code_object"]
+        if r["arch"].startswith("gfx"):
+            assert co["kind"] == "hsaco"
+            assert co["elf_machine"] == "AMDGPU", co
+            assert co["gfx"] == r["arch"], co
+            assert co["note_target"] == "amdgcn-amd-amdhsa--" + r["arch"], co
+            assert r["basis"] == "estimated"  # no AMD GPU here
+        else:
+            assert co["kind"] == "cubin" and co["elf_machine"] == "CUDA", co
+
+
+def test_best_text_labels_estimates(quickstart):
+    out = kiln("best", catalog=quickstart["catalog"]).stdout
+    assert "estimated" in out
+
+
+def test_resubmit_adds_nothing_and_rerun_evaluates_nothing(quickstart):
+    cat = quickstart["catalog"]
+    again = json.loads(kiln("submit", QUICKSTART, "--json", catalog=cat).stdout)
+    assert again["new_jobs"] == 0 and again["batch"] == quickstart["batch"]
+    r = json.loads(kiln("run", "--json", catalog=cat).stdout)
+    assert r["candidates"] == 0
+
+
+def test_query_is_read_only(quickstart):
+    cat = quickstart["catalog"]
+    before = file_digest(cat)
+    for sql in ["DELETE FROM jobs", "UPDATE jobs SET state='queued'", "DROP TABLE jobs",
+                "SELECT 1; DELETE FROM jobs", "PRAGMA user_version = 0"]:
+        r = kiln("query", sql, catalog=cat, check=False)
+        assert r.returncode != 0, sql
+    n = json.loads(kiln("query", "SELECT COUNT(*) AS n FROM jobs", "--json", catalog=cat).stdout)
+    assert n == [{"n": quickstart["jobs"]}]
+    csv = kiln("query", "SELECT op, state FROM jobs ORDER BY id", "--csv", catalog=cat).stdout
+    assert csv.splitlines()[0] == "op,state"
+    assert file_digest(cat) == before
+
+
+def test_package_writes_checked_bundle(quickstart, tmp_path):
+    out = tmp_path / "mi300x"
+    kiln("package", "--target", "MI300X", "--out", out, catalog=quickstart["catalog"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["arch"] == "gfx942"
+    assert manifest["kernels"]
+    for k in manifest["kernels"]:
+        data = (out / k["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == k["sha256"]
+        assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == AMD_MACHINE
+        assert k["kernel_name"] and k["args"] and k["grid"] and k["num_warps"]
+    sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
+    assert sums.returncode == 0, sums.stdout + sums.stderr
+    # A second package into the same place needs --force.
+    r = kiln("package", "--target", "MI300X", "--out", out, catalog=quickstart["catalog"], check=False)
+    assert r.returncode != 0
+
+
+# --- bad manifests -------------------------------------------------------------------
+
+BAD = {
+    "syntax": ("operators:\n  - op: softmax\n    shapes: [[4, 8]\n", ":3:"),
+    "unknown_op": ("targets: [MI300X]\noperators:\n  - op: sofmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n", ":3:"),
+    "unknown_target": ("targets: [MI999]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n", ":1:"),
+    "wrong_rank": ("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, 8, 2]]\n    dtypes: [fp32]\n", ":4:"),
+    "negative": ("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, -8]]\n    dtypes: [fp32]\n", ":4:"),
+    "zero": ("targets: [MI300X]\noperators:\n  - op: softmax\n    input_shape: [0, 8]\n    dtypes: [fp32]\n", ":4:"),
+    "unknown_key": ("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n    blocksize: 4\n", ":6:"),
+    "wrong_type": ("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n    benchmark: {runs: many}\n", ":6:"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_manifest_exit_2_catalog_untouched(binary, tmp_path, name):
+    text, where = BAD[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    catalog = tmp_path / "kiln.db"
+    r = kiln("submit", path, catalog=catalog, check=False)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    first = r.stderr.strip().splitlines()[0]
+    assert first.startswith(f"{path}{where}"), first
+    assert not catalog.exists(), "a rejected manifest must not create or touch the catalog"
+
+
+def test_bad_manifest_leaves_existing_catalog_unchanged(binary, tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n")
+    catalog = tmp_path / "kiln.db"
+    kiln("submit", good, catalog=catalog)
+    before = db_rows(catalog, "SELECT COUNT(*) FROM jobs")[0][0], file_digest(catalog)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD["unknown_op"][0])
+    assert kiln("submit", bad, catalog=catalog, check=False).returncode == 2
+    assert (db_rows(catalog, "SELECT COUNT(*) FROM jobs")[0][0], file_digest(catalog)) == before
+
+
+def test_every_command_has_help(binary, tmp_path):
+    for cmd in ["submit", "run", "status", "best", "query", "package"]:
+        r = kiln(cmd, "--help", catalog=tmp_path / "none.db")
+        assert "usage: kiln " + cmd in r.stdout
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_missing_python_dependency_says_how_to_install(binary, tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n")
+    # A Python whose path hides torch: the worker must name the fix.
+    fake = tmp_path / "site"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text("raise ImportError('No module named torch (simulated)')\n")
+    r = kiln("submit", good, catalog=tmp_path / "kiln.db", check=False,
+             env={"PYTHONPATH": str(fake)})
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "pip install" in r.stderr
+    assert not (tmp_path / "kiln.db").exists()

@@ -1,0 +1,319 @@
+"""Unit tests of the worker's correctness comparison, statistics and helpers."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+
+HOME = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(HOME / "worker"))
+
+from kiln_worker import bench, check, resources, targetcompile  # noqa: E402
+from kiln_worker.jsonsafe import json_safe  # noqa: E402
+
+
+def _ref(shape=(8, 16), scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g, dtype=torch.float64) * scale
+
+
+# -- compare ------------------------------------------------------------------------
+
+def test_compare_identical_passes():
+    ref = _ref()
+    s = check.compare(ref.float(), ref, 1e-4, 1e-4, True, 0)
+    assert s["max_abs_err"] < 1e-6 and s["worst_ratio"] < 1
+
+
+def test_compare_reports_worst_element_and_errors():
+    ref = _ref()
+    out = ref.clone().float()
+    out[3, 7] += 0.25
+    out[5, 1] += 0.01
+    with pytest.raises(check.Incorrect) as e:
+        check.compare(out, ref, 1e-4, 1e-4, False, 4)
+    msg = e.value.message
+    assert "worst at index [3, 7]" in msg and "seed 4" in msg and "2 of 128 elements" in msg
+    assert abs(e.value.stats["max_abs_err"] - 0.25) < 1e-6
+    expected_rel = 0.25 / max(abs(ref[3, 7].item()), 1e-4)
+    assert math.isclose(e.value.stats["max_rel_err"], expected_rel, rel_tol=1e-4) or \
+        e.value.stats["max_rel_err"] >= expected_rel
+
+
+def test_compare_tolerance_edges():
+    ref = torch.full((4,), 2.0, dtype=torch.float64)
+    atol, rtol = 1e-3, 1e-2
+    ok = ref + (atol + rtol * 2.0) * 0.99
+    check.compare(ok, ref, atol, rtol, False, 0)
+    bad = ref.clone()
+    bad[2] += (atol + rtol * 2.0) * 1.01
+    with pytest.raises(check.Incorrect, match=r"index \[2\]"):
+        check.compare(bad, ref, atol, rtol, False, 0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_compare_nonfinite_fails(bad):
+    ref = _ref((10,))
+    out = ref.clone().half()
+    out[6] = bad
+    with pytest.raises(check.Incorrect, match=r"NaN/inf.*index \[6\]"):
+        check.compare(out, ref.float(), 1.0, 1.0, False, 0)  # even with huge tolerances
+
+
+def test_compare_shape_mismatch():
+    with pytest.raises(check.Incorrect, match="shape"):
+        check.compare(torch.zeros(3, 4), torch.zeros(4, 3, dtype=torch.float64), 1, 1, False, 0)
+
+
+def test_atol_scales_with_output_rms_only_by_default():
+    # a large-K-like output: values ~ 30; a correct kernel's summation-order error
+    # near a zero crossing is ~1e-3 absolute, within 1e-4 * rms
+    ref = _ref((64, 64), scale=30.0)
+    out = ref.clone()
+    flat = out.view(-1)
+    i = int(torch.argmin(ref.abs()))
+    flat[i] += 2e-3
+    s = check.compare(out, ref, 1e-4, 1e-4, True, 0)
+    assert s["atol"] > 1e-3  # 1e-4 * rms(~30)
+    with pytest.raises(check.Incorrect):
+        check.compare(out, ref, 1e-4, 1e-4, False, 0)  # explicit atol is not scaled
+    small = _ref((64,), scale=0.1)
+    assert check.compare(small, small, 1e-4, 1e-4, True, 0)["atol"] == 1e-4  # rms < 1: unchanged
+
+
+def test_reference_nonfinite_is_reported():
+    ref = _ref((5,))
+    ref[0] = float("nan")
+    with pytest.raises(check.Incorrect, match="reference"):
+        check.compare(ref.clone(), ref, 1, 1, False, 0)
+
+
+# -- inputs ------------------------------------------------------------------------
+
+def test_modified_inputs_bitwise():
+    x = torch.tensor([0.0, 1.0, float("nan")])
+    before = check.snapshot({"x": x, "n": 3})
+    assert check.modified_inputs(before, {"x": x, "n": 3}) == []  # NaN == NaN bitwise
+    x[0] = -0.0  # equal as a number, different bits
+    assert check.modified_inputs(before, {"x": x}) == ["x"]
+
+
+def test_upcast_keeps_ints():
+    d = check.upcast({"x": torch.ones(2, dtype=torch.float16), "i": torch.arange(3), "k": 5},
+                     torch.float32)
+    assert d["x"].dtype == torch.float32 and d["i"].dtype == torch.int64 and d["k"] == 5
+    assert check.upcast_dtype("fp32") == torch.float64 and check.upcast_dtype("bf16") == torch.float32
+
+
+def test_tolerance_resolution():
+    assert check.resolve_tolerances({"dtype": "fp32"}) == (1e-4, 1e-4, True)
+    assert check.resolve_tolerances({"dtype": "bf16"}) == (1e-2, 1e-2, True)
+    job = {"dtype": "fp16", "validation": {"atol": 0.5, "rtol": None}}
+    assert check.resolve_tolerances(job) == (0.5, 1e-2, False)
+
+    class Hooked:
+        @staticmethod
+        def validation_tolerance(op, shape, dtype, params):
+            assert (op, shape, dtype, params) == ("matmul", [4, 4, 4096], "fp16", {"p": 1})
+            return {"atol": 0.05}
+    job = {"op": "matmul", "shape": [4, 4, 4096], "dtype": "fp16", "params": {"p": 1}}
+    assert check.resolve_tolerances(job, Hooked) == (0.05, 1e-2, False)
+    job["validation"] = {"atol": 0.2, "rtol": 0.3}
+    assert check.resolve_tolerances(job, Hooked) == (0.2, 0.3, False)
+
+
+def test_seed_list():
+    assert check.seed_list({}) == [0, 1, 2]
+    assert check.seed_list({"validation": {"seeds": 5}}) == [0, 1, 2, 3, 4]
+    assert check.seed_list({"validation": {"seeds": [7, 11]}}) == [7, 11]
+
+
+# -- benchmark statistics -----------------------------------------------------------
+
+def test_stats_ms_matches_numpy():
+    np = pytest.importorskip("numpy")
+    import random
+    rng = random.Random(3)
+    for n in (1, 2, 7, 100, 1000):
+        xs = [rng.lognormvariate(0, 0.3) for _ in range(n)]
+        s = bench.stats_ms(xs)
+        assert math.isclose(s["mean_ms"], float(np.mean(xs)), rel_tol=1e-12)
+        assert math.isclose(s["median_ms"], float(np.median(xs)), rel_tol=1e-12)
+        assert math.isclose(s["p99_ms"], float(np.percentile(xs, 99)), rel_tol=1e-12)
+        assert s["min_ms"] == min(xs) and s["max_ms"] == max(xs)
+        sd = statistics.stdev(xs) if n > 1 else 0.0
+        assert math.isclose(s["stddev_ms"], sd, rel_tol=1e-9, abs_tol=1e-15)
+
+
+def test_flush_bytes():
+    assert bench.flush_bytes(None) == 256 * 2**20
+    assert bench.flush_bytes({"l2_bytes": 50 * 2**20}) == 256 * 2**20
+    assert bench.flush_bytes({"l2_bytes": 4 * 2**20, "infinity_cache_bytes": 256 * 2**20}) == 520 * 2**20
+    assert bench.flush_bytes({"infinity_cache_bytes": 10 * 2**30}) == 2**30
+
+
+# -- occupancy / limits --------------------------------------------------------------
+
+H200 = {"registers_per_cu": 65536, "lds_bytes_per_cu": 233472, "max_waves_per_simd": 16,
+        "simds_per_cu": 4}
+
+
+def test_nvidia_occupancy_hand_computed():
+    # 32 regs, 4 warps, no smem: 64 resident warps (warp limit)
+    assert resources.nvidia_occupancy(32, 0, 4, H200)["occupancy"] == 64
+    # 128 regs -> 4096 regs per warp -> 16 warps by registers
+    o = resources.nvidia_occupancy(128, 0, 4, H200)
+    assert o["occupancy"] == 16 and o["limiter"] == "registers"
+    # 100 KiB smem per block (+1 KiB reserved) -> 2 blocks of 4 warps
+    o = resources.nvidia_occupancy(32, 100 * 1024, 4, H200)
+    assert o["occupancy"] == 8 and o["limiter"] == "shared_memory"
+    # 1 warp per block: 32 blocks per SM max
+    assert resources.nvidia_occupancy(16, 0, 1, H200)["occupancy"] == 32
+    # 255 regs (rounded to 8192 per warp) x 8 warps: 8 warps fit (65536 / 8192)
+    assert resources.nvidia_occupancy(255, 0, 8, H200)["occupancy"] == 8
+    # missing target numbers fall back to H100/H200 defaults
+    assert resources.nvidia_occupancy(32, 0, 4, {})["occupancy"] == 64
+
+
+def _art(kind="cubin", shared=0, threads=128, regs=32, occ=4):
+    return {"kind": kind, "shared_bytes": shared, "block": [threads, 1, 1], "registers": regs,
+            "occupancy": occ}
+
+
+def test_target_limits():
+    t = dict(H200, name="H200", max_shared_per_block=232448)
+    assert targetcompile.check_target_limits(_art(), t) is None
+    assert "shared memory" in targetcompile.check_target_limits(_art(shared=232449), t)
+    assert "threads" in targetcompile.check_target_limits(_art(threads=2048), t)
+    msg = targetcompile.check_target_limits(_art(threads=1024, regs=128), t)
+    assert "registers" in msg and "H200" in msg
+    mi = {"name": "MI300X", "lds_bytes_per_cu": 65536}
+    assert "shared memory" in targetcompile.check_target_limits(_art("hsaco", shared=65537), mi)
+    assert targetcompile.check_target_limits(_art("hsaco", shared=65536), mi) is None
+    assert "occupancy 0" in targetcompile.check_target_limits(_art("hsaco", occ=0), mi)
+
+
+# -- target / misc helpers --------------------------------------------------------------
+
+def test_gpu_target_mapping():
+    pytest.importorskip("triton")
+    t = targetcompile.gpu_target({"backend": "cuda", "arch": "sm_90"})
+    assert (t.backend, t.arch, t.warp_size) == ("cuda", 90, 32)
+    t = targetcompile.gpu_target({"backend": "cuda", "arch": "sm_100a"})
+    assert t.arch == 100
+    t = targetcompile.gpu_target({"backend": "hip", "arch": "gfx1100"})
+    assert (t.backend, t.arch, t.warp_size) == ("hip", "gfx1100", 32)
+    t = targetcompile.gpu_target({"vendor": "amd", "arch": "gfx942"})
+    assert (t.backend, t.warp_size) == ("hip", 64)
+    with pytest.raises(ValueError):
+        targetcompile.gpu_target({"backend": "metal", "arch": "m3"})
+    with pytest.raises(ValueError):
+        targetcompile.cuda_capability("gfx942")
+
+
+def test_kernel_args_and_grid():
+    spec = {"signature": {"a": "*fp16", "n": "i32", "B": "constexpr", "C": "i32"},
+            "constexprs": {"B": 4, "C": 3}}
+    args = targetcompile.kernel_args(spec, None)
+    assert [a["name"] for a in args] == ["a", "n", "global_scratch", "profile_scratch"]
+    assert [a.get("hidden", False) for a in args] == [False, False, True, True]
+    assert len(targetcompile.kernel_args(spec, 3)) == 3  # what the code object says wins
+    assert targetcompile.normalise_grid((5,)) == [5, 1, 1]
+    assert targetcompile.normalise_grid(7) == [7, 1, 1]
+    assert targetcompile.normalise_grid([2, 3, 4]) == [2, 3, 4]
+
+
+def test_trim_and_describe():
+    long = "x" * 10000
+    t = targetcompile.trim_message(long, 1000)
+    assert len(t) <= 1100 and "trimmed" in t
+    try:
+        try:
+            raise ValueError("root cause")
+        except ValueError as e:
+            raise RuntimeError("outer") from e
+    except RuntimeError as exc:
+        d = targetcompile.describe_exception(exc)
+    assert d.startswith("RuntimeError: outer") and "Caused by: ValueError: root cause" in d
+
+
+def test_json_safe():
+    P = namedtuple("P", "a b")
+    v = json_safe({"x": float("nan"), "y": (1, 2.5, float("inf")), "p": P(1, [b"ab"]), 3: {4}})
+    assert v == {"x": None, "y": [1, 2.5, None], "p": {"a": 1, "b": ["<2 bytes>"]}, "3": [4]}
+    json.dumps(v, allow_nan=False)
+    assert json_safe(torch.tensor(2.5)) == 2.5
+
+
+def test_compile_child_death_is_reported(monkeypatch):
+    import subprocess
+    from kiln_worker import compile_child
+
+    client = compile_child.CompileClient()
+
+    def fake_start():
+        client.proc = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    monkeypatch.setattr(client, "_start", fake_start)
+    with pytest.raises(compile_child.CompileChildDied, match="SIGSEGV"):
+        client.compile({"op": "add"})
+    assert client.proc is None  # restarted on the next request
+
+
+def test_benchmark_control_flow_with_fake_device():
+    """The event / flush / sleep sequence, with a fake device API that records calls."""
+    log = []
+    clock = [0.0]
+
+    class Buf:
+        def __init__(self, n):
+            self.n = n
+
+        def zero_(self):
+            log.append("flush")
+
+    class Event:
+        def record(self):
+            self.t = clock[0]
+            log.append("event")
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    class Api:
+        def buffer(self, nbytes):
+            log.append(("buffer", nbytes))
+            return Buf(nbytes)
+
+        def event(self):
+            return Event()
+
+        def synchronize(self):
+            log.append("sync")
+
+        def sleep(self, cycles):
+            log.append(("sleep", cycles))
+            return True
+
+    durations = iter([0.5] * 3 + [1.0, 2.0, 3.0, 4.0])
+
+    def launch():
+        clock[0] += next(durations)
+        log.append("launch")
+
+    target = {"l2_bytes": 4 * 2**20, "infinity_cache_bytes": 256 * 2**20}
+    r = bench.benchmark(launch, 3, 4, "Fake GPU", target, api=Api())
+    assert r["runs"] == 4 and r["warmup"] == 3 and r["device"] == "Fake GPU"
+    assert r["mean_ms"] == 2.5 and r["median_ms"] == 2.5 and r["min_ms"] == 1.0 and r["max_ms"] == 4.0
+    assert log[0] == ("buffer", 520 * 2**20)
+    timed = log[log.index("sync", 1 + log.index("sync")) + 1:]
+    # each timed run: flush, sleep, start event, launch, end event; one sync at the end
+    per_run = timed[:5]
+    assert per_run[0] == "flush" and per_run[1][0] == "sleep" and per_run[2:] == ["event", "launch", "event"]
+    assert timed[-1] == "sync" and timed.count("launch") == 4 and timed.count("flush") == 4

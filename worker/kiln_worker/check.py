@@ -1,0 +1,209 @@
+"""Correctness: the candidate against the PyTorch reference, on several seeds.
+
+For each seed: fresh inputs (``make_inputs(seed=...)``), an output from
+``output_like`` filled with NaN (so an element the kernel never writes fails),
+``launch``, then the reference on upcast copies of the inputs (float64 for fp32
+jobs, float32 for fp16/bf16), and the comparison
+
+    fail if any output element is NaN/inf, or |out - ref| > atol_eff + rtol * |ref|
+
+Default tolerances (KernelBench's): fp32 atol = rtol = 1e-4; fp16 / bf16
+atol = rtol = 1e-2 (fp8 types 1e-1). A template module may define the optional
+hook ``validation_tolerance(op, shape, dtype, params)``; ``validation.atol`` /
+``validation.rtol`` in the job override both. Explicit values are used exactly
+as given.
+
+Scale of the absolute tolerance. With default tolerances,
+``atol_eff = atol * max(1, rms(ref))``: atol is measured in units of the
+output's typical magnitude once that exceeds 1. Reductions (matmul's K, conv2d's
+C*k*k) make outputs of size ~sqrt(K) from unit-variance inputs, and a correct
+kernel that sums in a different order (tiling, split-K, MFMA/MMA trees) differs
+from the reference by ~eps_acc * sqrt(K) * typical term -- proportional to the
+output's scale, not to each element -- so elements that happen to be near zero
+need an absolute slack of that order; a fixed atol would flag correct large-K
+GEMMs while rms scaling adapts to K (and to how make_inputs scales its data)
+without a per-operator table. Elementwise ops, softmax and layernorm have
+rms(ref) <= ~1.5, so their atol is unchanged. A precision loss, e.g. TF32
+``tl.dot`` on fp32 inputs (error ~2^-11 of the output scale), still fails the
+fp32 default; fp32 templates should use ``input_precision="ieee"``.
+
+The kernel must not modify its inputs: each input is compared bitwise with a
+copy taken before the launch. The reference always reads the pristine copy.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEFAULT_TOL = {
+    "fp32": (1e-4, 1e-4),
+    "tf32": (1e-3, 1e-3),
+    "fp16": (1e-2, 1e-2),
+    "bf16": (1e-2, 1e-2),
+    "fp8e4nv": (1e-1, 1e-1),
+    "fp8e5": (1e-1, 1e-1),
+    "fp64": (1e-8, 1e-8),
+}
+
+
+class Incorrect(Exception):
+    def __init__(self, message: str, stats: dict):
+        super().__init__(message)
+        self.message = message
+        self.stats = stats
+
+
+def default_tolerances(dtype: str) -> tuple[float, float]:
+    return DEFAULT_TOL.get(str(dtype).lower(), (1e-2, 1e-2))
+
+
+def resolve_tolerances(job: dict, module: Any = None, op: str | None = None,
+                       shape: Any = None, params: dict | None = None) -> tuple[float, float, bool]:
+    """(atol, rtol, scaled): scaled is False when atol was set explicitly.
+
+    Precedence: ``validation.atol`` / ``validation.rtol`` in the job, then the
+    template module's optional hook ``validation_tolerance(op, shape, dtype,
+    params) -> {"atol": .., "rtol": ..}`` (either key may be absent or None),
+    then the worker's defaults by dtype. Explicit values (job or hook) are used
+    as given; only the worker's default atol is scaled by the output's RMS.
+    """
+    val = job.get("validation") or {}
+    dtype = job.get("dtype", "fp32")
+    datol, drtol = default_tolerances(dtype)
+    scaled_default = True
+    hook = getattr(module, "validation_tolerance", None) if module is not None else None
+    if callable(hook):
+        t = hook(op if op is not None else job.get("op"), shape if shape is not None else job.get("shape"),
+                 dtype, params if params is not None else (job.get("params") or {})) or {}
+        if t.get("atol") is not None:
+            datol, scaled_default = float(t["atol"]), False
+        if t.get("rtol") is not None:
+            drtol = float(t["rtol"])
+    atol = val.get("atol")
+    rtol = val.get("rtol")
+    scaled = atol is None and scaled_default
+    return (float(atol) if atol is not None else datol,
+            float(rtol) if rtol is not None else drtol, scaled)
+
+
+def seed_list(job: dict) -> list[int]:
+    seeds = (job.get("validation") or {}).get("seeds", 3)
+    if isinstance(seeds, (list, tuple)):
+        return [int(s) for s in seeds]
+    n = int(seeds if seeds is not None else 3)
+    return list(range(max(1, n)))
+
+
+def upcast_dtype(job_dtype: str):
+    import torch
+    return torch.float64 if str(job_dtype).lower() in ("fp32", "float32", "tf32", "fp64") else torch.float32
+
+
+def upcast(value: Any, dt):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(dt) if value.is_floating_point() else value.detach().clone()
+    if isinstance(value, dict):
+        return {k: upcast(v, dt) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(upcast(v, dt) for v in value)
+    return value
+
+
+def snapshot(inputs: dict) -> dict:
+    import torch
+    return {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+
+def _bits(t):
+    import torch
+    t = t.detach().contiguous()
+    if t.dtype == torch.bool:
+        return t
+    return t.view(torch.uint8) if t.element_size() > 0 and t.numel() > 0 else t
+
+
+def modified_inputs(before: dict, after: dict) -> list[str]:
+    import torch
+    changed = []
+    for k, v in before.items():
+        a = after.get(k)
+        if isinstance(v, torch.Tensor):
+            if (not isinstance(a, torch.Tensor) or a.shape != v.shape or a.dtype != v.dtype
+                    or not torch.equal(_bits(a), _bits(v))):
+                changed.append(k)
+    return changed
+
+
+def _index(flat_idx: int, shape) -> list[int]:
+    idx = []
+    for d in reversed(list(shape)):
+        idx.append(flat_idx % d if d else 0)
+        flat_idx = flat_idx // d if d else 0
+    return list(reversed(idx))
+
+
+def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int) -> dict:
+    """Statistics of one seed; raises Incorrect on failure."""
+    import torch
+    if tuple(out.shape) != tuple(ref.shape):
+        raise Incorrect(f"output shape {list(out.shape)} differs from the reference's "
+                        f"{list(ref.shape)} (seed {seed})", {})
+    ref = ref.detach()
+    o = out.detach().to(ref.dtype)
+    stats: dict[str, Any] = {}
+    if ref.numel() == 0:
+        return {"max_abs_err": 0.0, "max_rel_err": 0.0, "atol": atol, "rtol": rtol}
+    if not bool(torch.isfinite(ref).all()):
+        n = int((~torch.isfinite(ref)).sum())
+        raise Incorrect(f"the reference has {n} non-finite values (seed {seed}); "
+                        "the template's inputs or reference are broken", {})
+    finite = torch.isfinite(o)
+    if not bool(finite.all()):
+        bad = (~finite).reshape(-1)
+        n = int(bad.sum())
+        first = int(torch.nonzero(bad)[0].item())
+        val = o.reshape(-1)[first].item()
+        raise Incorrect(f"output has {n} of {o.numel()} elements NaN/inf (never written or "
+                        f"overflowed); first at index {_index(first, o.shape)}: got {val}, "
+                        f"expected {ref.reshape(-1)[first].item():.6g} (seed {seed})",
+                        {"max_abs_err": None, "max_rel_err": None, "nonfinite": n})
+    atol_eff = atol
+    if scaled:
+        rms = float(torch.sqrt(torch.mean(ref.double() ** 2)).item())
+        atol_eff = atol * max(1.0, rms)
+    diff = (o - ref).abs()
+    aref = ref.abs()
+    rel = diff / torch.clamp(aref, min=max(atol_eff, 1e-30))
+    allowed = atol_eff + rtol * aref
+    ratio = diff / allowed
+    worst = int(torch.argmax(ratio.reshape(-1)).item())
+    stats = {
+        "max_abs_err": float(diff.max().item()),
+        "max_rel_err": float(rel.max().item()),
+        "atol": atol_eff,
+        "rtol": rtol,
+        "worst_ratio": float(ratio.reshape(-1)[worst].item()),
+    }
+    nbad = int((diff > allowed).sum().item())
+    if nbad:
+        idx = _index(worst, o.shape)
+        got = o.reshape(-1)[worst].item()
+        exp = ref.reshape(-1)[worst].item()
+        raise Incorrect(
+            f"{nbad} of {o.numel()} elements out of tolerance (atol {atol_eff:.3g}, rtol {rtol:.3g}); "
+            f"max abs err {stats['max_abs_err']:.4g}, max rel err {stats['max_rel_err']:.4g}; "
+            f"worst at index {idx}: got {got:.6g}, expected {exp:.6g} (seed {seed})", stats)
+    return stats
+
+
+def merge_stats(acc: dict, s: dict) -> dict:
+    for k in ("max_abs_err", "max_rel_err"):
+        v = s.get(k)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        acc[k] = max(acc.get(k) or 0.0, v)
+    for k in ("atol", "rtol"):
+        if s.get(k) is not None:
+            acc[k] = max(acc.get(k) or 0.0, s[k])
+    return acc

@@ -1,0 +1,117 @@
+"""Choosing the executing device (KILN_DEVICE) and importing torch/triton.
+
+``KILN_DEVICE=cpu``  -> the Triton interpreter (TRITON_INTERPRET=1 is set before
+                        Triton is imported), torch CPU tensors.
+``KILN_DEVICE=gpu``  -> the GPU; if there is none, every request answers
+                        ok:false with a clear error (starting from hello).
+``KILN_DEVICE=auto`` -> the GPU when torch.cuda.is_available(), else the CPU
+(default).          torch.version.hip tells AMD (device kind "hip") from NVIDIA
+                        ("cuda").
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+REQUIREMENTS_HINT = "pip install -r worker/requirements.txt"
+MISSING_PACKAGE_EXIT = 3
+
+
+@dataclass
+class Device:
+    kind: str               # "cpu" | "cuda" | "hip"
+    name: str               # "cpu (Triton interpreter)" | torch's device name
+    torch_device: str       # "cpu" | "cuda"
+    arch: str | None = None  # "sm_90" | "gfx942" on a GPU
+    error: str | None = None  # set when KILN_DEVICE=gpu but no GPU is usable
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind in ("cuda", "hip") and self.error is None
+
+    def as_json(self) -> dict:
+        d = {"kind": self.kind, "name": self.name}
+        if self.arch:
+            d["arch"] = self.arch
+        return d
+
+
+def _missing(pkg: str, pip_name: str, exc: BaseException) -> None:
+    sys.stderr.write(f"kiln_worker: Python package '{pkg}' is missing or broken ({exc}); "
+                     f"install it with: {REQUIREMENTS_HINT}  (or: pip install {pip_name})\n")
+    sys.stderr.flush()
+    sys.exit(MISSING_PACKAGE_EXIT)
+
+
+def select_device() -> Device:
+    """Imports torch, decides the device, sets TRITON_INTERPRET, imports triton.
+
+    Exits with code 3 and a one-line message on stderr when a package is missing.
+    """
+    mode = os.environ.get("KILN_DEVICE", "auto").strip().lower() or "auto"
+    if mode not in ("cpu", "gpu", "auto"):
+        sys.stderr.write(f"kiln_worker: KILN_DEVICE must be cpu, gpu or auto (got {mode!r}); using auto\n")
+        mode = "auto"
+    try:
+        import yaml  # noqa: F401
+    except Exception as exc:
+        _missing("yaml", "pyyaml", exc)
+    try:
+        import torch
+    except Exception as exc:
+        _missing("torch", "torch", exc)
+
+    dev: Device
+    if mode == "cpu":
+        dev = Device("cpu", "cpu (Triton interpreter)", "cpu")
+    else:
+        has_gpu = False
+        err = None
+        try:
+            has_gpu = bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+        except Exception as exc:  # broken driver
+            err = str(exc)
+        if has_gpu:
+            kind = "hip" if getattr(torch.version, "hip", None) else "cuda"
+            props = torch.cuda.get_device_properties(0)
+            if kind == "hip":
+                arch = str(getattr(props, "gcnArchName", "") or "").split(":")[0] or None
+            else:
+                arch = f"sm_{props.major}{props.minor}"
+            dev = Device(kind, torch.cuda.get_device_name(0), "cuda", arch)
+        elif mode == "gpu":
+            why = f": {err}" if err else ""
+            dev = Device("cpu", "none", "cpu", None,
+                         error=("KILN_DEVICE=gpu but no GPU is usable (torch "
+                                f"{torch.__version__}, torch.cuda.is_available() is False{why}); "
+                                "install a CUDA/ROCm build of torch or use KILN_DEVICE=cpu|auto"))
+        else:
+            dev = Device("cpu", "cpu (Triton interpreter)", "cpu")
+
+    if dev.kind == "cpu" and dev.error is None:
+        try:
+            import numpy  # noqa: F401  (the Triton interpreter computes with NumPy)
+        except Exception as exc:
+            _missing("numpy", "numpy", exc)
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        sys.stderr.write("kiln_worker: ignoring TRITON_INTERPRET on a GPU worker\n")
+        os.environ["TRITON_INTERPRET"] = "0"
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+        from triton.compiler import ASTSource  # noqa: F401
+        from triton.backends.compiler import GPUTarget  # noqa: F401
+    except Exception as exc:
+        _missing("triton", "triton", exc)
+
+    if dev.is_gpu:
+        # the reference must not run in reduced precision
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    try:
+        torch.set_float32_matmul_precision("highest")
+    except Exception:
+        pass
+    return dev

@@ -1,0 +1,147 @@
+"""The JSON-lines protocol loop (see docs/architecture.md, "The worker protocol")."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import traceback
+from typing import Any, BinaryIO, TextIO
+
+from . import __version__
+from .device import Device
+from .jsonsafe import json_safe
+
+EXIT_DEVICE_LOST = 4
+
+
+def protect_stdout() -> TextIO:
+    """Keeps the real stdout for answers; everything else written to fd 1 or
+    sys.stdout (stray prints, C libraries, subprocesses) goes to stderr."""
+    sys.stdout.flush()
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(answer_fd, "w", encoding="utf-8", buffering=1)
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(f"kiln_worker[{os.getpid()}]: {msg}\n")
+    sys.stderr.flush()
+
+
+class Server:
+    def __init__(self, dev: Device, out: TextIO):
+        from .evaluate import Evaluation
+        from .templates import Library
+        self.dev = dev
+        self.out = out
+        self.lib = Library()
+        self.evaluation = Evaluation(self.lib, dev)
+
+    # -- answers ----------------------------------------------------------
+    def send(self, obj: dict) -> None:
+        try:
+            line = json.dumps(obj, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            line = json.dumps({"id": obj.get("id"), "ok": False,
+                               "error": f"internal error: answer not serialisable: {exc}"})
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    def error(self, rid: Any, message: str) -> None:
+        self.send({"id": rid, "ok": False, "error": message})
+
+    # -- loop -------------------------------------------------------------
+    def serve(self, stdin: BinaryIO) -> int:
+        while True:
+            raw = stdin.readline()
+            if not raw:
+                return 0
+            text = raw.decode("utf-8", errors="replace").strip()
+            if not text:
+                continue
+            try:
+                req = json.loads(text)
+            except ValueError as exc:
+                self.error(None, f"malformed request (not JSON): {exc}")
+                continue
+            if not isinstance(req, dict):
+                self.error(None, "malformed request: expected a JSON object")
+                continue
+            rid = req.get("id")
+            if rid is not None and (not isinstance(rid, int) or isinstance(rid, bool)):
+                self.error(None, "malformed request: 'id' must be an integer")
+                continue
+            method = req.get("method")
+            handler = {"hello": self.hello, "space": self.space,
+                       "evaluate": self.evaluate}.get(method) if isinstance(method, str) else None
+            if handler is None:
+                self.error(rid, f"unknown method {method!r} (expected hello, space or evaluate)")
+                continue
+            try:
+                result = handler(req)
+            except Exception as exc:
+                self.error(rid, self.describe_failure(exc))
+                continue
+            self.send({"id": rid, "ok": True, "result": json_safe(result)})
+            if self.evaluation.device_lost:
+                log("the GPU context is unusable after the last crash; exiting so the engine "
+                    "starts a fresh worker")
+                return EXIT_DEVICE_LOST
+
+    def describe_failure(self, exc: BaseException) -> str:
+        from .evaluate import BadRequest
+        from .templates import TemplateError
+        if isinstance(exc, BadRequest):
+            return f"malformed request: {exc}"
+        if isinstance(exc, TemplateError):
+            return f"template library: {exc}"
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        tail = "\n".join(tb.rstrip().splitlines()[-15:])
+        return f"internal error: {type(exc).__name__}: {exc}\n{tail}"
+
+    def require_device(self) -> None:
+        if self.dev.error:
+            raise RuntimeError(self.dev.error)
+
+    # -- methods ------------------------------------------------------------
+    def hello(self, req: dict) -> dict:
+        self.require_device()
+        import torch
+        import triton
+        return {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "worker": __version__,
+            "pid": os.getpid(),
+            "device": self.dev.as_json(),
+            "kernels_dir": str(self.lib.dir),
+            "templates": self.lib.template_hashes(),
+            "operators": list(self.lib.operators.keys()),
+        }
+
+    def space(self, req: dict) -> dict:
+        self.require_device()
+        from .evaluate import space
+        return space(self.lib, req.get("job"))
+
+    def evaluate(self, req: dict) -> dict:
+        self.require_device()
+        return self.evaluation.run(req.get("job"), req.get("config"), req.get("artifact_dir"))
+
+
+def main() -> int:
+    out = protect_stdout()
+    from .device import select_device
+    dev = select_device()  # exits 3 when torch / triton / yaml are missing
+    log(f"ready: device {dev.name} ({dev.kind}), python {platform.python_version()}"
+        + (f"; {dev.error}" if dev.error else ""))
+    server = Server(dev, out)
+    try:
+        return server.serve(sys.stdin.buffer)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
