@@ -216,7 +216,7 @@ def test_package_writes_checked_bundle(quickstart, tmp_path):
 # --- bad manifests -------------------------------------------------------------------
 
 BAD = {
-    "syntax": ("operators:\n  - op: softmax\n    shapes: [[4, 8]\n", ":3:"),
+    "syntax": ("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]]\n", ":5:19:"),
     "unknown_op": ("targets: [MI300X]\noperators:\n  - op: sofmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n", ":3:"),
     "unknown_target": ("targets: [MI999]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp32]\n", ":1:"),
     "wrong_rank": ("targets: [MI300X]\noperators:\n  - op: softmax\n    shapes: [[4, 8, 2]]\n    dtypes: [fp32]\n", ":4:"),
