@@ -9,7 +9,10 @@ the flush makes every run start cold.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
+import os
 import time
 from typing import Callable
 
@@ -67,8 +70,36 @@ class _Cuda:
         return True
 
 
+@contextlib.contextmanager
+def gpu_lock():
+    """Serialise benchmarks on one GPU across the worker processes sharing it.
+
+    Several evaluation slots may share a GPU: they compile and check
+    correctness concurrently, but timings taken while another process runs
+    kernels on the same GPU are wrong. The lock is a file lock on
+    $KILN_GPU_LOCK, else /tmp/kiln-gpu-<visible devices>.lock; it is released
+    by the kernel if the process dies.
+    """
+    path = os.environ.get("KILN_GPU_LOCK")
+    if not path:
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES") or "all"
+        path = f"/tmp/kiln-gpu-{vis.replace(',', '_')}.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
               target: dict | None = None, api=None) -> dict:
+    with gpu_lock():
+        return _benchmark(fn, warmup, runs, device_name, target, api)
+
+
+def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
+               target: dict | None = None, api=None) -> dict:
     api = api or _Cuda()
     warmup = max(0, int(warmup))
     runs = max(1, int(runs))
