@@ -12,6 +12,7 @@
 #include <string>
 
 #include "catalog/catalog.h"
+#include "evaluate/worker_process.h"
 #include "manifest/manifest.h"
 
 namespace kiln {
@@ -41,5 +42,10 @@ RunSummary run_explorer(Catalog& catalog, const Knowledge& knowledge, const RunO
 
 // "host:pid" of this process: the lease owner.
 std::string this_owner();
+
+// How evaluator workers are started: `python3 -m kiln_worker` with Kiln's
+// worker/ and kernels/ on PYTHONPATH, KILN_DEVICE, and the Triton cache dir.
+WorkerOptions evaluator_options(const std::string& device, const std::filesystem::path& triton_cache,
+                                bool echo_stderr);
 
 }  // namespace kiln

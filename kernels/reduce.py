@@ -1,0 +1,177 @@
+"""Row reductions over the last dim of a [rows, cols] tensor: out[r] = op(x[r, :]).
+
+Operators:
+
+* `row_sum`:  sum of the row.
+* `row_mean`: sum / cols.
+* `row_max`:  largest element (exact in any dtype).
+
+Accumulation is in fp32 whatever the storage dtype. Output dtypes: `row_mean`
+and `row_max` return the input dtype. `row_sum` returns fp32 for fp16 / bf16
+inputs (and fp32 for fp32): the sum of a row grows with cols (~sqrt(cols) for
+random data, ~cols for same-signed data), so in fp16 it overflows at 65504 and
+in bf16 it keeps only ~3 significant digits -- like ``x.sum(-1, dtype=torch.float32)``.
+The extra output bytes (4 per row) do not matter next to the row itself.
+
+One kernel: each program owns BLOCK_M rows and walks them in BLOCK_N chunks,
+combining each chunk elementwise into a [BLOCK_M, BLOCK_N] fp32 accumulator (many
+independent loads in flight, pairwise-like accuracy for the sum) and reducing it
+across the columns once at the end. When BLOCK_N >= cols the loop runs once (the
+row sits in registers). EVEN_N (cols % BLOCK_N == 0) drops the column mask so
+the loads are full 16-byte vectors.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import common
+
+OPERATORS = ("row_sum", "row_mean", "row_max")
+_OP_CODE = {"row_sum": 0, "row_mean": 1, "row_max": 2}
+
+
+@triton.jit
+def row_reduce_kernel(x_ptr, out_ptr, n_rows, n_cols,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OP: tl.constexpr, EVEN_N: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < n_rows
+    # Rows past the end re-read the last row (keeps the loads unmasked); not stored.
+    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    x_row = x_ptr + rows_in[:, None] * n_cols
+
+    if OP == 2:
+        acc = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        if EVEN_N:
+            x = tl.load(x_row + cols[None, :]).to(tl.float32)
+        elif OP == 2:
+            x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf")).to(tl.float32)
+        else:
+            x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0).to(tl.float32)
+        if OP == 2:
+            acc = tl.maximum(acc, x)
+        else:
+            acc += x
+
+    if OP == 2:
+        r = tl.max(acc, axis=1)
+    else:
+        r = tl.sum(acc, axis=1)
+        if OP == 1:
+            r = r / n_cols
+    tl.store(out_ptr + rows, r.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+
+# ---------------------------------------------------------------------------
+# template interface
+# ---------------------------------------------------------------------------
+
+def _check(op):
+    if op not in OPERATORS:
+        raise ValueError(f"reduce: unknown operator {op!r}")
+
+
+def out_dtype(op, dtype: str) -> str:
+    """Output dtype name: fp32 for row_sum, else the input dtype."""
+    _check(op)
+    return "fp32" if op == "row_sum" else dtype
+
+
+def make_inputs(op, shape, dtype, params, seed, device):
+    _check(op)
+    rows, cols = shape
+    return {"x": common.randn([rows, cols], dtype, seed, device)}
+
+
+def reference(op, inputs, params):
+    _check(op)
+    x = inputs["x"]
+    if op == "row_sum":
+        return x.sum(dim=-1)
+    if op == "row_mean":
+        return x.mean(dim=-1)
+    return x.amax(dim=-1)
+
+
+def output_like(op, inputs, params):
+    _check(op)
+    x = inputs["x"]
+    dt = common.torch_dtype(out_dtype(op, common.dtype_name(x.dtype)))
+    return torch.empty(x.shape[:-1], dtype=dt, device=x.device)
+
+
+def config_space(op, shape, dtype, params, target):
+    """(BLOCK_M, BLOCK_N) tiles of up to 8192 elements (16384 for 2-byte types),
+    BLOCK_N from 512 up to the row padded to pow2, one-row tiles first; every
+    warp count that gives each thread 4..32 elements (one or more 16-byte
+    loads); then the AMD knobs."""
+    _check(op)
+    rows, cols = shape
+    ws = common.warp_size(target)
+    row_block = triton.next_power_of_2(cols)
+    max_bm = triton.next_power_of_2(rows)
+    max_tile = 8192 if common.element_bytes(dtype) == 4 else 16384
+    per_thread_max = 32
+
+    bns = sorted({min(row_block, bn) for bn in (512, 1024, 2048, 4096, 8192, 16384)}, reverse=True)
+    shapes = []
+    for bm in [1, 2, 4, 8, 16, 32]:
+        if bm > 1 and bm > max_bm:
+            continue
+        for bn in bns:
+            if bm * bn <= max_tile and (bm == 1 or bm * bn >= 2048):
+                shapes.append((bm, bn))
+
+    base = []
+    for bm, bn in shapes:
+        tile = bm * bn
+        for warps in [2, 4, 8, 16]:
+            threads = warps * ws
+            if (warps == 2 or threads * 4 <= tile) and tile <= threads * per_thread_max:
+                base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
+    if not base:  # tiny rows: one small tile
+        base.append({"BLOCK_M": 1, "BLOCK_N": row_block, "num_warps": 1, "num_stages": 1})
+    return common.expand(base, common.amd_knobs(target))
+
+
+def _grid(shape, config):
+    rows, _ = shape
+    return (common.cdiv(rows, config["BLOCK_M"]), 1, 1)
+
+
+def _constexprs(op, consts, n_cols):
+    return dict(consts, OP=_OP_CODE[op], EVEN_N=n_cols % consts["BLOCK_N"] == 0)
+
+
+def launch(op, inputs, out, config, params):
+    _check(op)
+    x = inputs["x"]
+    assert x.is_contiguous() and out.is_contiguous(), "reduce: contiguous rows"
+    rows, cols = x.shape
+    opts, consts = common.runtime_options(config, common.device_backend(out))
+    row_reduce_kernel[_grid(x.shape, config)](x, out, rows, cols, **_constexprs(op, consts, cols), **opts)
+    return out
+
+
+def compile_spec(op, shape, dtype, params, config, target):
+    _check(op)
+    rows, cols = shape
+    opts, consts = common.runtime_options(config, common.backend(target))
+    args = [("x_ptr", common.pointer_type(dtype), None),
+            ("out_ptr", common.pointer_type(out_dtype(op, dtype)), None),
+            ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
+    return common.spec(row_reduce_kernel, args, _constexprs(op, consts, cols), opts, _grid(shape, config))
+
+
+def traffic(op, shape, dtype, params):
+    _check(op)
+    rows, cols = shape
+    return {"bytes": rows * cols * common.element_bytes(dtype) + rows * common.element_bytes(out_dtype(op, dtype)),
+            "flops": rows * cols}

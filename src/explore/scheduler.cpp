@@ -1,0 +1,404 @@
+#include "explore/scheduler.h"
+
+#include <sqlite3.h>
+
+#include <ctime>
+#include <iomanip>
+#include <sstream>
+
+#include <boost/asio/post.hpp>
+
+#include "catalog/job_key.h"
+#include "common/hash.h"
+#include "evaluate/estimate.h"
+#include "explore/select.h"
+
+namespace kiln {
+
+using nlohmann::json;
+
+namespace {
+
+std::string now_hms() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string shape_str(const json& shape) {
+  std::string s;
+  for (const auto& d : shape) s += (s.empty() ? "" : "x") + std::to_string(d.get<long long>());
+  return s;
+}
+
+std::string fmt_ms(double ms) {
+  std::ostringstream os;
+  os << std::setprecision(4) << ms << " ms";
+  return os.str();
+}
+
+std::string candidate_key_of(const Proposal& p) {
+  std::string k = p.generator + "\n" + p.template_name + "\n" + canonical_json(p.config);
+  if (p.source) k += "\n" + *p.source;
+  return sha256_hex(k);
+}
+
+}  // namespace
+
+struct Scheduler::Job {
+  JobContext ctx;
+  json job;                          // what the worker gets
+  std::unique_ptr<Generator> generator;
+  bool space_requested = false, space_known = false, proposing = false;
+  std::deque<CandidateRow> pending;
+  int in_flight = 0;
+  int rounds = 0;
+  std::string label() const {
+    return ctx.row.op + " " + shape_str(ctx.row.shape) + " " + ctx.row.dtype + " " + ctx.row.target;
+  }
+};
+
+Scheduler::Scheduler(Catalog& catalog, const Knowledge& knowledge, boost::asio::io_context& io,
+                     SchedulerOptions options, std::ostream& log)
+    : catalog_(catalog), knowledge_(knowledge), io_(io), opts_(std::move(options)), log_(log) {}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::set_device(const std::string& device_name) { device_ = device_name; }
+
+size_t Scheduler::active_jobs() const { return active_.size(); }
+
+bool Scheduler::finished() const {
+  if (!fatal_.empty()) return true;
+  return active_.empty() && (queue_empty_ || draining_);
+}
+
+std::optional<WorkItem> Scheduler::next(int slot) {
+  if (!fatal_.empty()) return std::nullopt;
+  for (;;) {
+    for (auto& [id, job] : active_) {
+      if (job->space_requested) continue;
+      job->space_requested = true;
+      WorkItem w;
+      w.kind = WorkItem::Kind::kSpace;
+      w.job_id = id;
+      w.request = {{"method", "space"}, {"job", job->job}};
+      w.timeout_s = 120;
+      w.label = job->label();
+      return w;
+    }
+    for (auto& [id, job] : active_) {
+      if (job->pending.empty()) continue;
+      CandidateRow c = job->pending.front();
+      job->pending.pop_front();
+      ++job->in_flight;
+      WorkItem w;
+      w.kind = WorkItem::Kind::kEvaluate;
+      w.job_id = id;
+      w.candidate = c;
+      // One artifact directory per slot: two candidates may compile to the
+      // same bytes (same file name) and must not race on the file.
+      const auto dir = opts_.artifact_dir / ("slot-" + std::to_string(slot));
+      std::filesystem::create_directories(dir);
+      w.request = {{"method", "evaluate"}, {"job", job->job}, {"config", c.config},
+                   {"artifact_dir", dir.string()}};
+      if (c.source) w.request["source"] = *c.source;
+      w.timeout_s = job->ctx.explore().value("timeout_s", 300.0);
+      w.label = job->label();
+      return w;
+    }
+    if (draining_ || queue_empty_ || !claim()) return std::nullopt;
+  }
+}
+
+bool Scheduler::claim() {
+  std::optional<JobRow> row;
+  try {
+    row = catalog_.claim_job(opts_.owner, opts_.lease_s, opts_.batch);
+  } catch (const std::exception& e) {
+    fail(std::string("catalog: ") + e.what());
+    return false;
+  }
+  if (!row) {
+    queue_empty_ = true;
+    return false;
+  }
+  auto job = std::make_unique<Job>();
+  job->ctx.row = *row;
+  job->ctx.knowledge = &knowledge_;
+  job->ctx.target = knowledge_.targets.find(row->target);
+  job->ctx.device_name = device_;
+  const OperatorSpec* op = knowledge_.operators.find(row->op);
+  if (!job->ctx.target || !op) {
+    catalog_.finish_job(row->id, opts_.owner, false,
+                        job->ctx.target ? "unknown operator " + row->op : "unknown target " + row->target);
+    ++stats_.jobs_failed;
+    return true;
+  }
+  job->ctx.module = op->module;
+  job->ctx.measured = TargetRegistry::matches_device(*job->ctx.target, device_);
+  for (const auto& c : row->spec.value("constraints", json::array()))
+    if (const Principle* p = knowledge_.principles.find(c.get<std::string>())) job->ctx.principles.push_back(p);
+  job->job = row->spec;
+  // Benchmark only where the executing device is of the target's kind: an
+  // H200's latency says nothing about an MI300X.
+  if (!job->ctx.measured) job->job["benchmark"]["runs"] = 0;
+  try {
+    job->generator = make_generator(job->ctx, io_);
+  } catch (const std::exception& e) {
+    catalog_.finish_job(row->id, opts_.owner, false, e.what());
+    ++stats_.jobs_failed;
+    return true;
+  }
+  active_.emplace(row->id, std::move(job));
+  return true;
+}
+
+void Scheduler::complete(const WorkItem& item, const WorkerOutcome& o, const std::string& worker) {
+  auto it = active_.find(item.job_id);
+  if (it == active_.end()) return;  // released by a drain meanwhile
+  Job& job = *it->second;
+  if (item.kind == WorkItem::Kind::kSpace) {
+    if (o.kind != WorkerOutcome::Kind::kReply || !o.reply.value("ok", false)) {
+      const std::string why = o.kind == WorkerOutcome::Kind::kReply ? o.reply.value("error", "") : o.detail;
+      finish(job, false, "could not enumerate the config space: " + why);
+      return;
+    }
+    const json& r = o.reply["result"];
+    job.ctx.traffic = Traffic::from_json(r.value("traffic", json::object()));
+    job.ctx.space = r.value("configs", json::array()).get<std::vector<json>>();
+    job.space_known = true;
+    plan(job);
+    return;
+  }
+  --job.in_flight;
+  record(item, o, worker);
+  maybe_finish(item.job_id);
+}
+
+void Scheduler::plan(Job& job) {
+  job.proposing = true;
+  ++job.rounds;
+  const long long id = job.ctx.row.id;
+  try {
+    job.generator->propose(job.ctx, history(job),
+                           [this, id](std::vector<Proposal> p, std::vector<std::string> notes) {
+                             // Always continue on the io_context, never inside propose().
+                             boost::asio::post(io_, [this, id, p = std::move(p), notes = std::move(notes)]() mutable {
+                               on_proposals(id, std::move(p), std::move(notes));
+                             });
+                           });
+  } catch (const std::exception& e) {
+    job.proposing = false;
+    finish(job, false, std::string("generator: ") + e.what());
+  }
+}
+
+void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std::vector<std::string> notes) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  Job& job = *it->second;
+  job.proposing = false;
+  if (job.rounds == 1 || proposals.size() > 0)
+    for (const auto& n : notes)
+      if (job.rounds == 1) log_ << "[" << now_hms() << "]   " << job.label() << ": " << n << std::endl;
+  int fresh = 0, resumed = 0;
+  try {
+    for (const Proposal& p : proposals) {
+      CandidateRow c;
+      c.job_id = id;
+      c.generator = p.generator;
+      c.template_name = p.template_name;
+      c.config = p.config;
+      c.source = p.source;
+      c.parent_id = p.parent_id;
+      c.round = p.round;
+      c.instance = p.instance;
+      c.key = candidate_key_of(p);
+      CandidateRow stored = catalog_.add_candidate(c);
+      if (stored.evaluated) {
+        ++resumed;
+        continue;
+      }
+      ++fresh;
+      job.pending.push_back(stored);
+    }
+  } catch (const std::exception& e) {
+    fail(std::string("catalog: ") + e.what());
+    return;
+  }
+  if (resumed > 0 && job.rounds == 1)
+    log_ << "[" << now_hms() << "]   " << job.label() << ": resuming, " << resumed
+         << " candidate(s) already evaluated" << std::endl;
+  if (fresh == 0) {
+    // A round with nothing new ends the search.
+    job.space_known = true;
+    job.rounds = -1;
+  }
+  maybe_finish(id);
+  if (wake_) wake_();
+}
+
+void Scheduler::maybe_finish(long long id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  Job& job = *it->second;
+  if (job.proposing || !job.space_known || !job.pending.empty() || job.in_flight > 0) return;
+  if (job.rounds >= 0) {  // the generator may have more: ask it
+    plan(job);
+    return;
+  }
+  Selection sel = select_best(catalog_, id, *job.ctx.target);
+  if (sel.best) {
+    catalog_.set_best(*sel.best);
+    finish(job, true, "");
+  } else {
+    finish(job, false, "no correct candidate among " + std::to_string(sel.evaluated) +
+                           (sel.failure_summary.empty() ? "" : " (" + sel.failure_summary + ")"));
+  }
+}
+
+void Scheduler::finish(Job& job, bool ok, const std::string& message) {
+  const long long id = job.ctx.row.id;
+  try {
+    catalog_.finish_job(id, opts_.owner, ok, message);
+  } catch (const std::exception& e) {
+    fail(std::string("catalog: ") + e.what());
+    return;
+  }
+  if (ok) ++stats_.jobs_done;
+  else ++stats_.jobs_failed;
+  Selection sel = select_best(catalog_, id, *job.ctx.target);
+  log_ << "[" << now_hms() << "] " << (ok ? "done   " : "FAILED ") << job.label();
+  if (sel.best)
+    log_ << ": best " << fmt_ms(sel.best->value_ms) << " (" << sel.best->basis
+         << (sel.best->basis == "measured" ? " on " + sel.best->device : "") << "), " << sel.correct
+         << "/" << sel.evaluated << " correct";
+  else
+    log_ << ": " << message;
+  log_ << std::endl;
+  active_.erase(id);
+}
+
+void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::string& worker) {
+  Job& job = *active_.at(item.job_id);
+  EvaluationIn e;
+  e.worker = worker;
+  e.result = json::object();
+  if (o.kind == WorkerOutcome::Kind::kTimeout) {
+    e.status = "timeout";
+    e.message = "no answer within " + std::to_string(static_cast<int>(item.timeout_s)) + " s; " + o.detail;
+  } else if (o.kind == WorkerOutcome::Kind::kCrash) {
+    e.status = "crash";
+    e.message = o.detail;
+  } else if (!o.reply.value("ok", false)) {
+    e.status = "crash";
+    e.message = "worker error: " + o.reply.value("error", "");
+  } else {
+    e.result = o.reply["result"];
+    e.status = e.result.value("status", "crash");
+    e.message = e.result.value("message", "");
+  }
+  // The code object the worker wrote, and the static estimate for the target.
+  auto a = e.result.find("artifact");
+  if (a != e.result.end() && a->is_object() && a->contains("path")) {
+    const std::filesystem::path path = (*a)["path"].get<std::string>();
+    try {
+      ArtifactIn art;
+      art.target = job.ctx.row.target;
+      art.arch = job.ctx.row.arch;
+      art.kind = a->value("kind", "");
+      art.kernel_name = a->value("kernel_name", "");
+      art.bytes = read_file(path);
+      art.metadata = *a;
+      art.metadata.erase("path");
+      e.artifact = std::move(art);
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    } catch (const std::exception& ex) {
+      e.status = "crash";
+      e.message = std::string("code object missing: ") + ex.what();
+    }
+    if (e.status == "ok") {
+      try {
+        Traffic tr = Traffic::from_json(e.result.value("traffic", json::object()));
+        if (tr.bytes <= 0) tr = job.ctx.traffic;
+        Estimate est = estimate_latency(*job.ctx.target, job.ctx.row.dtype, tr, KernelResources::from_artifact(*a));
+        e.estimate_ms = est.ms;
+        e.result["estimate"] = est.to_json();
+      } catch (const std::exception&) {
+        // A target without bandwidth figures: no estimate; selection uses measurements only.
+      }
+    }
+  }
+  try {
+    catalog_.record_evaluation(item.candidate.id, e);
+  } catch (const std::exception& ex) {
+    fail(std::string("catalog: ") + ex.what());
+    return;
+  }
+  ++stats_.candidates;
+  if (e.status != "ok") {
+    ++stats_.candidate_failures;
+    return;
+  }
+  const json lat = e.result.value("latency", json());
+  if (job.ctx.measured && lat.is_object() && lat.contains("median_ms"))
+    stats_.last_best = job.label() + " " + fmt_ms(lat["median_ms"].get<double>()) + " (measured)";
+  else if (e.estimate_ms)
+    stats_.last_best = job.label() + " " + fmt_ms(*e.estimate_ms) + " (estimated)";
+}
+
+std::vector<Outcome> Scheduler::history(const Job& job) const {
+  std::vector<Outcome> out;
+  sqlite3* db = catalog_.handle();
+  sqlite3_stmt* st = nullptr;
+  const char* sql =
+      "SELECT c.id, e.status, e.message, e.result, e.bench_device, e.median_ms, e.estimate_ms "
+      "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ? ORDER BY c.id";
+  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) return out;
+  sqlite3_bind_int64(st, 1, job.ctx.row.id);
+  std::map<long long, CandidateRow> rows;
+  for (auto& c : catalog_.candidates(job.ctx.row.id)) rows[c.id] = c;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    Outcome o;
+    const long long cid = sqlite3_column_int64(st, 0);
+    o.candidate = rows[cid];
+    auto text = [&](int i) {
+      const unsigned char* t = sqlite3_column_text(st, i);
+      return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+    };
+    o.status = text(1);
+    o.message = text(2);
+    o.result = json::parse(text(3), nullptr, false);
+    if (o.status == "ok") {
+      if (job.ctx.measured && sqlite3_column_type(st, 5) != SQLITE_NULL)
+        o.score_ms = sqlite3_column_double(st, 5);
+      else if (sqlite3_column_type(st, 6) != SQLITE_NULL)
+        o.score_ms = sqlite3_column_double(st, 6);
+    }
+    out.push_back(std::move(o));
+  }
+  sqlite3_finalize(st);
+  return out;
+}
+
+void Scheduler::drain() {
+  draining_ = true;
+  for (auto& [id, job] : active_) {
+    try {
+      catalog_.release_job(id, opts_.owner);
+    } catch (const std::exception& e) {
+      log_ << "warning: could not release job " << id << ": " << e.what() << std::endl;
+    }
+  }
+  active_.clear();
+}
+
+void Scheduler::fail(const std::string& why) {
+  if (fatal_.empty()) fatal_ = why;
+  drain();
+}
+
+}  // namespace kiln

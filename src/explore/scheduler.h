@@ -1,0 +1,109 @@
+// The scheduler: the catalog-facing half of exploration, independent of where
+// candidates run. It claims jobs, asks the worker for a job's config space,
+// asks the job's generator for candidates, hands out worker requests
+// (WorkItems), records what comes back, and selects each job's best.
+//
+// Executors drive it: the local explorer (src/explore/explorer.h) runs
+// WorkItems on worker processes of this machine; the MPI launcher (mpi/) ships
+// them to worker ranks. Everything runs on one thread, the io_context's.
+#pragma once
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "catalog/catalog.h"
+#include "evaluate/worker_process.h"
+#include "generate/generator.h"
+#include "manifest/manifest.h"
+
+namespace kiln {
+
+// A request for one worker: enumerate a job's config space, or evaluate one
+// candidate. `request` is the protocol message without its id.
+struct WorkItem {
+  enum class Kind { kSpace, kEvaluate };
+  Kind kind = Kind::kEvaluate;
+  long long job_id = 0;
+  CandidateRow candidate;          // kEvaluate
+  nlohmann::json request;
+  double timeout_s = 300;
+  std::string label;               // for logs
+};
+
+struct SchedulerOptions {
+  std::string owner;               // lease owner, host:pid
+  double lease_s = 120;
+  std::optional<std::string> batch;
+  std::filesystem::path artifact_dir;  // the worker writes code objects here (per slot subdirs)
+};
+
+struct SchedulerStats {
+  int jobs_done = 0, jobs_failed = 0;
+  int candidates = 0, candidate_failures = 0;
+  std::string last_best;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Catalog& catalog, const Knowledge& knowledge, boost::asio::io_context& io,
+            SchedulerOptions options, std::ostream& log);
+  ~Scheduler();
+
+  // The executing device, from the workers' hello: decides whether a job's
+  // latencies count as measured (device of the target's kind) and so whether
+  // the worker benchmarks at all.
+  void set_device(const std::string& device_name);
+
+  // Called whenever new work may have become available (a generator answered
+  // asynchronously); the executor then calls next() for its idle slots.
+  void on_work_available(std::function<void()> fn) { wake_ = std::move(fn); }
+
+  // The next request for an idle slot, claiming a job when no active job has
+  // work. `slot` names the artifact subdirectory. nullopt: nothing to do now.
+  std::optional<WorkItem> next(int slot);
+
+  // The worker's answer (or timeout / crash) for an item from next().
+  void complete(const WorkItem& item, const WorkerOutcome& outcome, const std::string& worker);
+
+  // No claimable job left and nothing active: the run is over.
+  bool finished() const;
+  // Stops claiming; releases every active job back to the queue.
+  void drain();
+  // Fatal catalog error (the executor stops and reports it).
+  const std::string& fatal() const { return fatal_; }
+
+  const SchedulerStats& stats() const { return stats_; }
+  size_t active_jobs() const;
+
+ private:
+  struct Job;
+  bool claim();
+  void plan(Job& job);
+  void on_proposals(long long job_id, std::vector<Proposal> proposals, std::vector<std::string> notes);
+  void maybe_finish(long long job_id);
+  void finish(Job& job, bool ok, const std::string& message);
+  void record(const WorkItem& item, const WorkerOutcome& o, const std::string& worker);
+  std::vector<Outcome> history(const Job& job) const;
+  void fail(const std::string& why);
+
+  Catalog& catalog_;
+  const Knowledge& knowledge_;
+  boost::asio::io_context& io_;
+  SchedulerOptions opts_;
+  std::ostream& log_;
+  std::function<void()> wake_;
+  std::string device_;
+  std::map<long long, std::unique_ptr<Job>> active_;
+  bool queue_empty_ = false, draining_ = false;
+  std::string fatal_;
+  SchedulerStats stats_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,70 @@
+// Generators propose candidates for a job, round after round, from what has
+// been evaluated so far. The `template` generator instantiates a kernels/
+// template over its config space (strategies in src/explore/strategy.h); the
+// `llm` generator asks a chat-completions endpoint for code. The scheduler asks
+// again whenever every proposal of the job has been evaluated; an empty answer
+// ends the job's exploration.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "catalog/catalog.h"
+#include "evaluate/estimate.h"
+#include "manifest/manifest.h"
+
+namespace kiln {
+
+// What a generator knows about its job.
+struct JobContext {
+  JobRow row;
+  const Target* target = nullptr;
+  const Knowledge* knowledge = nullptr;
+  std::string module;                         // kernels/<module>.py serving the operator ("" if none)
+  std::vector<nlohmann::json> space;          // the template's config space (worker `space`)
+  Traffic traffic;                            // minimum bytes / flops
+  std::vector<const Principle*> principles;   // from knowledge_constraints
+  std::string device_name;                    // the executing device ("NVIDIA H200", "cpu (...)")
+  bool measured = false;                      // latencies here are of the target's kind
+
+  const nlohmann::json& explore() const;      // spec["explore"]
+};
+
+struct Proposal {
+  std::string generator = "template";
+  std::string template_name;
+  nlohmann::json config = nlohmann::json::object();
+  std::optional<std::string> source;          // generated code (llm)
+  std::optional<long long> parent_id;         // lineage
+  int round = 0, instance = 0;
+};
+
+// One evaluated candidate of the job, as the generator sees it.
+struct Outcome {
+  CandidateRow candidate;
+  std::string status;                         // ok | compile_error | ... (see evaluations.status)
+  std::string message;
+  nlohmann::json result;                      // the worker's answer ({} for timeout/crash)
+  std::optional<double> score_ms;             // measured median on the target's kind, else estimate
+};
+
+class Generator {
+ public:
+  using Done = std::function<void(std::vector<Proposal> proposals, std::vector<std::string> notes)>;
+  virtual ~Generator() = default;
+  virtual std::string name() const = 0;
+  // Calls done exactly once, possibly later on the io_context. Throwing (or
+  // calling done after an error note with no proposals) ends the job's search.
+  virtual void propose(const JobContext& job, const std::vector<Outcome>& history, Done done) = 0;
+};
+
+// The generator a job asks for (spec.explore.generator). Throws
+// std::invalid_argument for one Kiln does not have.
+std::unique_ptr<Generator> make_generator(const JobContext& job, boost::asio::io_context& io);
+
+}  // namespace kiln
