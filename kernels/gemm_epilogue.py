@@ -1,0 +1,200 @@
+"""GEMM with a fused epilogue: C[M, N] = act(A[M, K] @ B[K, N] + bias[N]).
+
+fp16 / bf16 inputs, fp32 accumulation; the bias add and the activation run in
+fp32 on the accumulator in registers, and C is written once in the input dtype
+(one kernel instead of GEMM + a separate bias/activation pass over C).
+
+Activations (param `activation`, a constexpr ACT in the kernel):
+
+* `none`: identity (GEMM + bias).
+* `relu`: max(x, 0).
+* `gelu`: the exact erf form, 0.5 * x * (1 + erf(x / sqrt(2))), which is what
+  torch.nn.functional.gelu computes by default (approximate="none"); the
+  reference calls exactly that. erf is the device's libm erf (libdevice on
+  NVIDIA, OCML on AMD), accurate to a few fp32 ulps -- far below the bf16 / fp16
+  rounding of the output -- so the kernel is not an approximation of the
+  reference.
+* `silu`: x * sigmoid(x) (torch.nn.functional.silu).
+
+The main loop is matmul.py's (the Triton matmul tutorial): BLOCK_M x BLOCK_N
+tiles, K in BLOCK_K steps with `tl.dot`, GROUP_M super-grouping of programs for
+L2 reuse, wrapped (modulo) rows / columns instead of masks in the loop, EVEN_K
+to drop the K mask. A, B and C are contiguous row-major (B is [K, N], as for
+matmul), so the strides K, N, N are known at compile time. On AMD the config
+may also carry `matrix_instr_nonkdim`, `kpack` and `waves_per_eu` (compile
+options).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import common
+from . import matmul as _matmul
+
+OPERATORS = ("gemm_bias_act",)
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}
+
+
+@triton.jit
+def gemm_bias_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, ACT: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_mask = offs_k < K - k
+            a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * N
+
+    # Epilogue, in fp32 registers. offs_n is wrapped, so the bias load needs no mask.
+    acc += tl.load(bias_ptr + offs_n).to(tl.float32)[None, :]
+    if ACT == 1:
+        acc = tl.maximum(acc, 0.0)
+    elif ACT == 2:
+        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    elif ACT == 3:
+        acc = acc / (1.0 + tl.exp(-acc))
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+# ---------------------------------------------------------------------------
+# template interface
+# ---------------------------------------------------------------------------
+
+def _check(op, dtype=None):
+    if op not in OPERATORS:
+        raise ValueError(f"gemm_epilogue: unknown operator {op!r}")
+    if dtype is not None and dtype not in ("fp16", "bf16"):
+        raise ValueError(f"gemm_epilogue: dtype must be fp16 or bf16, not {dtype!r}")
+
+
+def _act(params) -> str:
+    act = str((params or {}).get("activation", "gelu"))
+    if act not in ACTIVATIONS:
+        raise ValueError(f"gemm_bias_act: activation must be one of {list(ACTIVATIONS)}, not {act!r}")
+    return act
+
+
+def make_inputs(op, shape, dtype, params, seed, device):
+    _check(op, dtype)
+    M, N, K = shape
+    g = common.generator(seed)
+    # A ~ N(0, 1), B ~ N(0, 1/K): pre-activation values are O(1), where the
+    # activations are far from linear and a wrong one shows.
+    return {"a": common.randn([M, K], dtype, seed, device, generator=g),
+            "b": common.randn([K, N], dtype, seed, device, generator=g, scale=K ** -0.5),
+            "bias": common.randn([N], dtype, seed, device, generator=g)}
+
+
+def reference(op, inputs, params):
+    _check(op)
+    x = inputs["a"] @ inputs["b"] + inputs["bias"]
+    act = _act(params)
+    if act == "relu":
+        return torch.relu(x)
+    if act == "gelu":
+        return torch.nn.functional.gelu(x)  # exact (erf) form, torch's default
+    if act == "silu":
+        return torch.nn.functional.silu(x)
+    return x
+
+
+def output_like(op, inputs, params):
+    _check(op)
+    a, b = inputs["a"], inputs["b"]
+    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+
+
+def shared_bytes(config, dtype, target) -> int:
+    """Estimated shared memory / LDS (as matmul.shared_bytes: the same main loop)."""
+    return _matmul.shared_bytes(config, dtype, target)
+
+
+def config_space(op, shape, dtype, params, target):
+    """matmul's space (tiles x warps x stages, then the AMD knobs, pruned by the
+    shared-memory limit), with the tiles that win on large GEMMs first:
+    128x256 / 256x128 with BLOCK_K 64 and 8 warps (the matmul anchors' best on
+    the H200), then 128x128, then the rest in matmul's order."""
+    _check(op, dtype)
+    _act(params)
+    space = _matmul.config_space("matmul", shape, dtype, {}, target)
+
+    def rank(c):
+        tile = (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"])
+        preferred = [(128, 256, 64, 8), (256, 128, 64, 8), (128, 128, 64, 8), (128, 128, 64, 4)]
+        return preferred.index(tile) if tile in preferred else len(preferred)
+
+    # Stable sort inside each block of equal AMD knobs (the knobs vary slowest,
+    # as common.expand made them).
+    blocks: dict = {}
+    for c in space:
+        blocks.setdefault(tuple(c.get(k) for k in common.AMD_KNOBS), len(blocks))
+    return sorted(space, key=lambda c: (blocks[tuple(c.get(k) for k in common.AMD_KNOBS)], rank(c)))
+
+
+def _grid(shape, config):
+    M, N, _ = shape
+    return (common.cdiv(M, config["BLOCK_M"]) * common.cdiv(N, config["BLOCK_N"]), 1, 1)
+
+
+def _constexprs(consts, K, params):
+    return dict(consts, EVEN_K=K % consts["BLOCK_K"] == 0, ACT=ACTIVATIONS[_act(params)])
+
+
+def launch(op, inputs, out, config, params):
+    _check(op)
+    a, b, bias = inputs["a"], inputs["b"], inputs["bias"]
+    assert a.is_contiguous() and b.is_contiguous() and out.is_contiguous(), "gemm_bias_act: row-major inputs"
+    M, K = a.shape
+    N = b.shape[1]
+    opts, consts = common.runtime_options(config, common.device_backend(out))
+    gemm_bias_act_kernel[_grid((M, N, K), config)](a, b, bias, out, M, N, K,
+                                                   **_constexprs(consts, K, params), **opts)
+    return out
+
+
+def compile_spec(op, shape, dtype, params, config, target):
+    _check(op, dtype)
+    M, N, K = shape
+    opts, consts = common.runtime_options(config, common.backend(target))
+    ptr = common.pointer_type(dtype)
+    args = [("a_ptr", ptr, None), ("b_ptr", ptr, None), ("bias_ptr", ptr, None), ("c_ptr", ptr, None),
+            ("M", "i32", M), ("N", "i32", N), ("K", "i32", K)]
+    return common.spec(gemm_bias_act_kernel, args, _constexprs(consts, K, params), opts, _grid(shape, config))
+
+
+def traffic(op, shape, dtype, params):
+    _check(op, dtype)
+    M, N, K = shape
+    # GEMM flops, plus the bias add and ~a dozen flops of activation per output.
+    return {"bytes": (M * K + K * N + N + M * N) * common.element_bytes(dtype),
+            "flops": 2 * M * N * K + (2 if _act(params) == "none" else 12) * M * N}

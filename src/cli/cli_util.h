@@ -1,0 +1,129 @@
+// Helpers shared by the `kiln` subcommands (one file per subcommand group).
+#pragma once
+#include <sqlite3.h>
+
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "catalog/catalog.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "common/home.h"
+#include "manifest/manifest.h"
+
+namespace kiln::cli {
+
+namespace po = boost::program_options;
+using nlohmann::json;
+
+// Thrown for usage errors; main prints it with the command's help.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+inline std::string default_catalog() {
+  if (const char* env = std::getenv("KILN_CATALOG"); env && *env) return env;
+  return "kiln.db";
+}
+
+inline void add_common(po::options_description& d, bool json_flag) {
+  d.add_options()("help,h", "show this help")(
+      "catalog", po::value<std::string>()->default_value(default_catalog()),
+      "catalog file (default: $KILN_CATALOG, else ./kiln.db)");
+  if (json_flag) d.add_options()("json", "machine-readable JSON on stdout");
+}
+
+// Parses args; returns nullopt (after printing help) when --help was given.
+inline std::optional<po::variables_map> parse(const Args& args, const po::options_description& d,
+                                       const po::positional_options_description* pos,
+                                       const std::string& usage) {
+  po::variables_map vm;
+  try {
+    auto parser = po::command_line_parser(args).options(d);
+    if (pos) parser.positional(*pos);
+    po::store(parser.run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\n" << d << "\n";
+      return std::nullopt;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(std::string(e.what()) + "\n\n" + usage + "\n\n" +
+                     [&] { std::ostringstream os; os << d; return os.str(); }());
+  }
+  return vm;
+}
+
+inline Knowledge load_knowledge() {
+  try {
+    return Knowledge::load(kiln_home());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot load Kiln's knowledge base under ") +
+                             kiln_home().string() + " (set KILN_HOME to the Kiln tree): " + e.what());
+  }
+}
+
+inline Catalog open_catalog(const po::variables_map& vm, bool read_only) {
+  return Catalog::open(vm["catalog"].as<std::string>(), read_only);
+}
+
+// Runs fn, mapping exceptions to exit codes and messages.
+template <typename Fn>
+inline int guarded(const char* cmd, Fn fn) {
+  try {
+    return fn();
+  } catch (const UsageError& e) {
+    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    return 2;
+  } catch (const ManifestError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    return 1;
+  }
+}
+
+inline std::string shape_text(const json& shape) {
+  std::string s;
+  for (const auto& d : shape) s += (s.empty() ? "" : "x") + std::to_string(d.get<long long>());
+  return s;
+}
+
+inline std::string config_text(const json& config) {
+  std::string s;
+  for (const auto& [k, v] : config.items()) s += (s.empty() ? "" : " ") + k + "=" + cell_text(v);
+  return s;
+}
+
+struct Stmt {
+  sqlite3* db;
+  sqlite3_stmt* s = nullptr;
+  Stmt(sqlite3* d, const std::string& sql) : db(d) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) != SQLITE_OK)
+      throw std::runtime_error(sqlite3_errmsg(db));
+  }
+  ~Stmt() { sqlite3_finalize(s); }
+  bool step() { return sqlite3_step(s) == SQLITE_ROW; }
+  json col(int i) const {
+    switch (sqlite3_column_type(s, i)) {
+      case SQLITE_NULL: return nullptr;
+      case SQLITE_INTEGER: return static_cast<long long>(sqlite3_column_int64(s, i));
+      case SQLITE_FLOAT: return sqlite3_column_double(s, i);
+      default: return std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, i)));
+    }
+  }
+  std::string blob(int i) const {
+    const void* p = sqlite3_column_blob(s, i);
+    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(s, i)) : std::string();
+  }
+};
+
+
+}  // namespace kiln::cli
