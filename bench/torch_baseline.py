@@ -49,7 +49,41 @@ def eager(op: str, inputs: dict, params: dict):
     if op == "conv2d":
         return lambda: F.conv2d(v[0], v[1], stride=params.get("stride", 1),
                                 padding=params.get("padding", 0))
+    if op == "rmsnorm":
+        x, w = inputs["x"], inputs["weight"]
+        return lambda: F.rms_norm(x, (x.shape[-1],), w, params.get("eps", 1e-6))
+    if op == "row_sum":
+        return lambda: v[0].sum(dim=-1)
+    if op == "row_mean":
+        return lambda: v[0].mean(dim=-1)
+    if op == "row_max":
+        return lambda: v[0].amax(dim=-1)
+    if op == "gemm_bias_act":
+        a, b, bias = inputs["a"], inputs["b"], inputs["bias"]
+        act = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}[params.get("activation", "gelu")]
+        return lambda: act(torch.addmm(bias, a, b))
+    if op == "attention":
+        q, k, vv = inputs["q"], inputs["k"], inputs["v"]
+        scale = params.get("sm_scale") or None
+        return lambda: F.scaled_dot_product_attention(q, k, vv, is_causal=params.get("causal", True), scale=scale)
     raise KeyError(op)
+
+
+# torch.compile (max-autotune) medians from ../shared/anchors.md (one H200,
+# torch 2.11, Triton 3.6.0, 2026-11-29), by (op, shape, dtype). Not re-measured
+# here: max-autotune compiles for minutes per case.
+COMPILE_MS = {
+    ("add", (67108864,), "fp32"): 0.1894,
+    ("softmax", (16384, 4096), "bf16"): 0.1322,
+    ("layernorm", (16384, 4096), "bf16"): 0.0701,
+    ("rmsnorm", (16384, 4096), "bf16"): 0.0682,
+    ("row_sum", (16384, 4096), "fp32"): 0.0676,
+    ("matmul", (4096, 4096, 4096), "bf16"): 0.1953,
+    ("matmul", (8192, 8192, 8192), "bf16"): 1.6372,
+    ("gemm_bias_act", (8192, 4096, 4096), "bf16"): 0.4616,
+    ("conv2d", (64, 3, 224, 224), "fp16"): 0.5571,
+    ("attention", (4, 32, 2048, 128), "bf16"): 0.2933,
+}
 
 
 def ceilings() -> tuple[float, float]:
@@ -94,7 +128,9 @@ def main() -> int:
         t = benchmark(fn, 25, args.runs, device)
         traffic = mod.traffic(op, shape, dtype, params)
         floor = max(traffic["bytes"] / bw, traffic["flops"] / flops_rate) * 1e3
+        compiled = COMPILE_MS.get((op, tuple(shape), dtype))
         out.append(dict(op=op, shape=shape, dtype=dtype, target=target, kiln_ms=kiln_ms,
+                        compile_ms_anchor=compiled,
                         kiln_p99_ms=p99, kiln_runs=runs, kiln_config=json.loads(config),
                         kiln_max_rel_err=rel, torch_ms=t["median_ms"], torch_p99_ms=t["p99_ms"],
                         floor_ms=floor, speedup=t["median_ms"] / kiln_ms, kiln_over_floor=kiln_ms / floor))
@@ -102,11 +138,13 @@ def main() -> int:
                 copy_bandwidth_tbs=bw / 1e12, bf16_matmul_tflops=flops_rate / 1e12)
     print(f"\n{device} · torch {torch.__version__} · Triton {triton.__version__} · "
           f"copy {bw / 1e12:.2f} TB/s · bf16 matmul {flops_rate / 1e12:.0f} TFLOP/s\n")
-    print("| op | shape | dtype | Kiln best ms | torch eager ms | eager / Kiln | floor ms | Kiln / floor |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| op | shape | dtype | Kiln best ms | torch eager ms | eager / Kiln | torch.compile ms (anchors) | compile / Kiln | floor ms | Kiln / floor |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in out:
+        c = r["compile_ms_anchor"]
+        cs = f"{c:.4f} | {c / r['kiln_ms']:.2f}" if c else "- | -"
         print(f"| {r['op']} | {'×'.join(map(str, r['shape']))} | {r['dtype']} | {r['kiln_ms']:.4f} | "
-              f"{r['torch_ms']:.4f} | {r['speedup']:.2f} | {r['floor_ms']:.4f} | {r['kiln_over_floor']:.2f} |")
+              f"{r['torch_ms']:.4f} | {r['speedup']:.2f} | {cs} | {r['floor_ms']:.4f} | {r['kiln_over_floor']:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(dict(meta=meta, rows=out), indent=2))
     return 0

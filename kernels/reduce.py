@@ -110,7 +110,7 @@ def output_like(op, inputs, params):
 def config_space(op, shape, dtype, params, target):
     """(BLOCK_M, BLOCK_N) tiles of up to 8192 elements (16384 for 2-byte types),
     BLOCK_N from 512 up to the row padded to pow2, one-row tiles first; every
-    warp count that gives each thread 4..32 elements (one or more 16-byte
+    warp count that gives each thread 4..64 elements (one or more 16-byte
     loads); then the AMD knobs."""
     _check(op)
     rows, cols = shape
@@ -118,7 +118,7 @@ def config_space(op, shape, dtype, params, target):
     row_block = triton.next_power_of_2(cols)
     max_bm = triton.next_power_of_2(rows)
     max_tile = 8192 if common.element_bytes(dtype) == 4 else 16384
-    per_thread_max = 32
+    per_thread_max = 64
 
     bns = sorted({min(row_block, bn) for bn in (512, 1024, 2048, 4096, 8192, 16384)}, reverse=True)
     shapes = []

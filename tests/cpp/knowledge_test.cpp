@@ -221,7 +221,9 @@ TEST(TargetErrors, GoodMinimalFile) {
 
 TEST(Operators, RegistryLoads) {
   const auto& ops = knowledge().operators;
-  EXPECT_EQ(ops.names(), (std::vector<std::string>{"add", "bias_gelu", "softmax", "layernorm", "matmul", "conv2d"}));
+  EXPECT_EQ(ops.names(), (std::vector<std::string>{"add", "bias_gelu", "softmax", "layernorm", "matmul", "conv2d",
+                                                  "rmsnorm", "row_sum", "row_mean", "row_max",
+                                                  "gemm_bias_act", "attention"}));
   const OperatorSpec* add = ops.find("add");
   ASSERT_NE(add, nullptr);
   EXPECT_EQ(add->module, "elementwise");

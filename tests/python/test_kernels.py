@@ -171,7 +171,7 @@ SHAPES = {  # representative job shapes (not run, only used for spaces / compile
 }
 
 
-@pytest.mark.parametrize("op", sorted(REGISTRY))
+@pytest.mark.parametrize("op", sorted(SHAPES))
 def test_make_inputs_seeded_and_nonzero(op):
     shape, params = {"add": [3, 5], "bias_gelu": [3, 5], "softmax": [3, 5], "layernorm": [3, 5],
                      "matmul": [3, 5, 4], "conv2d": [1, 2, 5, 5]}[op], defaults(op, {})
@@ -235,7 +235,7 @@ def _is_pow2(x):
     return x > 0 and x & (x - 1) == 0
 
 
-@pytest.mark.parametrize("op", sorted(REGISTRY))
+@pytest.mark.parametrize("op", sorted(SHAPES))
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_config_space_rules(op, target):
     tg = TARGETS[target]

@@ -1,0 +1,327 @@
+"""Flash-attention forward: out = softmax(q @ k^T * sm_scale [+ causal mask]) @ v.
+
+q, k, v and out are contiguous [B, H, S, D] tensors (fp16 / bf16), D a power of
+two from 16 to 256. Params: `causal` (bool, default true: query i sees keys
+0..i) and `sm_scale` (float; 0, the default, means 1/sqrt(D), as
+torch.nn.functional.scaled_dot_product_attention).
+
+The structure of the Triton fused-attention tutorial (forward pass):
+
+* each program owns BLOCK_M query rows of one (batch, head) and keeps them in
+  registers; it walks the keys / values in BLOCK_N blocks with an online softmax
+  (running row max m_i, running sum l_i, fp32 accumulator acc rescaled by
+  alpha = 2^(m_old - m_new) when the max grows), so the S x S score matrix never
+  exists; one write of the output at the end (acc / l_i);
+* the scores are scaled by sm_scale * log2(e) once and exponentiated with exp2;
+* causal: the key blocks left of the diagonal band (keys < start of the query
+  block) need no mask and run in a plain loop (STAGE 1); the band itself
+  (BLOCK_M keys, in BLOCK_N steps) adds the causal mask (STAGE 2). Non-causal:
+  every full key block unmasked (STAGE 3), then, when S % BLOCK_N != 0, the last
+  partial block with a key mask (STAGE 4). Query rows past S are loaded as zeros
+  and not stored; keys past S are masked out (-1e6 before exp2 gives exactly 0).
+
+Program order: a 1-D grid; GROUP_H heads at a time share the L2 (their K / V are
+re-read by every query block of the head), and inside a group the query blocks
+go heaviest first (for causal attention the last query block has the most keys),
+so the short ones fill the tail of the wave (longest-processing-time-first).
+
+On AMD the config may also carry `waves_per_eu`, `matrix_instr_nonkdim` and
+`kpack` (compile options).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.jit import JITFunction
+
+from . import common
+
+OPERATORS = ("attention",)
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
+                offs_m, offs_n, offs_d,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STAGE: tl.constexpr):
+    # Key range of this stage.
+    if STAGE == 1:    # causal, left of the diagonal band: no mask
+        lo, hi = 0, start_m * BLOCK_M
+    elif STAGE == 2:  # causal, the diagonal band
+        lo, hi = start_m * BLOCK_M, (start_m + 1) * BLOCK_M
+        lo = tl.multiple_of(lo, BLOCK_M)
+    elif STAGE == 3:  # non-causal, full key blocks: no mask
+        lo, hi = 0, (S // BLOCK_N) * BLOCK_N
+    else:             # non-causal, the last partial key block
+        lo, hi = (S // BLOCK_N) * BLOCK_N, S
+        lo = tl.multiple_of(lo, BLOCK_N)
+    k_ptrs = k_base + (lo + offs_n).to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+    v_ptrs = v_base + (lo + offs_n).to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        if STAGE == 1 or STAGE == 3:
+            k = tl.load(k_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=(cols < S)[:, None], other=0.0)
+        qk = tl.dot(q, tl.trans(k))
+        if STAGE == 2:
+            mask = offs_m[:, None] >= cols[None, :]
+            qk = qk * qk_scale + tl.where(mask, 0.0, -1.0e6)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk -= m_ij[:, None]
+        elif STAGE == 4:
+            qk = qk * qk_scale + tl.where((cols < S)[None, :], 0.0, -1.0e6)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk -= m_ij[:, None]
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_ij[:, None]
+        p = tl.math.exp2(qk)
+        l_ij = tl.sum(p, 1)
+        alpha = tl.math.exp2(m_i - m_ij)
+        l_i = l_i * alpha + l_ij
+        acc = acc * alpha[:, None]
+        if STAGE == 1 or STAGE == 3:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=(cols < S)[:, None], other=0.0)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_ij
+        k_ptrs += BLOCK_N * HEAD_DIM
+        v_ptrs += BLOCK_N * HEAD_DIM
+    return acc, l_i, m_i
+
+
+# Under TRITON_INTERPRET=1, @triton.jit makes an InterpretedFunction, which the
+# code generator cannot inline when the kernel is cross-compiled (common.compilable
+# only converts the kernel itself). Wrap the helper the way common.py wraps
+# Triton's own library functions: a real JITFunction that the compiler inlines
+# and that runs the interpreted function when an interpreted kernel calls it.
+if not isinstance(_attn_inner, JITFunction):
+    _attn_inner = common.InterpretableJIT(_attn_inner)
+
+
+@triton.jit
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_H: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, EVEN_N: tl.constexpr):
+    # pid -> (head group, query block heaviest first, head in group)
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(S, BLOCK_M)
+    per_group = GROUP_H * num_m
+    group = pid // per_group
+    first_bh = group * GROUP_H
+    group_size = tl.minimum(BH - first_bh, GROUP_H)
+    r = pid - group * per_group
+    start_m = num_m - 1 - r // group_size
+    bh = first_bh + r % group_size
+
+    base = bh.to(tl.int64) * S * HEAD_DIM
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_mask = offs_m < S
+    q = tl.load(q_ptr + base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=row_mask[:, None], other=0.0)
+
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e))
+    k_base = k_ptr + base
+    v_base = v_ptr + base
+    if CAUSAL:
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
+                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 1)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
+                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 2)
+    else:
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
+                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 3)
+        if not EVEN_N:
+            acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
+                                        offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 4)
+    acc = acc / l_i[:, None]
+    tl.store(out_ptr + base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :],
+             acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+
+
+# ---------------------------------------------------------------------------
+# template interface
+# ---------------------------------------------------------------------------
+
+def _check(op, dtype=None):
+    if op not in OPERATORS:
+        raise ValueError(f"attention: unknown operator {op!r}")
+    if dtype is not None and dtype not in ("fp16", "bf16"):
+        raise ValueError(f"attention: dtype must be fp16 or bf16, not {dtype!r}")
+
+
+def _check_shape(shape):
+    B, H, S, D = (int(s) for s in shape)
+    if min(B, H, S) < 1:
+        raise ValueError(f"attention: empty shape {list(shape)}")
+    if not common.is_pow2(D) or not 16 <= D <= 256:
+        raise ValueError(f"attention: head dim D must be a power of two in 16..256, not {D}")
+    return B, H, S, D
+
+
+def _causal(params) -> bool:
+    c = (params or {}).get("causal", True)
+    if isinstance(c, str):
+        c = c.lower() in ("1", "true", "yes")
+    return bool(c)
+
+
+def _sm_scale(params, D) -> float:
+    s = float((params or {}).get("sm_scale", 0.0) or 0.0)
+    if s < 0:
+        raise ValueError("attention: sm_scale must be >= 0 (0 = 1/sqrt(D))")
+    return s if s > 0 else 1.0 / math.sqrt(D)
+
+
+def make_inputs(op, shape, dtype, params, seed, device):
+    _check(op, dtype)
+    B, H, S, D = _check_shape(shape)
+    g = common.generator(seed)
+    return {name: common.randn([B, H, S, D], dtype, seed, device, generator=g) for name in ("q", "k", "v")}
+
+
+def reference(op, inputs, params):
+    _check(op)
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    S, D = q.shape[-2], q.shape[-1]
+    scores = (q @ k.transpose(-1, -2)) * _sm_scale(params, D)
+    if _causal(params):
+        keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def output_like(op, inputs, params):
+    _check(op)
+    return torch.empty_like(inputs["q"])
+
+
+def shared_estimate(config, dtype, D, target) -> int:
+    """Estimated shared memory / LDS. NVIDIA: the Q tile plus the K and V tiles
+    times num_stages (the pipeline's buffers; Q is a wgmma operand in shared
+    memory) -- exactly Triton 3.6's metadata.shared on sm_90. AMD: K and V times
+    num_stages - 1 (at least one; Q stays in registers) plus a BLOCK_M x BLOCK_N
+    tile for P's layout change -- an upper bound of what gfx942 reports.
+    (tests/python/test_kernels_more.py compares both with the compiler.) Not
+    named `shared_bytes`: the worker's space hints call shared_bytes(config,
+    dtype, target), and this estimate needs the head dim D too."""
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    e = common.element_bytes(dtype)
+    if common.is_hip(target):
+        return (2 * bn * D * max(1, config["num_stages"] - 1) + bm * bn) * e
+    return (bm * D + 2 * bn * D * config["num_stages"]) * e
+
+
+def config_space(op, shape, dtype, params, target):
+    """BLOCK_M in 64/128 (16/32 for short sequences), BLOCK_N <= BLOCK_M, warps
+    4/8 (at most 64 fp32 accumulator values per thread), stages 2..4 on NVIDIA,
+    1..2 on AMD; then the AMD knobs; pruned by the shared-memory limit.
+    On NVIDIA the shapes that measured best on an H200 (causal, 4x32x2048x128
+    bf16: 64 x 64 / 4 warps / 3 stages 0.334-0.344 ms, 128 x 64 / 8 warps 0.350,
+    128 x 128 / 8 warps 0.361) come first."""
+    _check(op, dtype)
+    B, H, S, D = _check_shape(shape)
+    hip = common.is_hip(target)
+    ws = common.warp_size(target)
+    limit = common.shared_limit(target)
+    p = max(16, triton.next_power_of_2(S))
+
+    # Long sequences: 128 / 64 query rows per program; short ones: what fits.
+    bms = [128, 64] if p >= 128 else [p, p // 2] if p >= 32 else [16]
+    base = []
+    for bm in bms:
+        for bn in (128, 64, 32, 16):
+            # BLOCK_N divides BLOCK_M (the causal band walks it in BLOCK_N steps);
+            # 16-key blocks only for short sequences.
+            if bn > bm or bn > p or (bn == 16 and p > 32):
+                continue
+            for warps in ((8, 4) if bm >= 64 else (4,)):
+                if bm * D > warps * ws * 64:  # fp32 accumulator values per thread
+                    continue
+                for stages in ((2, 1) if hip else (3, 2, 4)):
+                    base.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_H": 8,
+                                 "num_warps": warps, "num_stages": stages})
+    if not hip:
+        preferred = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3)]
+
+        def rank(c):
+            key = (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"])
+            return preferred.index(key) if key in preferred else len(preferred)
+        base.sort(key=rank)
+
+    def keep(c):
+        if shared_estimate(c, dtype, D, target) > limit:
+            return False
+        if c.get("matrix_instr_nonkdim") == 32 and min(c["BLOCK_M"], c["BLOCK_N"]) < 32:
+            return False
+        if c.get("kpack") == 2 and D < 64:
+            return False
+        return True
+
+    return common.expand(base, common.amd_knobs(target, dot=True), keep)
+
+
+def _grid(shape, config):
+    B, H, S, _ = shape
+    return (B * H * common.cdiv(S, config["BLOCK_M"]), 1, 1)
+
+
+def _constexprs(consts, shape, params):
+    _, _, S, D = shape
+    return dict(consts, HEAD_DIM=D, CAUSAL=_causal(params), EVEN_N=S % consts["BLOCK_N"] == 0)
+
+
+def launch(op, inputs, out, config, params):
+    _check(op)
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    assert all(t.is_contiguous() for t in (q, k, v, out)), "attention: contiguous [B, H, S, D]"
+    assert q.shape == k.shape == v.shape == out.shape, "attention: q, k, v, out of one shape"
+    B, H, S, D = _check_shape(q.shape)
+    _check_config(config)
+    opts, consts = common.runtime_options(config, common.device_backend(out))
+    attention_fwd_kernel[_grid(q.shape, config)](
+        q, k, v, out, B * H, S, _sm_scale(params, D), **_constexprs(consts, q.shape, params), **opts)
+    return out
+
+
+def _check_config(config):
+    # The causal band walks BLOCK_M keys in BLOCK_N steps, and the unmasked part
+    # ends at start_m * BLOCK_M: BLOCK_N must divide BLOCK_M (else keys past the
+    # diagonal leak in; seen on an H200 with 64 x 128).
+    if config["BLOCK_M"] % config["BLOCK_N"]:
+        raise ValueError("attention: BLOCK_M must be a multiple of BLOCK_N")
+
+
+def compile_spec(op, shape, dtype, params, config, target):
+    _check(op, dtype)
+    B, H, S, D = _check_shape(shape)
+    _check_config(config)
+    opts, consts = common.runtime_options(config, common.backend(target))
+    ptr = common.pointer_type(dtype)
+    args = [("q_ptr", ptr, None), ("k_ptr", ptr, None), ("v_ptr", ptr, None), ("out_ptr", ptr, None),
+            ("BH", "i32", B * H), ("S", "i32", S), ("sm_scale", "fp32", _sm_scale(params, D))]
+    return common.spec(attention_fwd_kernel, args, _constexprs(consts, shape, params), opts,
+                       _grid(shape, config))
+
+
+def traffic(op, shape, dtype, params):
+    _check(op, dtype)
+    B, H, S, D = _check_shape(shape)
+    # q, k, v read once, out written once; two GEMMs over the visible (query, key)
+    # pairs: S * S, or S * (S + 1) / 2 when causal.
+    pairs = S * (S + 1) // 2 if _causal(params) else S * S
+    return {"bytes": 4 * B * H * S * D * common.element_bytes(dtype),
+            "flops": 4 * B * H * pairs * D}
