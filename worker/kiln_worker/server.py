@@ -38,6 +38,7 @@ class Server:
         self.out = out
         self.lib = Library()
         self.evaluation = Evaluation(self.lib, dev)
+        self._generated = None  # GeneratedEvaluator, created by the first generated request
 
     # -- answers ----------------------------------------------------------
     def send(self, obj: dict) -> None:
@@ -74,10 +75,12 @@ class Server:
                 self.error(None, "malformed request: 'id' must be an integer")
                 continue
             method = req.get("method")
-            handler = {"hello": self.hello, "space": self.space,
-                       "evaluate": self.evaluate}.get(method) if isinstance(method, str) else None
+            handler = {"hello": self.hello, "space": self.space, "evaluate": self.evaluate,
+                       "reference_info": self.reference_info}.get(method) \
+                if isinstance(method, str) else None
             if handler is None:
-                self.error(rid, f"unknown method {method!r} (expected hello, space or evaluate)")
+                self.error(rid, f"unknown method {method!r} "
+                                "(expected hello, space, evaluate or reference_info)")
                 continue
             try:
                 result = handler(req)
@@ -92,9 +95,13 @@ class Server:
 
     def describe_failure(self, exc: BaseException) -> str:
         from .evaluate import BadRequest
+        from .generated import BadGeneratedRequest
+        from .reference_module import ReferenceError_
         from .templates import TemplateError
-        if isinstance(exc, BadRequest):
+        if isinstance(exc, (BadRequest, BadGeneratedRequest)):
             return f"malformed request: {exc}"
+        if isinstance(exc, ReferenceError_):
+            return f"reference module: {exc}"
         if isinstance(exc, TemplateError):
             return f"template library: {exc}"
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -120,6 +127,9 @@ class Server:
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
+            "methods": ["hello", "space", "evaluate", "reference_info"],
+            "generated": {"statuses": ["ok", "compile_error", "resource_error", "incorrect",
+                                       "crash", "rejected", "timeout"]},
         }
 
     def space(self, req: dict) -> dict:
@@ -127,9 +137,25 @@ class Server:
         from .evaluate import space
         return space(self.lib, req.get("job"))
 
+    def generated(self):
+        if self._generated is None:
+            from .generated import GeneratedEvaluator
+            self._generated = GeneratedEvaluator(self.dev)
+        return self._generated
+
     def evaluate(self, req: dict) -> dict:
         self.require_device()
+        if req.get("source") is not None:  # generated code against a reference module
+            return self.generated().evaluate(req)
         return self.evaluation.run(req.get("job"), req.get("config"), req.get("artifact_dir"))
+
+    def reference_info(self, req: dict) -> dict:
+        self.require_device()
+        return self.generated().reference_info(req)
+
+    def close(self) -> None:
+        if self._generated is not None:
+            self._generated.close()
 
 
 def main() -> int:
@@ -145,3 +171,5 @@ def main() -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        server.close()

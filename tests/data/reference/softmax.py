@@ -1,0 +1,22 @@
+"""Reference (KernelBench form): softmax over the last dimension of a (batch, dim) tensor."""
+import torch
+import torch.nn as nn
+
+batch_size = 6
+dim = 100
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 3.0]
+
+
+def get_init_inputs():
+    return []
