@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake pkg-config git
   libboost-dev libboost-program-options-dev libyaml-cpp-dev libsqlite3-dev sqlite3
-  nlohmann-json3-dev libssl-dev libgtest-dev python3 python3-pip)
+  nlohmann-json3-dev libssl-dev libgtest-dev python3 python3-pip
+  libopenmpi-dev openmpi-bin  # kiln-mpi (mpi/)
+  slurm-wlm munge             # scripts/slurm/ and its test on a local single-node cluster
+)
 
 say() { echo "[setup] $*" >&2; }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command (2): set up this machine, build, and run every test:
 # GoogleTest (C++), pytest for the kernels and the worker (Triton interpreter on
-# the CPU), and the end-to-end tests of the `kiln` binary.
+# the CPU), the end-to-end tests of the `kiln` binary, and the Slurm scripts on a
+# local single-node Slurm cluster (scripts/slurm/local-cluster.sh; needs root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -18,7 +19,11 @@ step "Python: kernels and worker (pytest, Triton interpreter)"
 # pytest exits 5 when it collects nothing: with set -e that fails the run.
 TRITON_INTERPRET=1 python3 -m pytest -q tests/python
 
-step "End to end (kiln binary, real catalog, real workers)"
-python3 -m pytest -q tests/e2e
+step "End to end (kiln binary, real catalog, real workers; nightly, merge, --shard)"
+python3 -m pytest -q tests/e2e --ignore=tests/e2e/test_slurm.py
+
+step "Slurm (a local single-node cluster: kiln.sbatch, array.sbatch + merge, nightly.sbatch)"
+# Required, never skipped here: setup.sh installs slurm-wlm and munge.
+KILN_REQUIRE_SLURM=1 python3 -m pytest -q tests/e2e/test_slurm.py
 echo
 echo "all tests passed"

@@ -688,8 +688,12 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
 }
 
 std::optional<JobRow> Catalog::claim_job(const std::string& owner, double lease_s,
-                                         const std::optional<std::string>& batch_id) {
+                                         const std::optional<std::string>& batch_id,
+                                         const std::optional<JobShard>& shard) {
   if (owner.empty()) throw CatalogError("claim_job: empty owner");
+  if (shard && (shard->count < 1 || shard->index < 0 || shard->index >= shard->count))
+    throw CatalogError("claim_job: bad shard " + std::to_string(shard->index) + "/" +
+                       std::to_string(shard->count));
   const std::string host = this_host();
   Tx tx(db_, path_);
   const double t = now_s();
@@ -697,9 +701,11 @@ std::optional<JobRow> Catalog::claim_job(const std::string& owner, double lease_
       "SELECT id, state, lease_owner, lease_expires FROM jobs "
       "WHERE state IN ('queued', 'running')";
   if (batch_id) sql += " AND id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)";
+  if (shard) sql += " AND id % ?2 = ?3";
   sql += " ORDER BY id";
   Stmt st(db_, path_, sql.c_str());
   if (batch_id) st.bind(1, *batch_id);
+  if (shard) st.bind(2, (long long)shard->count).bind(3, (long long)shard->index);
   std::optional<long long> pick;
   std::string reclaim_note;
   while (st.step()) {
@@ -931,6 +937,129 @@ void Catalog::record_evaluation(long long candidate_id, const EvaluationIn& e) {
   tx.commit();
 }
 
+std::vector<CandidateRow> Catalog::add_candidates(const std::vector<CandidateRow>& cs) {
+  std::vector<CandidateRow> out;
+  out.reserve(cs.size());
+  if (cs.empty()) return out;
+  Tx tx(db_, path_);
+  Stmt ins(db_, path_,
+           "INSERT OR IGNORE INTO candidates (job_id, key, generator, template, config, source, "
+           "parent_id, round, instance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  const std::string sql =
+      std::string("SELECT ") + kCandCols + " FROM candidates c WHERE c.job_id = ? AND c.key = ?";
+  Stmt sel(db_, path_, sql.c_str());
+  const double now = now_s();
+  for (const CandidateRow& c : cs) {
+    const std::string key =
+        c.key.empty() ? candidate_key(c.generator, c.template_name, c.config, c.source) : c.key;
+    sqlite3_reset(ins.get());
+    sqlite3_clear_bindings(ins.get());
+    ins.bind(1, c.job_id)
+        .bind(2, key)
+        .bind(3, c.generator)
+        .bind_text_or_null(4, c.template_name)
+        .bind(5, canonical_json(c.config.is_null() ? json::object() : c.config))
+        .bind(6, c.source)
+        .bind(7, c.parent_id)
+        .bind(8, c.round)
+        .bind(9, c.instance)
+        .bind(10, now)
+        .run();
+    sqlite3_reset(sel.get());
+    sqlite3_clear_bindings(sel.get());
+    sel.bind(1, c.job_id).bind(2, key);
+    if (!sel.step()) fail(nullptr, path_, "add_candidates: row vanished");
+    out.push_back(read_candidate(sel));
+  }
+  tx.commit();
+  return out;
+}
+
+void Catalog::record_evaluations(const std::vector<std::pair<long long, EvaluationIn>>& batch) {
+  if (batch.empty()) return;
+  Tx tx(db_, path_);
+  Stmt chk(db_, path_, "SELECT 1 FROM evaluations WHERE candidate_id = ?");
+  Stmt ins(db_, path_,
+           "INSERT INTO evaluations (candidate_id, status, message, exec_device, seeds, "
+           "max_abs_err, max_rel_err, bench_device, runs, mean_ms, median_ms, p99_ms, min_ms, "
+           "stddev_ms, estimate_ms, registers, sgprs, spills, shared_bytes, scratch_bytes, "
+           "occupancy, compile_s, check_s, bench_s, worker, result, created_at) VALUES "
+           "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  Stmt blob(db_, path_, "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)");
+  Stmt art(db_, path_,
+           "INSERT INTO artifacts (candidate_id, target, arch, kind, sha256, kernel_name, metadata) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)");
+  const double now = now_s();
+  auto again = [](Stmt& st) {
+    sqlite3_reset(st.get());
+    sqlite3_clear_bindings(st.get());
+  };
+  for (const auto& [candidate_id, e] : batch) {
+    // As record_evaluation: typed columns from the worker's result object.
+    const json* rp = &e.result;
+    if (e.result.is_object() && e.result.contains("ok") && e.result.contains("result") &&
+        e.result["result"].is_object())
+      rp = &e.result["result"];
+    const json& r = *rp;
+    again(chk);
+    chk.bind(1, candidate_id);
+    if (chk.step())
+      throw CatalogError("catalog " + path_.string() + ": candidate " + std::to_string(candidate_id) +
+                         " already has an evaluation");
+    again(ins);
+    ins.bind(1, candidate_id)
+        .bind(2, e.status)
+        .bind_text_or_null(3, e.message.empty() ? str(r, {"message"}).value_or("") : e.message)
+        .bind(4, str(r, {"exec_device"}))
+        .bind(5, integer(r, {"correctness", "seeds"}))
+        .bind(6, num(r, {"correctness", "max_abs_err"}))
+        .bind(7, num(r, {"correctness", "max_rel_err"}))
+        .bind(8, str(r, {"latency", "device"}))
+        .bind(9, integer(r, {"latency", "runs"}))
+        .bind(10, num(r, {"latency", "mean_ms"}))
+        .bind(11, num(r, {"latency", "median_ms"}))
+        .bind(12, num(r, {"latency", "p99_ms"}))
+        .bind(13, num(r, {"latency", "min_ms"}))
+        .bind(14, num(r, {"latency", "stddev_ms"}))
+        .bind(15, e.estimate_ms)
+        .bind(16, integer(r, {"artifact", "registers"}))
+        .bind(17, integer(r, {"artifact", "sgprs"}))
+        .bind(18, integer(r, {"artifact", "spills"}))
+        .bind(19, integer(r, {"artifact", "shared_bytes"}))
+        .bind(20, integer(r, {"artifact", "scratch_bytes"}))
+        .bind(21, num(r, {"artifact", "occupancy"}))
+        .bind(22, num(r, {"timings", "compile_s"}))
+        .bind(23, num(r, {"timings", "check_s"}))
+        .bind(24, num(r, {"timings", "bench_s"}))
+        .bind_text_or_null(25, e.worker)
+        .bind(26, e.result.is_null() ? std::string("{}")
+                                     : e.result.dump(-1, ' ', false, json::error_handler_t::replace))
+        .bind(27, now);
+    if (int rc = ins.rc_step(); rc != SQLITE_DONE) {
+      if (rc == SQLITE_CONSTRAINT_UNIQUE)
+        throw CatalogError("catalog " + path_.string() + ": candidate " + std::to_string(candidate_id) +
+                           " already has an evaluation");
+      fail(db_, path_, "record_evaluations for candidate " + std::to_string(candidate_id));
+    }
+    if (e.artifact) {
+      const ArtifactIn& a = *e.artifact;
+      const std::string sha = sha256_hex(a.bytes);
+      again(blob);
+      blob.bind(1, sha).bind(2, (long long)a.bytes.size()).bind_blob(3, a.bytes).run();
+      again(art);
+      art.bind(1, candidate_id)
+          .bind(2, a.target)
+          .bind(3, a.arch)
+          .bind(4, a.kind)
+          .bind(5, sha)
+          .bind(6, a.kernel_name)
+          .bind(7, canonical_json(a.metadata.is_null() ? json::object() : a.metadata))
+          .run();
+    }
+  }
+  tx.commit();
+}
+
 void Catalog::set_best(const BestRow& b) {
   Tx tx(db_, path_);
   {
@@ -1045,6 +1174,83 @@ Catalog::QueryResult Catalog::query(const std::string& sql) const {
       throw CatalogError("query: " + std::string(sqlite3_errmsg(raw)));
     }
     if (n > 0) out = std::move(cur);
+  }
+  return out;
+}
+
+// ---- llm calls ----------------------------------------------------------------
+
+long long Catalog::record_llm_call(const LlmCallIn& c) {
+  Tx tx(db_, path_);
+  Stmt st(db_, path_,
+          "INSERT INTO llm_calls (candidate_id, job_id, instance, round, parent_id, model, url, "
+          "temperature, seed, prompt, response, prompt_tokens, completion_tokens, latency_s, "
+          "attempts, status, error, retrieval, created_at) VALUES "
+          "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  st.bind(1, c.candidate_id)
+      .bind(2, c.job_id)
+      .bind(3, c.instance)
+      .bind(4, c.round)
+      .bind(5, c.parent_id)
+      .bind_text_or_null(6, c.model)
+      .bind_text_or_null(7, c.url)
+      .bind(8, c.temperature)
+      .bind(9, c.seed)
+      .bind(10, c.prompt)
+      .bind(11, c.response)
+      .bind(12, c.prompt_tokens)
+      .bind(13, c.completion_tokens)
+      .bind(14, c.latency_s)
+      .bind(15, c.attempts)
+      .bind(16, c.status)
+      .bind_text_or_null(17, c.error)
+      .bind_text_or_null(18, c.retrieval.is_null() ? std::string() : canonical_json(c.retrieval))
+      .bind(19, now_s())
+      .run();
+  const long long id = sqlite3_last_insert_rowid(db_);
+  tx.commit();
+  return id;
+}
+
+void Catalog::link_llm_call(long long call_id, long long candidate_id) {
+  Tx tx(db_, path_);
+  Stmt(db_, path_, "UPDATE llm_calls SET candidate_id = ?1 WHERE id = ?2")
+      .bind(1, candidate_id)
+      .bind(2, call_id)
+      .run();
+  tx.commit();
+}
+
+std::vector<LlmCallRow> Catalog::llm_calls(long long job_id) const {
+  Stmt st(db_, path_,
+          "SELECT id, candidate_id, job_id, instance, round, parent_id, model, url, temperature, "
+          "seed, prompt, response, prompt_tokens, completion_tokens, latency_s, attempts, status, "
+          "error, retrieval, created_at FROM llm_calls WHERE job_id = ? ORDER BY id");
+  st.bind(1, job_id);
+  std::vector<LlmCallRow> out;
+  while (st.step()) {
+    LlmCallRow r;
+    r.id = st.i64(0);
+    r.candidate_id = st.opt_i64(1);
+    r.job_id = st.i64(2);
+    r.instance = (int)st.i64(3);
+    r.round = (int)st.i64(4);
+    r.parent_id = st.opt_i64(5);
+    r.model = st.text(6);
+    r.url = st.text(7);
+    r.temperature = st.opt_dbl(8);
+    r.seed = st.opt_i64(9);
+    r.prompt = st.text(10);
+    if (!st.is_null(11)) r.response = st.text(11);
+    r.prompt_tokens = st.opt_i64(12);
+    r.completion_tokens = st.opt_i64(13);
+    r.latency_s = st.opt_dbl(14);
+    r.attempts = (int)st.i64(15);
+    r.status = st.text(16);
+    r.error = st.text(17);
+    r.retrieval = st.js(18);
+    r.created_at = st.dbl(19);
+    out.push_back(std::move(r));
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,7 +64,7 @@ struct ArtifactIn {
 
 // One evaluation, as the explorer records it. `result` is the worker's JSON.
 struct EvaluationIn {
-  std::string status;       // ok | compile_error | resource_error | incorrect | timeout | crash
+  std::string status;       // ok | compile_error | resource_error | incorrect | timeout | crash | rejected
   std::string message;
   nlohmann::json result;    // full worker answer (may be {} for timeout/crash)
   std::optional<double> estimate_ms;
@@ -71,11 +72,44 @@ struct EvaluationIn {
   std::optional<ArtifactIn> artifact;
 };
 
+// One chat-completions request of the llm generator (table llm_calls, 0002_llm.sql).
+struct LlmCallIn {
+  long long job_id = 0;
+  std::optional<long long> candidate_id;    // set later by link_llm_call
+  std::optional<long long> parent_id;       // the candidate the prompt repairs
+  int instance = 0, round = 0;
+  std::string model, url;
+  std::optional<double> temperature;
+  std::optional<long long> seed;
+  std::string prompt;                       // JSON array of chat messages
+  std::optional<std::string> response;      // the reply's content
+  std::optional<long long> prompt_tokens, completion_tokens;
+  std::optional<double> latency_s;
+  int attempts = 1;
+  std::string status = "ok";                // ok | error | skipped
+  std::string error;                        // "" is stored as NULL
+  nlohmann::json retrieval;                 // null is stored as NULL
+};
+
+struct LlmCallRow : LlmCallIn {
+  long long id = 0;
+  double created_at = 0;
+};
+
 struct BestRow {
   long long job_id = 0, candidate_id = 0;
   std::string basis;        // measured | estimated
   double value_ms = 0;
   std::string device;       // "" is stored as NULL (estimated)
+};
+
+// A slice of the job queue: the jobs whose id % count == index (0 <= index < count).
+// In catalogs built the same way (a fresh catalog, the same manifest submitted)
+// job ids are the same, so N runs with shards 0..N-1 split a manifest's jobs
+// between them without overlap.
+struct JobShard {
+  int index = 0;
+  int count = 1;
 };
 
 // One migration file, db/migrations/NNNN_name.sql; version = NNNN.
@@ -120,9 +154,11 @@ class Catalog {
 
   // Claims one job for `owner` (host:pid): a queued job, or a running one whose
   // lease expired or whose owner process on this host is gone. Sets state
-  // running, lease, attempts+1. Optionally restricted to one batch.
+  // running, lease, attempts+1. Optionally restricted to one batch, and to one
+  // shard: only jobs with id % shard.count == shard.index (kiln run --shard I/N).
   std::optional<JobRow> claim_job(const std::string& owner, double lease_s,
-                                  const std::optional<std::string>& batch_id = std::nullopt);
+                                  const std::optional<std::string>& batch_id = std::nullopt,
+                                  const std::optional<JobShard>& shard = std::nullopt);
   // Extends every lease held by owner; returns how many running jobs it holds
   // (fewer than expected means a job was reclaimed by another run).
   int renew_leases(const std::string& owner, double lease_s);
@@ -142,6 +178,19 @@ class Catalog {
   // Records an evaluation (and its artifact) in one transaction. Throws if the
   // candidate already has one.
   void record_evaluation(long long candidate_id, const EvaluationIn& e);
+  // Several evaluations (candidate id, evaluation) in one transaction, each
+  // statement prepared once: what MPI rank 0 uses to keep up with many ranks.
+  // All or nothing: throws, writing nothing, if a candidate already has an
+  // evaluation (or appears twice).
+  void record_evaluations(const std::vector<std::pair<long long, EvaluationIn>>& batch);
+  // add_candidate for many candidates in one transaction; the rows in order.
+  std::vector<CandidateRow> add_candidates(const std::vector<CandidateRow>& cs);
+
+  // LLM calls: record_llm_call inserts one row (its own transaction) and
+  // returns its id; link_llm_call sets the candidate its code became.
+  long long record_llm_call(const LlmCallIn& call);
+  void link_llm_call(long long call_id, long long candidate_id);
+  std::vector<LlmCallRow> llm_calls(long long job_id) const;
 
   // Best selection. set_best replaces the job's best row; throws if the
   // candidate does not belong to the job.
@@ -167,5 +216,25 @@ class Catalog {
   std::filesystem::path path_;
   bool read_only_ = false;
 };
+
+// kiln merge (src/catalog/merge.cpp): copies everything of the catalog at
+// `from` into `into`, in one transaction, idempotently: batches by id, jobs by
+// key (a job done in `from` but not in `into` becomes done, with its best),
+// batch links, candidates by (job key, candidate key), evaluations (one per
+// candidate), blobs by sha256, artifacts by (candidate, target), the best
+// candidate per job (measured beats estimated; on the same basis the lower
+// value_ms wins; a tie keeps `into`'s), and llm_calls where both catalogs have
+// them. `from` is opened read-only and never changed; it may be an older schema
+// version (columns it lacks take their defaults). Merging the same file twice
+// changes nothing the second time. `into` should not be in use by a run.
+struct MergeStats {
+  int batches = 0, batch_links = 0;
+  int jobs_new = 0, jobs_updated = 0;       // updated: state advanced (e.g. queued -> done)
+  int candidates = 0, evaluations = 0, blobs = 0, artifacts = 0;
+  int best_new = 0, best_replaced = 0;
+  int llm_calls = 0;
+  std::vector<std::string> skipped_tables;  // tables of `from` this kiln does not merge
+};
+MergeStats merge_catalog(Catalog& into, const std::filesystem::path& from);
 
 }  // namespace kiln

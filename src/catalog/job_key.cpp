@@ -21,6 +21,12 @@ const char* const kVolatileTop[] = {"where", "name", "batch", "manifest", "comme
                                     "description"};
 const char* const kVolatileTarget[] = {"aliases", "description", "notes", "comment",
                                        "references"};
+// A reference's path is provenance (its sha256 and source stay); the llm
+// section's transport settings (where the endpoint is, how it is reached)
+// cannot change what a model answers.
+const char* const kVolatileReference[] = {"path"};
+const char* const kVolatileLlm[] = {"base_url", "api_key_env", "timeout_s", "max_retries",
+                                    "max_concurrent"};
 
 }  // namespace
 
@@ -30,6 +36,10 @@ nlohmann::json key_spec(const nlohmann::json& spec) {
   for (const char* k : kVolatileTop) s.erase(k);
   if (auto it = s.find("target"); it != s.end() && it->is_object())
     for (const char* k : kVolatileTarget) it->erase(k);
+  if (auto it = s.find("reference"); it != s.end() && it->is_object())
+    for (const char* k : kVolatileReference) it->erase(k);
+  if (auto it = s.find("llm"); it != s.end() && it->is_object())
+    for (const char* k : kVolatileLlm) it->erase(k);
   if (auto it = s.find("constraints"); it != s.end() && it->is_array()) {
     std::vector<nlohmann::json> v(it->begin(), it->end());
     std::sort(v.begin(), v.end());

@@ -22,6 +22,8 @@ std::string job_key(const nlohmann::json& spec, const std::string& template_vers
 // volatile fields (provenance and documentation that cannot change a result):
 //   top level: "where", "name", "batch", "manifest", "comment", "description"
 //   target:    "aliases", "description", "notes", "comment", "references"
+//   reference: "path" (its "sha256" and "source" count)
+//   llm:       "base_url", "api_key_env", "timeout_s", "max_retries", "max_concurrent"
 // and with "constraints" (a set) sorted and de-duplicated.
 nlohmann::json key_spec(const nlohmann::json& spec);
 

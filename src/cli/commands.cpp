@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -88,7 +90,7 @@ int cmd_submit(const Args& args) {
       j.shape = js.shape;
       j.params = js.params;
       j.spec = js.to_json(*t);
-      j.key = job_key(j.spec, templates.value(op->module, ""), triton);
+      j.key = job_key(j.spec, templates.value(op ? op->module : std::string(), ""), triton);
       jobs.push_back(std::move(j));
     }
     Catalog catalog = open_catalog(*vm, false);
@@ -107,30 +109,57 @@ int cmd_submit(const Args& args) {
 
 // --- run -----------------------------------------------------------------------
 
+namespace {
+
+// "I/N" with 0 <= I < N.
+std::pair<int, int> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  try {
+    if (slash != std::string::npos) {
+      size_t a = 0, b = 0;
+      const int i = std::stoi(text.substr(0, slash), &a);
+      const int n = std::stoi(text.substr(slash + 1), &b);
+      if (a == slash && b == text.size() - slash - 1 && n >= 1 && i >= 0 && i < n) return {i, n};
+    }
+  } catch (const std::exception&) {
+  }
+  throw UsageError("--shard must be I/N with 0 <= I < N (e.g. 0/4), not '" + text + "'");
+}
+
+}  // namespace
+
 int cmd_run(const Args& args) {
   return guarded("run", [&] {
     po::options_description d("kiln run options");
     add_common(d, true);
     d.add_options()("batch", po::value<std::string>(), "only this batch's jobs")(
-        "workers", po::value<int>()->default_value(1), "evaluator processes in parallel")(
+        "workers", po::value<int>(),
+        "evaluator processes in parallel (default: min(cores, 8) with --device gpu, else 1)")(
         "device", po::value<std::string>()->default_value("auto"),
         "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
         "lease", po::value<double>()->default_value(120), "job lease in seconds")(
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
+        "shard", po::value<std::string>(),
+        "I/N: only jobs whose id % N == I (0 <= I < N), e.g. one Slurm array task each")(
         "verbose,v", "copy the workers' stderr to ours");
     auto vm = parse(args, d, nullptr,
-                    "usage: kiln run [--batch ID] [--workers N] [--device auto|cpu|gpu]\n"
+                    "usage: kiln run [--batch ID] [--workers N] [--device auto|cpu|gpu] [--shard I/N]\n"
                     "Processes queued jobs until none remain. Progress goes to stderr.");
     if (!vm) return 0;
     RunOptions o;
-    o.workers = (*vm)["workers"].as<int>();
     o.device = (*vm)["device"].as<std::string>();
+    // On a GPU, compiles and checks of several workers overlap the benchmarks;
+    // more workers than cores would starve the one holding the GPU.
+    o.workers = vm->count("workers")
+                    ? (*vm)["workers"].as<int>()
+                    : (o.device == "gpu" ? std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 8) : 1);
     o.lease_s = (*vm)["lease"].as<double>();
     if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
       throw UsageError("--device must be auto, cpu or gpu");
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
+    if (vm->count("shard")) o.shard = parse_shard((*vm)["shard"].as<std::string>());
     o.echo_worker_stderr = vm->count("verbose") > 0;
     const Knowledge knowledge = load_knowledge();
     Catalog catalog = open_catalog(*vm, false);
@@ -138,7 +167,9 @@ int cmd_run(const Args& args) {
     if (vm->count("json"))
       std::cout << json{{"jobs_done", s.jobs_done}, {"jobs_failed", s.jobs_failed},
                         {"candidates", s.candidates}, {"candidate_failures", s.candidate_failures},
-                        {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"device", s.device}}.dump()
+                        {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"device", s.device},
+                        {"gpu_busy_s", s.gpu_busy_s}, {"gpu_bench_s", s.gpu_bench_s},
+                        {"gpu_busy_fraction", s.gpu_busy_fraction ? json(*s.gpu_busy_fraction) : json(nullptr)}}.dump()
                 << "\n";
     return s.interrupted ? 130 : 0;
   });

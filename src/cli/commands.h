@@ -1,7 +1,8 @@
 // The `kiln` subcommands. Each takes its own arguments (after the subcommand
 // name) and returns the process exit code:
 //   0 success · 1 runtime failure · 2 usage or manifest error ·
-//   3 missing Python dependency · 130 interrupted (the queue is left consistent)
+//   3 missing Python dependency · 4 `kiln nightly` found a regression ·
+//   130 interrupted (the queue is left consistent)
 #pragma once
 #include <string>
 #include <vector>
@@ -16,5 +17,8 @@ int cmd_status(const Args& args);
 int cmd_best(const Args& args);
 int cmd_query(const Args& args);
 int cmd_package(const Args& args);
+int cmd_merge(const Args& args);    // cli/cmd_merge.cpp
+int cmd_nightly(const Args& args);  // cli/cmd_nightly.cpp
+int cmd_lineage(const Args& args);  // cli/cmd_lineage.cpp
 
 }  // namespace kiln

@@ -16,6 +16,9 @@ commands:
   best                 the best kernel per job, its metrics and their basis
   query "SELECT ..."   read-only SQL over the catalog
   package              bundle the best code objects for a target
+  lineage --job ID     which candidate repairs which: rounds, instances, LLM calls
+  merge OUT IN...      merge catalogs (e.g. the shards of a Slurm job array)
+  nightly MANIFEST     regenerate a kernel set: run what changed, report regressions (exit 4)
 
 Every command takes --help. The catalog is --catalog PATH, else $KILN_CATALOG,
 else ./kiln.db. Docs: docs/manifest.md, docs/catalog.md, docs/architecture.md.
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
   if (cmd == "best") return kiln::cmd_best(args);
   if (cmd == "query") return kiln::cmd_query(args);
   if (cmd == "package") return kiln::cmd_package(args);
+  if (cmd == "merge") return kiln::cmd_merge(args);
+  if (cmd == "nightly") return kiln::cmd_nightly(args);
+  if (cmd == "lineage") return kiln::cmd_lineage(args);
   std::cerr << "kiln: unknown command '" << cmd << "'\n\n" << kUsage;
   return 2;
 }

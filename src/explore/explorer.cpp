@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
@@ -26,6 +28,29 @@
 #include "explore/scheduler.h"
 
 namespace kiln {
+
+double union_seconds(std::vector<std::pair<double, double>> spans, double from, double to) {
+  for (auto& [a, b] : spans) {
+    a = std::max(a, from);
+    b = std::min(b, to);
+  }
+  std::sort(spans.begin(), spans.end());
+  double total = 0, cur_a = 0, cur_b = 0;
+  bool open = false;
+  for (const auto& [a, b] : spans) {
+    if (b <= a) continue;
+    if (open && a <= cur_b) {
+      cur_b = std::max(cur_b, b);
+      continue;
+    }
+    if (open) total += cur_b - cur_a;
+    cur_a = a;
+    cur_b = b;
+    open = true;
+  }
+  if (open) total += cur_b - cur_a;
+  return total;
+}
 
 std::string this_owner() {
   char host[256] = {0};
@@ -80,6 +105,7 @@ class Explorer {
     so.owner = owner_;
     so.lease_s = options.lease_s;
     so.batch = options.batch;
+    if (options.shard) so.shard = JobShard{options.shard->first, options.shard->second};
     so.artifact_dir = artifact_dir_;
     scheduler_ = std::make_unique<Scheduler>(catalog, knowledge, io_, so, out_);
     scheduler_->on_work_available([this] { pump(); });
@@ -87,6 +113,7 @@ class Explorer {
 
   RunSummary run() {
     const auto t0 = Clock::now();
+    start_epoch_ = epoch_now();
     start_workers();
     signals_.async_wait([this](auto ec, int sig) { on_signal(ec, sig); });
     arm_lease_timer();
@@ -94,6 +121,7 @@ class Explorer {
     io_.run();
     for (auto& s : slots_) s.worker->kill();
     summary_.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    gpu_busy(epoch_now());
     const SchedulerStats& st = scheduler_->stats();
     summary_.jobs_done = st.jobs_done;
     summary_.jobs_failed = st.jobs_failed;
@@ -122,10 +150,20 @@ class Explorer {
 
   void start_workers() {
     const int n = std::max(1, opts_.workers);
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (n > cores)
+      out_ << "[" << now_hms() << "] warning: " << n << " workers on " << cores
+           << " cores: compiles will compete with the worker holding the GPU" << std::endl;
+    WorkerOptions wo = evaluator_options(opts_.device, triton_cache_, opts_.echo_worker_stderr);
+    // Each worker's torch CPU work (input generation, CPU references) gets its
+    // share of the cores, not all of them: N workers x all cores of threads
+    // would starve the one that holds the GPU.
+    const std::string threads = std::to_string(std::max(1, cores / n));
+    for (const char* var : {"OMP_NUM_THREADS", "MKL_NUM_THREADS"})
+      if (!std::getenv(var)) wo.env[var] = threads;
     for (int i = 0; i < n; ++i) {
       Slot s;
-      s.worker = std::make_unique<WorkerProcess>(io_, evaluator_options(opts_.device, triton_cache_,
-                                                                         opts_.echo_worker_stderr));
+      s.worker = std::make_unique<WorkerProcess>(io_, wo);
       slots_.push_back(std::move(s));
     }
     for (size_t i = 0; i < slots_.size(); ++i) start_slot(i);
@@ -189,6 +227,7 @@ class Explorer {
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(item->timeout_s * 1000));
       s.worker->request(item->request, timeout, [this, i, w = *item](WorkerOutcome o) {
         slots_[i].busy = false;
+        if (o.kind == WorkerOutcome::Kind::kReply) record_gpu_spans(o.reply);
         const std::string who = "pid " + std::to_string(slots_[i].worker->pid());
         if (o.kind != WorkerOutcome::Kind::kReply) restart_slot(i);
         scheduler_->complete(w, o, who);
@@ -199,6 +238,34 @@ class Explorer {
     for (const auto& s : slots_) busy = busy || s.busy;
     if (!busy && scheduler_->finished()) stop("");
     else if (!scheduler_->fatal().empty()) stop(scheduler_->fatal());
+  }
+
+  static double epoch_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+
+  // The spans during which the worker held the GPU for this evaluation
+  // (timings.gpu_spans: [start, end, "bench" | "check"] in unix seconds).
+  void record_gpu_spans(const json& reply) {
+    const json* r = reply.contains("result") ? &reply["result"] : nullptr;
+    if (!r || !r->is_object() || !r->contains("timings") || !(*r)["timings"].is_object()) return;
+    const json& t = (*r)["timings"];
+    auto it = t.find("gpu_spans");
+    if (it == t.end() || !it->is_array()) return;
+    for (const auto& sp : *it) {
+      if (!sp.is_array() || sp.size() < 2 || !sp[0].is_number() || !sp[1].is_number()) continue;
+      const std::pair<double, double> span{sp[0].get<double>(), sp[1].get<double>()};
+      gpu_spans_.push_back(span);
+      if (sp.size() > 2 && sp[2] == "bench") bench_spans_.push_back(span);
+    }
+  }
+
+  // The run's GPU busy time: the union of every worker's spans over the run.
+  void gpu_busy(double end_epoch) {
+    if (gpu_spans_.empty()) return;
+    summary_.gpu_busy_s = union_seconds(gpu_spans_, start_epoch_, end_epoch);
+    summary_.gpu_bench_s = union_seconds(bench_spans_, start_epoch_, end_epoch);
+    if (summary_.wall_s > 0) summary_.gpu_busy_fraction = std::min(1.0, summary_.gpu_busy_s / summary_.wall_s);
   }
 
   void arm_lease_timer() {
@@ -229,7 +296,12 @@ class Explorer {
     line << "[" << now_hms() << "] " << (final_line ? "finished: " : "") << "jobs " << st.jobs_done
          << " done, " << st.jobs_failed << " failed, " << scheduler_->active_jobs() << " running · candidates "
          << st.candidates << " evaluated, " << st.candidate_failures << " failed";
-    if (final_line) line << " · " << std::fixed << std::setprecision(1) << summary_.wall_s << " s";
+    if (final_line && summary_.gpu_busy_fraction)
+      line << " · GPU busy " << std::fixed << std::setprecision(0) << *summary_.gpu_busy_fraction * 100
+           << "% of " << std::setprecision(1) << summary_.wall_s << " s (timed runs alone "
+           << std::setprecision(0) << (summary_.wall_s > 0 ? summary_.gpu_bench_s / summary_.wall_s * 100 : 0)
+           << "%)";
+    else if (final_line) line << " · " << std::fixed << std::setprecision(1) << summary_.wall_s << " s";
     else if (!st.last_best.empty()) line << " · last best: " << st.last_best;
     const std::string s = line.str();
     if (s != last_progress_ || final_line) out_ << s << std::endl;
@@ -273,6 +345,8 @@ class Explorer {
   std::vector<Slot> slots_;
   bool stopping_ = false;
   RunSummary summary_;
+  double start_epoch_ = 0;
+  std::vector<std::pair<double, double>> gpu_spans_, bench_spans_;
   std::string fatal_, last_progress_;
 };
 

@@ -10,6 +10,8 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "catalog/catalog.h"
 #include "evaluate/worker_process.h"
@@ -21,6 +23,7 @@ struct RunOptions {
   int workers = 1;
   std::string device = "auto";              // auto | cpu | gpu (KILN_DEVICE for workers)
   std::optional<std::string> batch;         // only this batch's jobs
+  std::optional<std::pair<int, int>> shard; // (I, N): only jobs with id % N == I (kiln run --shard I/N)
   double lease_s = 120;                     // job lease, renewed every lease_s / 3
   std::filesystem::path scratch_dir;        // artifacts in flight + Triton cache; empty: a temp dir
   bool echo_worker_stderr = false;
@@ -34,11 +37,19 @@ struct RunSummary {
   bool interrupted = false;                 // stopped by SIGINT/SIGTERM/SIGUSR1
   double wall_s = 0;
   std::string device;                       // the executing device the workers reported
+  // Time the GPU was held by some worker (benchmarks exclusively, correctness
+  // checks shared), from the workers' own timestamps (timings.gpu_spans), as
+  // the union of those spans over the run; unset when nothing ran on a GPU.
+  double gpu_busy_s = 0, gpu_bench_s = 0;   // all GPU work; timed benchmark runs alone
+  std::optional<double> gpu_busy_fraction;  // gpu_busy_s / wall_s
 };
 
 // Runs until the queue is empty or a signal asks to stop. Throws
 // std::runtime_error when the workers cannot start (missing Python packages...).
 RunSummary run_explorer(Catalog& catalog, const Knowledge& knowledge, const RunOptions& options);
+
+// Seconds covered by the union of [start, end) spans, clipped to [from, to].
+double union_seconds(std::vector<std::pair<double, double>> spans, double from, double to);
 
 // "host:pid" of this process: the lease owner.
 std::string this_owner();

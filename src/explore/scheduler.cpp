@@ -54,6 +54,7 @@ struct Scheduler::Job {
   std::deque<CandidateRow> pending;
   int in_flight = 0;
   int rounds = 0;
+  std::string error;                 // the generator's "error: " note, if it gave up
   std::string label() const {
     return ctx.row.op + " " + shape_str(ctx.row.shape) + " " + ctx.row.dtype + " " + ctx.row.target;
   }
@@ -63,7 +64,7 @@ Scheduler::Scheduler(Catalog& catalog, const Knowledge& knowledge, boost::asio::
                      SchedulerOptions options, std::ostream& log)
     : catalog_(catalog), knowledge_(knowledge), io_(io), opts_(std::move(options)), log_(log) {}
 
-Scheduler::~Scheduler() = default;
+Scheduler::~Scheduler() { flush(); }
 
 void Scheduler::set_device(const std::string& device_name) { device_ = device_name; }
 
@@ -83,7 +84,8 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       WorkItem w;
       w.kind = WorkItem::Kind::kSpace;
       w.job_id = id;
-      w.request = {{"method", "space"}, {"job", job->job}};
+      // A reference job has no template: the worker loads its module instead.
+      w.request = {{"method", job->ctx.is_reference() ? "reference_info" : "space"}, {"job", job->job}};
       w.timeout_s = 120;
       w.label = job->label();
       return w;
@@ -115,7 +117,7 @@ std::optional<WorkItem> Scheduler::next(int slot) {
 bool Scheduler::claim() {
   std::optional<JobRow> row;
   try {
-    row = catalog_.claim_job(opts_.owner, opts_.lease_s, opts_.batch);
+    row = catalog_.claim_job(opts_.owner, opts_.lease_s, opts_.batch, opts_.shard);
   } catch (const std::exception& e) {
     fail(std::string("catalog: ") + e.what());
     return false;
@@ -129,14 +131,16 @@ bool Scheduler::claim() {
   job->ctx.knowledge = &knowledge_;
   job->ctx.target = knowledge_.targets.find(row->target);
   job->ctx.device_name = device_;
-  const OperatorSpec* op = knowledge_.operators.find(row->op);
-  if (!job->ctx.target || !op) {
+  job->ctx.catalog = &catalog_;
+  // A reference job's op names its module, not a library operator (module "").
+  const OperatorSpec* op = job->ctx.is_reference() ? nullptr : knowledge_.operators.find(row->op);
+  if (!job->ctx.target || (!op && !job->ctx.is_reference())) {
     catalog_.finish_job(row->id, opts_.owner, false,
                         job->ctx.target ? "unknown operator " + row->op : "unknown target " + row->target);
     ++stats_.jobs_failed;
     return true;
   }
-  job->ctx.module = op->module;
+  job->ctx.module = op ? op->module : "";
   job->ctx.measured = TargetRegistry::matches_device(*job->ctx.target, device_);
   for (const auto& c : row->spec.value("constraints", json::array()))
     if (const Principle* p = knowledge_.principles.find(c.get<std::string>())) job->ctx.principles.push_back(p);
@@ -162,12 +166,18 @@ void Scheduler::complete(const WorkItem& item, const WorkerOutcome& o, const std
   if (item.kind == WorkItem::Kind::kSpace) {
     if (o.kind != WorkerOutcome::Kind::kReply || !o.reply.value("ok", false)) {
       const std::string why = o.kind == WorkerOutcome::Kind::kReply ? o.reply.value("error", "") : o.detail;
-      finish(job, false, "could not enumerate the config space: " + why);
+      finish(job, false, (job.ctx.is_reference() ? "could not load the reference module: "
+                                                 : "could not enumerate the config space: ") + why);
       return;
     }
     const json& r = o.reply["result"];
+    if (job.ctx.is_reference()) job.ctx.reference_info = r;
     job.ctx.traffic = Traffic::from_json(r.value("traffic", json::object()));
     job.ctx.space = r.value("configs", json::array()).get<std::vector<json>>();
+    // Optional, parallel to configs: launch grid and shared memory per config,
+    // for the strategies' config model (src/explore/strategy.h).
+    if (auto h = r.find("hints"); h != r.end() && h->is_array() && h->size() == job.ctx.space.size())
+      job.ctx.space_hints = h->get<std::vector<json>>();
     job.space_known = true;
     plan(job);
     return;
@@ -175,6 +185,18 @@ void Scheduler::complete(const WorkItem& item, const WorkerOutcome& o, const std
   --job.in_flight;
   record(item, o, worker);
   maybe_finish(item.job_id);
+}
+
+void Scheduler::requeue(const WorkItem& item) {
+  auto it = active_.find(item.job_id);
+  if (it == active_.end()) return;  // released by a drain meanwhile
+  Job& job = *it->second;
+  if (item.kind == WorkItem::Kind::kSpace) {
+    if (!job.space_known) job.space_requested = false;
+    return;
+  }
+  job.pending.push_front(item.candidate);
+  if (job.in_flight > 0) --job.in_flight;
 }
 
 void Scheduler::plan(Job& job) {
@@ -200,11 +222,14 @@ void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std:
   if (it == active_.end()) return;
   Job& job = *it->second;
   job.proposing = false;
-  if (job.rounds == 1 || proposals.size() > 0)
-    for (const auto& n : notes)
-      if (job.rounds == 1) log_ << "[" << now_hms() << "]   " << job.label() << ": " << n << std::endl;
+  // Notes: the first round's, and every round's llm/retrieval/reflection/error notes.
+  for (const auto& n : notes)
+    if (job.rounds == 1 || n.rfind("llm", 0) == 0 || n.rfind("retrieval", 0) == 0 || n.rfind("reflection", 0) == 0 ||
+        n.rfind("error: ", 0) == 0 || n.rfind("fatal: ", 0) == 0)
+      log_ << "[" << now_hms() << "]   " << job.label() << ": " << n << std::endl;
   int fresh = 0, resumed = 0;
   try {
+    std::vector<CandidateRow> rows;
     for (const Proposal& p : proposals) {
       CandidateRow c;
       c.job_id = id;
@@ -216,7 +241,14 @@ void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std:
       c.round = p.round;
       c.instance = p.instance;
       c.key = candidate_key_of(p);
-      CandidateRow stored = catalog_.add_candidate(c);
+      rows.push_back(std::move(c));
+    }
+    // Batching executors store a round's candidates in one transaction.
+    if (opts_.record_batch > 1) rows = catalog_.add_candidates(rows);
+    for (size_t i = 0; i < proposals.size(); ++i) {
+      const Proposal& p = proposals[i];
+      CandidateRow stored = opts_.record_batch > 1 ? rows[i] : catalog_.add_candidate(rows[i]);
+      if (p.llm_call_id) catalog_.link_llm_call(*p.llm_call_id, stored.id);
       if (stored.evaluated) {
         ++resumed;
         continue;
@@ -232,7 +264,19 @@ void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std:
     log_ << "[" << now_hms() << "]   " << job.label() << ": resuming, " << resumed
          << " candidate(s) already evaluated" << std::endl;
   if (fresh == 0) {
-    // A round with nothing new ends the search.
+    // A round with nothing new ends the search. A generator's "fatal: " note
+    // fails the job and stops the run (its endpoint is unusable); an
+    // "error: " note is the job's failure message if nothing was correct.
+    for (const auto& n : notes)
+      if (n.rfind("fatal: ", 0) == 0) {
+        const std::string why = n.substr(7);
+        finish(job, false, why);
+        fail(why);
+        if (wake_) wake_();
+        return;
+      }
+    for (const auto& n : notes)
+      if (n.rfind("error: ", 0) == 0 && job.error.empty()) job.error = n.substr(7);
     job.space_known = true;
     job.rounds = -1;
   }
@@ -245,6 +289,9 @@ void Scheduler::maybe_finish(long long id) {
   if (it == active_.end()) return;
   Job& job = *it->second;
   if (job.proposing || !job.space_known || !job.pending.empty() || job.in_flight > 0) return;
+  // Selection and the generator's history read evaluations: write buffered ones first.
+  flush();
+  if (!fatal_.empty()) return;
   if (job.rounds >= 0) {  // the generator may have more: ask it
     plan(job);
     return;
@@ -254,7 +301,8 @@ void Scheduler::maybe_finish(long long id) {
     catalog_.set_best(*sel.best);
     finish(job, true, "");
   } else {
-    finish(job, false, "no correct candidate among " + std::to_string(sel.evaluated) +
+    finish(job, false, (job.error.empty() ? "" : job.error + "; ") + "no correct candidate among " +
+                           std::to_string(sel.evaluated) +
                            (sel.failure_summary.empty() ? "" : " (" + sel.failure_summary + ")"));
   }
 }
@@ -310,7 +358,7 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
       art.arch = job.ctx.row.arch;
       art.kind = a->value("kind", "");
       art.kernel_name = a->value("kernel_name", "");
-      art.bytes = read_file(path);
+      art.bytes = opts_.read_artifact ? opts_.read_artifact(path) : read_file(path);
       art.metadata = *a;
       art.metadata.erase("path");
       e.artifact = std::move(art);
@@ -333,7 +381,13 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
     }
   }
   try {
-    catalog_.record_evaluation(item.candidate.id, e);
+    if (opts_.record_batch > 1) {
+      unflushed_.emplace_back(item.candidate.id, e);
+      if (static_cast<int>(unflushed_.size()) >= opts_.record_batch) flush();
+      if (!fatal_.empty()) return;
+    } else {
+      catalog_.record_evaluation(item.candidate.id, e);
+    }
   } catch (const std::exception& ex) {
     fail(std::string("catalog: ") + ex.what());
     return;
@@ -384,7 +438,19 @@ std::vector<Outcome> Scheduler::history(const Job& job) const {
   return out;
 }
 
+void Scheduler::flush() {
+  if (unflushed_.empty()) return;
+  auto batch = std::move(unflushed_);
+  unflushed_.clear();
+  try {
+    catalog_.record_evaluations(batch);
+  } catch (const std::exception& e) {
+    fail(std::string("catalog: ") + e.what());
+  }
+}
+
 void Scheduler::drain() {
+  flush();  // results already in hand are kept
   draining_ = true;
   for (auto& [id, job] : active_) {
     try {

@@ -41,7 +41,15 @@ struct SchedulerOptions {
   std::string owner;               // lease owner, host:pid
   double lease_s = 120;
   std::optional<std::string> batch;
+  std::optional<JobShard> shard;   // only jobs with id % count == index
   std::filesystem::path artifact_dir;  // the worker writes code objects here (per slot subdirs)
+  // > 1: evaluations are buffered and written up to this many per transaction
+  // (Catalog::record_evaluations), and a round's candidates in one transaction;
+  // buffered ones are written by flush(), before selection and on drain. The
+  // MPI coordinator uses it; 1 writes each evaluation at once.
+  int record_batch = 1;
+  // Reads a code object the worker reported at `path` (default: the file).
+  std::function<std::string(const std::filesystem::path&)> read_artifact;
 };
 
 struct SchedulerStats {
@@ -71,6 +79,15 @@ class Scheduler {
 
   // The worker's answer (or timeout / crash) for an item from next().
   void complete(const WorkItem& item, const WorkerOutcome& outcome, const std::string& worker);
+
+  // Takes back an item from next() unrecorded, as if it had never been handed
+  // out: its executor lost it (an MPI worker rank that stopped answering). An
+  // evaluation goes back to the front of its job's queue; a space request will
+  // be asked again. No-op when the job is no longer active (drained). Does not
+  // call the on_work_available callback: the executor calls next() afterwards.
+  void requeue(const WorkItem& item);
+  // Writes buffered evaluations (record_batch > 1); a catalog error is fatal().
+  void flush();
 
   // No claimable job left and nothing active: the run is over.
   bool finished() const;
@@ -104,6 +121,7 @@ class Scheduler {
   bool queue_empty_ = false, draining_ = false;
   std::string fatal_;
   SchedulerStats stats_;
+  std::vector<std::pair<long long, EvaluationIn>> unflushed_;
 };
 
 }  // namespace kiln

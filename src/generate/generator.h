@@ -27,12 +27,18 @@ struct JobContext {
   const Knowledge* knowledge = nullptr;
   std::string module;                         // kernels/<module>.py serving the operator ("" if none)
   std::vector<nlohmann::json> space;          // the template's config space (worker `space`)
+  std::vector<nlohmann::json> space_hints;    // per config {grid, shared_bytes} (worker `space`, optional)
   Traffic traffic;                            // minimum bytes / flops
   std::vector<const Principle*> principles;   // from knowledge_constraints
   std::string device_name;                    // the executing device ("NVIDIA H200", "cpu (...)")
   bool measured = false;                      // latencies here are of the target's kind
+  // Reference jobs (manifest `reference:`): the worker's `reference_info`
+  // answer (input shapes/dtypes, forward source, eager latency); null otherwise.
+  nlohmann::json reference_info;
+  Catalog* catalog = nullptr;                 // for generators that record (llm_calls); may be null
 
   const nlohmann::json& explore() const;      // spec["explore"]
+  bool is_reference() const;                  // spec has "reference"
 };
 
 struct Proposal {
@@ -42,6 +48,7 @@ struct Proposal {
   std::optional<std::string> source;          // generated code (llm)
   std::optional<long long> parent_id;         // lineage
   int round = 0, instance = 0;
+  std::optional<long long> llm_call_id;       // the llm_calls row that produced the code
 };
 
 // One evaluated candidate of the job, as the generator sees it.
@@ -60,6 +67,9 @@ class Generator {
   virtual std::string name() const = 0;
   // Calls done exactly once, possibly later on the io_context. Throwing (or
   // calling done after an error note with no proposals) ends the job's search.
+  // Notes are log lines; with no proposals, a note starting "error: " is the
+  // job's failure message (unless a correct candidate exists), and one starting
+  // "fatal: " also stops the run (an LLM endpoint that cannot be reached).
   virtual void propose(const JobContext& job, const std::vector<Outcome>& history, Done done) = 0;
 };
 

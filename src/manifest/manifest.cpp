@@ -1,9 +1,11 @@
 #include "manifest/manifest.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <set>
 
+#include "common/hash.h"
 #include "knowledge/yaml_util.h"
 
 namespace kiln {
@@ -18,15 +20,20 @@ std::string format_error(const std::string& file, int line, int column, const st
 }
 
 // Key vocabularies. Operator entries and `defaults:` share most keys.
-const std::vector<std::string> kTopKeys = {"name", "targets", "defaults", "operators"};
+const std::vector<std::string> kTopKeys = {"name", "targets", "defaults", "operators", "llm"};
 const std::vector<std::string> kEntryKeys = {
     "input_shape", "shape", "shapes", "dtype", "dtypes", "target", "targets", "params",
-    "knowledge_constraints", "exploration", "validation", "benchmark"};
+    "knowledge_constraints", "exploration", "validation", "benchmark", "llm"};
+// Only in operator entries (not in defaults).
+const std::vector<std::string> kEntryOnlyKeys = {"op", "reference", "name", "description"};
+const std::vector<std::string> kLlmKeys = {
+    "base_url", "model", "api_key_env", "temperature", "max_tokens", "timeout_s", "max_retries",
+    "max_concurrent", "retrieval_threshold", "rounds", "instance_timeout_s"};
 const std::vector<std::string> kExplorationKeys = {"generator", "strategy", "instances",
                                                    "max_candidates", "timeout_s", "seed"};
 const std::vector<std::string> kValidationKeys = {"seeds", "atol", "rtol"};
 const std::vector<std::string> kBenchmarkKeys = {"warmup", "runs"};
-const std::vector<std::string> kStrategies = {"exhaustive", "random"};
+const std::vector<std::string> kStrategies = {"exhaustive", "random", "halving"};
 const std::vector<std::string> kGenerators = {"template", "llm"};
 const std::vector<std::string> kDtypes = {"fp32", "fp16", "bf16"};
 
@@ -65,6 +72,9 @@ struct Layer {
   std::optional<int> seeds;
   std::optional<std::optional<double>> atol, rtol;
   std::optional<int> warmup, runs;
+  nlohmann::json llm = nlohmann::json::object();  // the `llm:` keys given, typed
+  // Entry only.
+  std::optional<KV> reference, name, description;
 };
 
 class Parser {
@@ -102,6 +112,8 @@ class Parser {
         defaults = layer(kv.val, "defaults");
       } else if (k == "operators") {
         operators = kv;
+      } else if (k == "llm") {
+        top_llm_ = llm_section(kv);
       }
     }
     if (m.name.empty()) m.name = std::filesystem::path(file_).stem().string();
@@ -130,6 +142,7 @@ class Parser {
  private:
   std::string file_;
   const Knowledge& k_;
+  json top_llm_ = json::object();
 
   [[noreturn]] void fail(const YAML::Mark& m, const std::string& msg) const {
     if (m.line < 0) throw ManifestError(file_, 0, 0, msg);
@@ -264,12 +277,22 @@ class Parser {
   Layer layer(const YAML::Node& map, const std::string& context, bool is_entry = false) const {
     Layer L;
     std::vector<std::string> known = kEntryKeys;
-    if (is_entry) known.insert(known.begin(), "op");
+    if (is_entry) known.insert(known.begin(), kEntryOnlyKeys.begin(), kEntryOnlyKeys.end());
     std::optional<KV> single_shape, shape_list, dtype_one, dtype_many, target_one, target_many;
     for (const KV& kv : entries(map, &known, context)) {
       const std::string k = kv.name();
       if (k == "op") {
         continue;  // read by expand()
+      } else if (k == "reference") {
+        L.reference = kv;
+      } else if (k == "name") {
+        string(kv, "name");
+        L.name = kv;
+      } else if (k == "description") {
+        string(kv, "description");
+        L.description = kv;
+      } else if (k == "llm") {
+        L.llm = llm_section(kv);
       } else if (k == "input_shape" || k == "shape") {
         if (single_shape) fail(kv.key, "give one of input_shape and shape, not both");
         single_shape = kv;
@@ -352,6 +375,61 @@ class Parser {
     return all;
   }
 
+  // The `llm:` section: the keys given, typed and checked.
+  json llm_section(const KV& sec) const {
+    json out = json::object();
+    if (!sec.val.IsMap()) {
+      if (yu::is_null(sec.val)) return out;
+      fail(mark_of(sec), "llm must be a mapping, got " + yu::describe(sec.val));
+    }
+    for (const KV& kv : entries(sec.val, &kLlmKeys, "llm")) {
+      const std::string k = kv.name();
+      const std::string what = "llm." + k;
+      if (k == "base_url") {
+        std::string u = string(kv, what);
+        if (u.rfind("http://", 0) != 0 && u.rfind("https://", 0) != 0)
+          fail(kv.val, what + " must start with http:// or https://, got '" + u + "'");
+        while (!u.empty() && u.back() == '/') u.pop_back();
+        out[k] = u;
+      } else if (k == "model" || k == "api_key_env") {
+        out[k] = string(kv, what);
+      } else if (k == "temperature") {
+        double v = number(kv.val, kv.key.Mark(), what);
+        if (v < 0 || v > 2) fail(kv.val, what + " must be between 0 and 2, got " + kv.val.Scalar());
+        out[k] = v;
+      } else if (k == "retrieval_threshold") {
+        double v = number(kv.val, kv.key.Mark(), what);
+        if (v < 0 || v > 1) fail(kv.val, what + " must be between 0 and 1, got " + kv.val.Scalar());
+        out[k] = v;
+      } else if (k == "timeout_s" || k == "instance_timeout_s") {
+        double v = number(kv.val, kv.key.Mark(), what);
+        if (v <= 0) fail(kv.val, what + " must be positive, got " + kv.val.Scalar());
+        out[k] = v;
+      } else if (k == "max_retries") {
+        out[k] = bounded_int(kv, what, 0);
+      } else {  // max_tokens, max_concurrent, rounds
+        out[k] = bounded_int(kv, what, 1);
+      }
+    }
+    return out;
+  }
+
+  static void apply_llm(const json& given, LlmSettings& s) {
+    for (const auto& [k, v] : given.items()) {
+      if (k == "base_url") s.base_url = v.get<std::string>();
+      else if (k == "model") s.model = v.get<std::string>();
+      else if (k == "api_key_env") s.api_key_env = v.get<std::string>();
+      else if (k == "temperature") s.temperature = v.get<double>();
+      else if (k == "max_tokens") s.max_tokens = v.get<int>();
+      else if (k == "timeout_s") s.timeout_s = v.get<double>();
+      else if (k == "max_retries") s.max_retries = v.get<int>();
+      else if (k == "max_concurrent") s.max_concurrent = v.get<int>();
+      else if (k == "retrieval_threshold") s.retrieval_threshold = v.get<double>();
+      else if (k == "rounds") s.rounds = v.get<int>();
+      else if (k == "instance_timeout_s") s.instance_timeout_s = v.get<double>();
+    }
+  }
+
   void section(const KV& sec, const std::vector<std::string>& keys, Layer& L) const {
     const std::string s = sec.name();
     if (!sec.val.IsMap()) {
@@ -428,14 +506,134 @@ class Parser {
     return "[" + yu::join(parts) + "]";
   }
 
+  void merge_settings(const Layer& defaults, const Layer& L, ExplorationSettings& ex,
+                      ValidationSettings& va, BenchmarkSettings& be, LlmSettings& llm) const {
+    for (const Layer* l : {&defaults, &L}) {
+      if (l->generator) ex.generator = *l->generator;
+      if (l->strategy) ex.strategy = *l->strategy;
+      if (l->instances) ex.instances = *l->instances;
+      if (l->max_candidates) ex.max_candidates = *l->max_candidates;
+      if (l->timeout_s) ex.timeout_s = *l->timeout_s;
+      if (l->seed) ex.seed = *l->seed;
+      if (l->seeds) va.seeds = *l->seeds;
+      if (l->atol) va.atol = *l->atol;
+      if (l->rtol) va.rtol = *l->rtol;
+      if (l->warmup) be.warmup = *l->warmup;
+      if (l->runs) be.runs = *l->runs;
+    }
+    apply_llm(top_llm_, llm);
+    apply_llm(defaults.llm, llm);
+    apply_llm(L.llm, llm);
+  }
+
+  // A `reference: path.py` entry: a PyTorch module in the KernelBench form
+  // (class Model(nn.Module), get_inputs(), get_init_inputs()) instead of a
+  // library operator. Shapes come from get_inputs(); only the llm generator
+  // serves it.
+  void expand_reference(const YAML::Node& entry, const Layer& L, const Layer& defaults,
+                        std::vector<JobSpec>& jobs, std::set<std::string>& seen) const {
+    const KV& ref = *L.reference;
+    const std::string rel = string(ref, "reference");
+    if (rel.empty()) fail(ref.val, "reference must be a path to a Python file");
+    std::filesystem::path p = rel;
+    if (p.is_relative()) p = std::filesystem::path(file_).parent_path() / p;
+    std::error_code ec;
+    std::filesystem::path abs = std::filesystem::weakly_canonical(std::filesystem::absolute(p), ec);
+    if (ec) abs = std::filesystem::absolute(p);
+    if (!std::filesystem::is_regular_file(abs, ec))
+      fail(ref.val, "reference file '" + rel + "' does not exist (looked for " + abs.string() +
+                        "; a relative path is relative to the manifest's directory)");
+    std::string source;
+    try {
+      source = yu::read_file(abs);
+    } catch (const std::exception&) {
+      fail(ref.val, "cannot read reference file " + abs.string());
+    }
+    if (source.find("class Model") == std::string::npos || source.find("def get_inputs") == std::string::npos)
+      fail(ref.val, "reference " + abs.string() + " is not in the KernelBench form: it needs "
+                    "class Model(nn.Module) and def get_inputs() (and get_init_inputs() when Model takes arguments)");
+
+    std::string name = L.name ? L.name->val.Scalar() : abs.stem().string();
+    const YAML::Mark name_mark = L.name ? L.name->val.Mark() : ref.val.Mark();
+    if (name.empty()) fail(name_mark, "name must not be empty");
+    for (char c : name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+        fail(name_mark, "name '" + name + "' may hold only letters, digits, '_', '-' and '.'" +
+                            std::string(L.name ? "" : " (it defaults to the reference's file name: give name:)"));
+    if (k_.operators.find(name))
+      fail(name_mark, "name '" + name + "' is a library operator; give the reference entry another name:");
+
+    if (L.shapes)
+      fail(L.shapes->front().mark, "a reference entry takes its shapes from the module's get_inputs(); "
+                                   "remove the shape");
+    if (!L.params.empty())
+      fail(L.params.front().key, "a reference entry takes no params: the module's get_init_inputs() gives "
+                                 "Model's arguments");
+
+    const auto& dts = L.dtypes ? L.dtypes : defaults.dtypes;
+    std::vector<std::string> dtype_list;
+    if (dts)
+      for (const auto& d : *dts) dtype_list.push_back(d.value);
+    else
+      dtype_list.push_back("fp32");
+    const auto& tgs = L.targets ? L.targets : defaults.targets;
+    if (!tgs) fail(entry, "reference '" + name + "' has no target: give targets: [...] at the top level or here");
+
+    std::vector<std::string> constraints =
+        L.constraints ? *L.constraints : defaults.constraints.value_or(std::vector<std::string>{});
+    std::sort(constraints.begin(), constraints.end());
+    constraints.erase(std::unique(constraints.begin(), constraints.end()), constraints.end());
+
+    ExplorationSettings ex;
+    ValidationSettings va;
+    BenchmarkSettings be;
+    LlmSettings llm;
+    merge_settings(defaults, L, ex, va, be, llm);
+    if (ex.generator != "llm")
+      fail(ref.key, "a reference entry needs exploration: {generator: llm} (the template generator "
+                    "serves library operators only)");
+
+    const json reference = {{"path", abs.string()}, {"source", source}, {"sha256", sha256_hex(source)}};
+    const std::string where = file_ + ":" + std::to_string(entry.Mark().line + 1);
+    for (const auto& d : dtype_list)
+      for (const auto& t : *tgs) {
+        JobSpec j;
+        j.op = name;
+        j.dtype = d;
+        j.params = json::object();
+        j.target = t.value;
+        j.constraints = constraints;
+        j.explore = ex;
+        j.validate = va;
+        j.bench = be;
+        j.where = where;
+        if (L.description) j.description = L.description->val.Scalar();
+        j.reference = reference;
+        j.llm = llm;
+        const Target* target = k_.targets.find(t.value);
+        if (seen.insert(j.to_json(*target).dump()).second) jobs.push_back(std::move(j));
+      }
+  }
+
   void expand(const YAML::Node& entry, const Layer& defaults, std::vector<JobSpec>& jobs,
               std::set<std::string>& seen) const {
     if (!entry.IsMap())
       fail(mark_of(entry, entry.Mark()), "an operator entry must be a mapping starting with op:, got " +
                                              yu::describe(entry));
     const YAML::Node op_node = entry["op"];
-    if (!op_node.IsDefined()) fail(entry, "operator entry has no 'op' (the operator name, e.g. op: softmax)");
+    if (!op_node.IsDefined() && !entry["reference"].IsDefined())
+      fail(entry, "operator entry has no 'op' (the operator name, e.g. op: softmax) and no 'reference' "
+                  "(a PyTorch module file, e.g. reference: my_op.py)");
     const Layer L = layer(entry, "an operator entry", true);
+    if (L.reference) {
+      if (op_node.IsDefined())
+        fail(L.reference->key, "give either op (a library operator) or reference (a PyTorch module file), not both");
+      expand_reference(entry, L, defaults, jobs, seen);
+      return;
+    }
+    if (L.name)
+      fail(L.name->key, "name is for reference entries (it names the job's operator); a library "
+                        "operator's name is its op");
     if (!op_node.IsScalar() || yu::is_null(op_node))
       fail(mark_of(op_node, entry.Mark()), "op must be an operator name, got " + yu::describe(op_node));
     const std::string op_name = op_node.Scalar();
@@ -511,19 +709,8 @@ class Parser {
     ExplorationSettings ex;
     ValidationSettings va;
     BenchmarkSettings be;
-    for (const Layer* l : {&defaults, &L}) {
-      if (l->generator) ex.generator = *l->generator;
-      if (l->strategy) ex.strategy = *l->strategy;
-      if (l->instances) ex.instances = *l->instances;
-      if (l->max_candidates) ex.max_candidates = *l->max_candidates;
-      if (l->timeout_s) ex.timeout_s = *l->timeout_s;
-      if (l->seed) ex.seed = *l->seed;
-      if (l->seeds) va.seeds = *l->seeds;
-      if (l->atol) va.atol = *l->atol;
-      if (l->rtol) va.rtol = *l->rtol;
-      if (l->warmup) be.warmup = *l->warmup;
-      if (l->runs) be.runs = *l->runs;
-    }
+    LlmSettings llm;
+    merge_settings(defaults, L, ex, va, be, llm);
 
     const std::string where = file_ + ":" + line;
     for (const auto& s : *shapes)
@@ -540,6 +727,8 @@ class Parser {
           j.validate = va;
           j.bench = be;
           j.where = where;
+          if (L.description) j.description = L.description->val.Scalar();
+          j.llm = llm;
           const Target* target = k_.targets.find(t.value);
           if (seen.insert(j.to_json(*target).dump()).second) jobs.push_back(std::move(j));
         }
@@ -564,7 +753,7 @@ nlohmann::json JobSpec::to_json(const Target& t) const {
   tj["arch"] = t.arch;
   tj["warp_size"] = t.warp_size;
   auto opt = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
-  return json{
+  json j = json{
       {"op", op},
       {"shape", shape},
       {"dtype", dtype},
@@ -581,6 +770,24 @@ nlohmann::json JobSpec::to_json(const Target& t) const {
         {"timeout_s", explore.timeout_s},
         {"seed", explore.seed}}},
   };
+  if (!reference.is_null()) j["reference"] = reference;
+  if (explore.generator == "llm") j["llm"] = llm.to_json();
+  if (!description.empty()) j["description"] = description;
+  return j;
+}
+
+nlohmann::json LlmSettings::to_json() const {
+  return json{{"base_url", base_url},
+              {"model", model},
+              {"api_key_env", api_key_env},
+              {"temperature", temperature},
+              {"max_tokens", max_tokens},
+              {"timeout_s", timeout_s},
+              {"max_retries", max_retries},
+              {"max_concurrent", max_concurrent},
+              {"retrieval_threshold", retrieval_threshold},
+              {"rounds", rounds},
+              {"instance_timeout_s", instance_timeout_s}};
 }
 
 Knowledge Knowledge::load(const std::filesystem::path& home) {

@@ -49,6 +49,26 @@ struct BenchmarkSettings {
   int runs = 100;                       // timed runs (the seed's regression test uses 1000)
 };
 
+// The `llm:` section (top level, defaults, entry; merged key by key). Only
+// jobs with exploration.generator: llm carry it. At run time the environment
+// overrides three of them: KILN_LLM_BASE_URL, KILN_LLM_MODEL, KILN_LLM_API_KEY
+// (the key itself; api_key_env names a variable holding it). docs/llm.md.
+struct LlmSettings {
+  std::string base_url = "http://localhost:8000/v1";  // OpenAI-compatible, ends before /chat/completions
+  std::string model;                    // "" = must come from KILN_LLM_MODEL
+  std::string api_key_env;              // env var holding the API key; "" = none
+  double temperature = 0.2;             // instance i uses temperature + 0.1 * i
+  int max_tokens = 4096;
+  double timeout_s = 120;               // per HTTP request
+  int max_retries = 3;                  // on connection errors, timeouts, 429 and 5xx
+  int max_concurrent = 4;               // requests in flight across the run
+  double retrieval_threshold = 0.8;     // similarity for the 1-shot example / template serving
+  int rounds = 3;                       // generation rounds per instance (round 0 + repairs)
+  double instance_timeout_s = 300;      // wall time per instance
+
+  nlohmann::json to_json() const;
+};
+
 // One expanded job: a single operator, shape, dtype and target.
 struct JobSpec {
   std::string op;
@@ -61,9 +81,15 @@ struct JobSpec {
   ValidationSettings validate;
   BenchmarkSettings bench;
   std::string where;                    // "file:line" of the operator entry
+  std::string description;              // the entry's `description:` (prompts; not in the key)
+  // `reference: path.py` entries (op = the entry's name): {"path": absolute,
+  // "source": the file's text, "sha256": of the text}; null otherwise.
+  nlohmann::json reference;
+  LlmSettings llm;                      // carried only when explore.generator == "llm"
 
   // The job as the worker sees it (op, shape, dtype, params, target document,
-  // validation, benchmark, constraints, explore).
+  // validation, benchmark, constraints, explore; plus "reference" for
+  // reference entries, "llm" for llm jobs, "description" when given).
   nlohmann::json to_json(const Target& target) const;
 };
 

@@ -540,6 +540,10 @@ TEST(Shipped, AnchorsH200) {
                      "matmul bf16 [4096,4096,4096]",
                      "matmul bf16 [8192,8192,8192]",
                      "conv2d fp16 [64,3,224,224]",
+                     "rmsnorm bf16 [16384,4096]",
+                     "row_sum fp32 [16384,4096]",
+                     "gemm_bias_act bf16 [8192,4096,4096]",
+                     "attention bf16 [4,32,2048,128]",
                  }));
 }
 
@@ -548,6 +552,128 @@ TEST(Shipped, MultiTarget) {
   std::set<std::string> targets;
   for (const auto& j : m.jobs) targets.insert(j.target);
   EXPECT_EQ(targets, (std::set<std::string>{"MI300X", "MI355X", "RX7900XTX", "MI250X", "H200"}));
+}
+
+}  // namespace
+}  // namespace kiln
+
+// ---------------------------------------------------------------------------
+// `reference:` entries and the `llm:` section (docs/manifest.md, docs/llm.md).
+
+namespace kiln {
+namespace {
+
+const fs::path kRefDir = kSource / "tests/data/reference/llm_e2e";
+
+TEST(Reference, EntryExpandsFromTheModule) {
+  Manifest m = parse(R"(
+targets: [MI300X, H200]
+llm: {model: qwen-coder, base_url: "http://localhost:8000/v1/"}
+operators:
+  - reference: relu_scale.py
+    description: relu then scale
+    exploration: {generator: llm, instances: 2}
+)", (kRefDir / "m.yaml").string());
+  ASSERT_EQ(m.jobs.size(), 2u);  // one per target
+  const JobSpec& j = m.jobs[0];
+  EXPECT_EQ(j.op, "relu_scale");  // the file stem
+  EXPECT_TRUE(j.shape.empty());
+  EXPECT_EQ(j.dtype, "fp32");
+  EXPECT_EQ(j.description, "relu then scale");
+  const std::string source = read(kRefDir / "relu_scale.py");
+  EXPECT_EQ(j.reference["path"], fs::weakly_canonical(kRefDir / "relu_scale.py").string());
+  EXPECT_EQ(j.reference["source"], source);
+  EXPECT_EQ(j.reference["sha256"].get<std::string>().size(), 64u);
+  const json js = j.to_json(*knowledge().targets.find("MI300X"));
+  EXPECT_EQ(js["reference"], j.reference);
+  EXPECT_EQ(js["shape"], json::array());
+  EXPECT_EQ(js["params"], json::object());
+  EXPECT_EQ(js["explore"]["generator"], "llm");
+  EXPECT_EQ(js["explore"]["instances"], 2);
+  EXPECT_EQ(js["description"], "relu then scale");
+  EXPECT_EQ(js["llm"]["model"], "qwen-coder");
+  EXPECT_EQ(js["llm"]["base_url"], "http://localhost:8000/v1");  // trailing '/' dropped
+  EXPECT_EQ(js["llm"]["rounds"], 3);
+  EXPECT_EQ(js["llm"]["retrieval_threshold"], 0.8);
+  EXPECT_EQ(js["llm"]["instance_timeout_s"], 300.0);
+}
+
+TEST(Reference, NameAndDtypes) {
+  Manifest m = parse(R"(
+targets: [H200]
+operators:
+  - reference: relu_scale.py
+    name: my_relu
+    dtypes: [fp16, bf16]
+    exploration: {generator: llm}
+)", (kRefDir / "m.yaml").string());
+  ASSERT_EQ(m.jobs.size(), 2u);
+  EXPECT_EQ(m.jobs[0].op, "my_relu");
+  EXPECT_EQ(m.jobs[0].dtype, "fp16");
+  EXPECT_EQ(m.jobs[1].dtype, "bf16");
+}
+
+TEST(Reference, Errors) {
+  const std::string f = (kRefDir / "m.yaml").string();
+  auto msg = [&](const std::string& text) { return error_of(text, f).message(); };
+  EXPECT_EQ(msg("targets: [H200]\noperators:\n  - reference: relu_scale.py\n    name: softmax\n"
+                "    exploration: {generator: llm}\n")
+                .rfind("name 'softmax' is a library operator", 0), 0u);
+  EXPECT_EQ(msg("targets: [H200]\noperators:\n  - reference: relu_scale.py\n    params: {eps: 1}\n"
+                "    exploration: {generator: llm}\n")
+                .rfind("a reference entry takes no params", 0), 0u);
+  EXPECT_NE(msg("targets: [H200]\noperators:\n  - reference: replies/2_correct.md\n"
+                "    exploration: {generator: llm}\n")
+                .find("is not in the KernelBench form"), std::string::npos);
+  EXPECT_EQ(msg("targets: [H200]\noperators:\n  - op: add\n    name: x\n    input_shape: [8]\n    dtype: fp32\n")
+                .rfind("name is for reference entries", 0), 0u);
+  EXPECT_EQ(msg("targets: [H200]\noperators:\n  - input_shape: [8]\n").rfind("operator entry has no 'op'", 0), 0u);
+  EXPECT_EQ(msg("targets: [H200]\ndefaults:\n  reference: relu_scale.py\noperators:\n  - op: add\n    input_shape: [8]\n"
+                "    dtype: fp32\n").rfind("unknown key 'reference' in defaults", 0), 0u);
+  EXPECT_EQ(msg("targets: [H200]\nllm: {base_url: localhost:8000}\noperators:\n  - op: add\n    input_shape: [8]\n"
+                "    dtype: fp32\n").rfind("llm.base_url must start with http:// or https://", 0), 0u);
+  EXPECT_EQ(msg("targets: [H200]\nllm: {rounds: 0}\noperators:\n  - op: add\n    input_shape: [8]\n"
+                "    dtype: fp32\n").rfind("llm.rounds must be positive", 0), 0u);
+  EXPECT_EQ(msg("targets: [H200]\nllm: {retrieval_threshold: 1.5}\noperators:\n  - op: add\n    input_shape: [8]\n"
+                "    dtype: fp32\n").rfind("llm.retrieval_threshold must be between 0 and 1", 0), 0u);
+}
+
+TEST(Llm, SectionMergesTopDefaultsEntryKeyByKey) {
+  Manifest m = parse(R"(
+targets: [H200]
+llm: {model: a, temperature: 0.5, rounds: 5}
+defaults:
+  exploration: {generator: llm}
+  llm: {model: b, max_tokens: 1000}
+operators:
+  - op: add
+    input_shape: [8]
+    dtype: fp32
+    llm: {rounds: 2, api_key_env: MY_KEY}
+  - op: add
+    input_shape: [16]
+    dtype: fp32
+    exploration: {generator: template}
+)");
+  ASSERT_EQ(m.jobs.size(), 2u);
+  const json a = m.jobs[0].to_json(*knowledge().targets.find("H200"));
+  EXPECT_EQ(a["llm"]["model"], "b");
+  EXPECT_EQ(a["llm"]["temperature"], 0.5);
+  EXPECT_EQ(a["llm"]["max_tokens"], 1000);
+  EXPECT_EQ(a["llm"]["rounds"], 2);
+  EXPECT_EQ(a["llm"]["api_key_env"], "MY_KEY");
+  EXPECT_EQ(a["llm"]["max_retries"], 3);
+  EXPECT_FALSE(a.contains("reference"));
+  // A template job carries no llm section (its key is unchanged).
+  const json t = m.jobs[1].to_json(*knowledge().targets.find("H200"));
+  EXPECT_FALSE(t.contains("llm"));
+}
+
+TEST(Reference, ExampleManifestLoads) {
+  Manifest m = load_manifest(kRefDir / "manifest.yaml", knowledge());
+  ASSERT_EQ(m.jobs.size(), 1u);
+  EXPECT_EQ(m.jobs[0].op, "relu_scale");
+  EXPECT_EQ(m.jobs[0].llm.model, "scripted-coder");
 }
 
 }  // namespace

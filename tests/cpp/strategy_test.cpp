@@ -1,9 +1,14 @@
-// Candidate planning: principles, then the strategy and the candidate budget.
+// Candidate planning: principles, then the strategy and the candidate budget;
+// the config model and the halving strategy round by round.
 #include "explore/strategy.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
 #include <set>
+
+#include "explore/explorer.h"
 
 namespace kiln {
 namespace {
@@ -77,6 +82,290 @@ TEST(Strategy, BackendSpecificPrinciplesApplyOnlyThere) {
 
 TEST(Strategy, UnknownStrategyIsAnError) {
   EXPECT_THROW(plan_candidates(space(), {}, "hip", "annealing", 4, 0), std::invalid_argument);
+}
+
+TEST(Strategy, NextRoundRunsTheOneRoundStrategiesAsBefore) {
+  SearchSpace sp;
+  sp.configs = space();
+  SearchSettings st;
+  st.strategy = "random";
+  st.max_candidates = 6;
+  st.seed = 42;
+  Plan a = next_round(sp, {}, "hip", st, {});
+  EXPECT_EQ(a.configs, plan_candidates(space(), {}, "hip", "random", 6, 42).configs);
+  st.strategy = "annealing";
+  EXPECT_THROW(next_round(sp, {}, "hip", st, {}), std::invalid_argument);
+}
+
+// --- the config model and halving ------------------------------------------------
+
+// An H200-like target: 132 SMs, 64 warps and 228 KiB shared memory per SM.
+Target gpu() {
+  Target t;
+  t.name = "TestGPU";
+  t.vendor = "nvidia";
+  t.backend = "cuda";
+  t.arch = "sm_90";
+  t.warp_size = 32;
+  t.compute_units = 132;
+  t.simds_per_cu = 4;
+  t.lds_bytes_per_cu = 233472;
+  t.max_shared_per_block = 232448;
+  t.registers_per_cu = 65536;
+  t.max_waves_per_simd = 16;
+  t.memory_bandwidth_gbs = 4800;
+  t.peak_tflops = {{"fp32", 66.9}, {"bf16", 989.4}};
+  return t;
+}
+
+// A GEMM space for M = N = K = 4096 bf16, with the grid and shared memory the
+// matmul template reports.
+SearchSpace gemm(const Target& t) {
+  SearchSpace sp;
+  sp.target = &t;
+  sp.dtype = "bf16";
+  sp.traffic.bytes = 3.0 * 4096 * 4096 * 2;
+  sp.traffic.flops = 2.0 * 4096 * 4096 * 4096;
+  for (int bm : {64, 128, 256})
+    for (int bn : {64, 128, 256})
+      for (int bk : {32, 64})
+        for (int w : {4, 8})
+          for (int st : {3, 4}) {
+            if (bm * bn > 256 * 128) continue;
+            sp.configs.push_back({{"BLOCK_M", bm}, {"BLOCK_N", bn}, {"BLOCK_K", bk},
+                                  {"num_warps", w}, {"num_stages", st}});
+            sp.hints.push_back({{"grid", {(4096 / bm) * (4096 / bn), 1, 1}},
+                                {"shared_bytes", (bm * bk + bk * bn) * 2 * st}});
+          }
+  return sp;
+}
+
+// A made-up latency landscape over the GEMM space: smooth in each knob, best
+// at 128x256x64, 8 warps, 3 stages; tiles with 256 accumulators per thread spill.
+double landscape(const json& c) {
+  auto d = [](double v, double best) { return std::abs(std::log2(v / best)); };
+  double ms = 0.19 * (1 + 0.15 * d(c["BLOCK_M"].get<double>(), 128) + 0.1 * d(c["BLOCK_N"].get<double>(), 256) +
+                      0.12 * d(c["BLOCK_K"].get<double>(), 64) + 0.08 * d(c["num_warps"].get<double>(), 8) +
+                      0.05 * d(c["num_stages"].get<double>(), 3));
+  if (c["BLOCK_M"].get<int>() * c["BLOCK_N"].get<int>() / (c["num_warps"].get<int>() * 32) >= 256) ms *= 5;
+  return ms;
+}
+
+// Runs a strategy round after round as the scheduler does.
+std::vector<Evaluated> search(const SearchSpace& sp, const SearchSettings& st,
+                              const std::function<std::optional<double>(const json&)>& score,
+                              int* rounds = nullptr) {
+  std::vector<Evaluated> h;
+  std::set<std::string> seen;
+  for (int r = 0; r < 100; ++r) {
+    Plan p = next_round(sp, {}, "cuda", st, h);
+    int fresh = 0;
+    for (const auto& c : p.configs)
+      if (seen.insert(c.dump()).second) {
+        ++fresh;
+        h.push_back({c, score(c), p.round});
+      }
+    if (fresh == 0) {
+      if (rounds) *rounds = r;
+      break;
+    }
+  }
+  return h;
+}
+
+SearchSettings halving(int budget = 64, unsigned long long seed = 0) {
+  SearchSettings s;
+  s.strategy = "halving";
+  s.max_candidates = budget;
+  s.seed = seed;
+  return s;
+}
+
+TEST(StrategyModel, PredictsSpillsAndTails) {
+  const Target t = gpu();
+  Traffic tr{3.0 * 4096 * 4096 * 2, 2.0 * 4096 * 4096 * 4096};
+  const json big8 = {{"BLOCK_M", 128}, {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"num_warps", 8}, {"num_stages", 3}};
+  json big4 = big8;
+  big4["num_warps"] = 4;  // 256 accumulators per thread: spills
+  const json hint = {{"grid", {512, 1, 1}}, {"shared_bytes", 147456}};
+  auto a = predict_config(t, "bf16", tr, big8, hint);
+  auto b = predict_config(t, "bf16", tr, big4, hint);
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(a->spills);
+  EXPECT_TRUE(b->spills);
+  EXPECT_GT(b->ms, 1.5 * a->ms);
+  EXPECT_EQ(a->blocks_per_cu, 1);  // 144 KiB of 228 KiB shared memory per SM
+  // One block more than the SMs: a second, nearly empty wave.
+  auto full = predict_config(t, "bf16", tr, big8, {{"grid", {132, 1, 1}}, {"shared_bytes", 147456}});
+  auto tail = predict_config(t, "bf16", tr, big8, {{"grid", {133, 1, 1}}, {"shared_bytes", 147456}});
+  ASSERT_TRUE(full && tail);
+  EXPECT_NEAR(tail->utilisation, 133.0 / 264.0, 1e-9);
+  EXPECT_GT(tail->ms, 1.9 * full->ms);
+  // Bigger tiles re-read operands less.
+  const json small = {{"BLOCK_M", 64}, {"BLOCK_N", 64}, {"BLOCK_K", 32}, {"num_warps", 4}, {"num_stages", 3}};
+  auto s = predict_config(t, "bf16", tr, small, {{"grid", {4096, 1, 1}}, {"shared_bytes", 24576}});
+  ASSERT_TRUE(s);
+  EXPECT_GT(s->operand_ms, 2 * a->operand_ms);
+  // A target without figures: no prediction.
+  Target bare;
+  EXPECT_FALSE(predict_config(bare, "bf16", tr, big8, hint));
+}
+
+TEST(StrategyHalving, RoundZeroIsASpreadSampleOfTheBestPredicted) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  SearchSettings st = halving();
+  st.initial = 4;
+  Plan p = next_round(sp, {}, "cuda", st, {});
+  EXPECT_EQ(p.round, 0);
+  ASSERT_EQ(p.configs.size(), 4u);
+  EXPECT_EQ(p.space_size, sp.configs.size());
+  std::set<std::string> seen;
+  for (const auto& c : p.configs) {
+    seen.insert(c.dump());
+    // the model's best tier: the largest tiles with 8 warps (no spills)
+    EXPECT_EQ(c["BLOCK_M"].get<int>() * c["BLOCK_N"].get<int>(), 128 * 256) << c.dump();
+    EXPECT_EQ(c["num_warps"], 8) << c.dump();
+  }
+  EXPECT_EQ(seen.size(), 4u);
+  for (size_t i = 0; i < p.configs.size(); ++i)  // spread: no two differ in one knob only
+    for (size_t j = i + 1; j < p.configs.size(); ++j) {
+      int diff = 0;
+      for (auto it = p.configs[i].begin(); it != p.configs[i].end(); ++it) diff += p.configs[j][it.key()] != *it;
+      EXPECT_GE(diff, 2);
+    }
+  EXPECT_FALSE(p.notes.empty());
+}
+
+TEST(StrategyHalving, IsAPureFunctionOfItsInputs) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  auto h1 = search(sp, halving(), [](const json& c) { return std::optional<double>(landscape(c)); });
+  auto h2 = search(sp, halving(), [](const json& c) { return std::optional<double>(landscape(c)); });
+  ASSERT_EQ(h1.size(), h2.size());
+  for (size_t i = 0; i < h1.size(); ++i) EXPECT_EQ(h1[i].config, h2[i].config);
+  // Any prefix of the history (an interrupted run) gives the same next round.
+  std::vector<Evaluated> prefix(h1.begin(), h1.begin() + 4);
+  Plan again = next_round(sp, {}, "cuda", halving(), prefix);
+  Plan before = next_round(sp, {}, "cuda", halving(), prefix);
+  EXPECT_EQ(again.configs, before.configs);
+  EXPECT_EQ(again.round, 1);
+}
+
+TEST(StrategyHalving, LaterRoundsProposeUnevaluatedNeighboursOfTheBest) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  SearchSettings st = halving();
+  st.initial = 4;
+  Plan r0 = next_round(sp, {}, "cuda", st, {});
+  std::vector<Evaluated> h;
+  for (const auto& c : r0.configs) h.push_back({c, landscape(c), 0});
+  Plan r1 = next_round(sp, {}, "cuda", st, h);
+  EXPECT_EQ(r1.round, 1);
+  ASSERT_FALSE(r1.configs.empty());
+  // survivors: the best 4 * 0.5 = 2 measured
+  std::vector<Evaluated> sorted = h;
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return *a.score_ms < *b.score_ms; });
+  for (const auto& c : r1.configs) {
+    for (const auto& e : h) EXPECT_NE(c, e.config);  // nothing evaluated twice
+    int d0 = 0, d1 = 0;
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      d0 += sorted[0].config[it.key()] != *it;
+      d1 += sorted[1].config[it.key()] != *it;
+    }
+    EXPECT_TRUE(d0 == 1 || d1 == 1) << c.dump();
+  }
+}
+
+TEST(StrategyHalving, FindsTheBestWithAFractionOfTheEvaluations) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  double best = 1e9;
+  for (const auto& c : sp.configs) best = std::min(best, landscape(c));
+  for (unsigned long long seed = 0; seed < 20; ++seed) {
+    int rounds = 0;
+    auto h = search(sp, halving(64, seed), [](const json& c) { return std::optional<double>(landscape(c)); },
+                    &rounds);
+    double found = 1e9;
+    for (const auto& e : h) found = std::min(found, *e.score_ms);
+    EXPECT_LE(found, best * 1.03) << "seed " << seed;
+    EXPECT_LE(h.size() * 4, sp.configs.size()) << "seed " << seed;  // at least 4x fewer
+    EXPECT_GE(rounds, 2);
+  }
+}
+
+TEST(StrategyHalving, NeverProposesWhatTheModelPrunes) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  auto h = search(sp, halving(), [](const json& c) { return std::optional<double>(landscape(c)); });
+  for (const auto& e : h)  // 256 fp32 accumulators per thread: predicted to spill
+    EXPECT_LT(e.config["BLOCK_M"].get<int>() * e.config["BLOCK_N"].get<int>() /
+                  (e.config["num_warps"].get<int>() * 32),
+              256)
+        << e.config.dump();
+}
+
+TEST(StrategyHalving, RespectsTheBudget) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  for (int budget : {1, 3, 5}) {
+    auto h = search(sp, halving(budget), [](const json& c) { return std::optional<double>(landscape(c)); });
+    EXPECT_EQ(static_cast<int>(h.size()), budget);
+  }
+}
+
+TEST(StrategyHalving, FailuresAreNotSurvivorsAndTheSearchGoesOn) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  SearchSettings st = halving();
+  st.initial = 3;
+  // Everything with 8 warps fails (say, a compile error).
+  auto score = [](const json& c) -> std::optional<double> {
+    if (c["num_warps"] == 8) return std::nullopt;
+    return landscape(c);
+  };
+  auto h = search(sp, st, score);
+  bool any_ok = false;
+  for (const auto& e : h) any_ok = any_ok || e.score_ms.has_value();
+  EXPECT_TRUE(any_ok);
+  EXPECT_GT(h.size(), 3u);
+}
+
+TEST(StrategyHalving, WithoutAModelFollowsThePrincipleOrder) {
+  SearchSpace sp;
+  sp.configs = space();  // no target: no model
+  SearchSettings st = halving();
+  st.initial = 2;
+  Plan p = next_round(sp, {}, "hip", st, {});
+  ASSERT_EQ(p.configs.size(), 2u);
+  EXPECT_EQ(p.configs[0], space()[0]);
+  // the second is the first config that differs from it in two knobs or more
+  EXPECT_EQ(p.configs[1], space()[3]);
+}
+
+TEST(StrategyHalving, SettingsFromTheJobSpec) {
+  SearchSettings s = SearchSettings::from_explore(
+      {{"strategy", "halving"}, {"max_candidates", 64}, {"seed", 7}, {"budget", 12},
+       {"halving", {{"initial", 6}, {"keep", 0.25}, {"prune", 2.0}}}});
+  EXPECT_EQ(s.strategy, "halving");
+  EXPECT_EQ(s.max_candidates, 12);
+  EXPECT_EQ(s.initial, 6);
+  EXPECT_DOUBLE_EQ(s.keep, 0.25);
+  EXPECT_DOUBLE_EQ(s.prune, 2.0);
+  EXPECT_EQ(s.seed, 7u);
+  SearchSettings d = SearchSettings::from_explore({{"strategy", "halving"}, {"max_candidates", 10}});
+  EXPECT_EQ(d.max_candidates, 10);
+  EXPECT_EQ(d.initial, 0);
+  EXPECT_DOUBLE_EQ(d.keep, 0.5);
+  EXPECT_EQ(strategy_names().size(), 3u);
+}
+
+TEST(StrategyBusy, GpuBusyIsTheUnionOfTheWorkersSpans) {
+  // two workers checking side by side, one benchmark after; clipped to the run
+  EXPECT_DOUBLE_EQ(union_seconds({{0, 4}, {2, 6}, {7, 8}}, 0, 10), 7.0);
+  EXPECT_DOUBLE_EQ(union_seconds({{-5, 1}, {9, 20}}, 0, 10), 2.0);
+  EXPECT_DOUBLE_EQ(union_seconds({}, 0, 10), 0.0);
+  EXPECT_DOUBLE_EQ(union_seconds({{3, 3}, {1, 2}, {1.5, 2.5}}, 0, 10), 1.5);
 }
 
 }  // namespace

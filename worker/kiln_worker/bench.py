@@ -70,25 +70,57 @@ class _Cuda:
         return True
 
 
-@contextlib.contextmanager
-def gpu_lock():
-    """Serialise benchmarks on one GPU across the worker processes sharing it.
+# Spans during which this process held the GPU lock: (start, end, kind) in unix
+# seconds, kind "bench" (exclusive) or "check" (shared). The evaluator takes them
+# per evaluation (take_spans) and reports them in timings.gpu_spans; the engine
+# merges every worker's spans into the run's GPU busy fraction.
+_SPANS: list[tuple[float, float, str]] = []
 
-    Several evaluation slots may share a GPU: they compile and check
-    correctness concurrently, but timings taken while another process runs
-    kernels on the same GPU are wrong. The lock is a file lock on
-    $KILN_GPU_LOCK, else /tmp/kiln-gpu-<visible devices>.lock; it is released
-    by the kernel if the process dies.
-    """
+
+def take_spans() -> list[tuple[float, float, str]]:
+    """The spans recorded since the last call, and forget them."""
+    out = list(_SPANS)
+    _SPANS.clear()
+    return out
+
+
+def lock_path() -> str:
     path = os.environ.get("KILN_GPU_LOCK")
     if not path:
         vis = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES") or "all"
         path = f"/tmp/kiln-gpu-{vis.replace(',', '_')}.lock"
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    return path
+
+
+@contextlib.contextmanager
+def gpu_lock(shared: bool = False):
+    """Serialise benchmarks on one GPU across the worker processes sharing it.
+
+    Several evaluation slots may share a GPU: they compile concurrently, but
+    timings taken while another process runs kernels on the same GPU are wrong.
+    Benchmarks take the lock exclusively. Correctness checks take it shared
+    (``shared=True``): checks need no exclusive use of the GPU and run side by
+    side, but none runs while a benchmark is timing, so they cannot perturb it.
+
+    The lock is a file lock on $KILN_GPU_LOCK, else /tmp/kiln-gpu-<visible
+    devices>.lock, released by the kernel if the process dies. A second file,
+    <lock>.turn, is a turnstile that makes the lock prefer benchmarks: everyone
+    passes it on the way in, and a benchmark holds it while it waits for the
+    checks in progress to finish, so a stream of checks from several workers
+    cannot starve it (flock alone does not order waiters).
+    """
+    path = lock_path()
+    with open(path + ".turn", "a") as turn, open(path, "a") as f:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        t0 = time.time()
         try:
             yield
         finally:
+            _SPANS.append((t0, time.time(), "check" if shared else "bench"))
             fcntl.flock(f, fcntl.LOCK_UN)
 
 

@@ -1,12 +1,14 @@
 """The evaluate and space methods: compile for the target, check, benchmark."""
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 import traceback
 from typing import Any
 
-from . import check
-from .bench import benchmark
+from . import bench, check
+from .bench import benchmark, gpu_lock
 from .compile_child import CompileChildDied, CompileClient
 from .device import Device
 from .jsonsafe import json_safe
@@ -52,9 +54,35 @@ def job_fields(lib: Library, job: Any) -> tuple[str, list, str, dict, dict]:
 def space(lib: Library, job: Any) -> dict:
     op, shape, dtype, params, target = job_fields(lib, job)
     mod = lib.launch_module(op)
-    configs = mod.config_space(op, shape, dtype, params, target)
+    configs = list(mod.config_space(op, shape, dtype, params, target))
     traffic = mod.traffic(op, shape, dtype, params)
-    return {"configs": json_safe(list(configs)), "traffic": json_safe(traffic)}
+    out = {"configs": json_safe(configs), "traffic": json_safe(traffic)}
+    hints = space_hints(mod, op, shape, dtype, params, configs, target)
+    if hints is not None:
+        out["hints"] = hints
+    return out
+
+
+def space_hints(mod, op, shape, dtype, params, configs, target) -> list | None:
+    """Per config, what the engine's config model needs before any compile: the
+    launch grid (from the template's compile_spec) and, where the template has
+    one, its shared-memory estimate. Optional: any failure leaves the space
+    answer without hints (the model then assumes full waves)."""
+    try:
+        shared = getattr(mod, "shared_bytes", None)
+        hints = []
+        for c in configs:
+            grid = [int(x) for x in mod.compile_spec(op, shape, dtype, params, c, target)["grid"]]
+            hint = {"grid": (grid + [1, 1, 1])[:3]}
+            if shared is not None:
+                try:
+                    hint["shared_bytes"] = int(shared(c, dtype, target))
+                except Exception:
+                    pass
+            hints.append(hint)
+        return hints
+    except Exception:
+        return None
 
 
 def _traceback_tail(exc: BaseException, lines: int = 25) -> str:
@@ -73,8 +101,21 @@ class Evaluation:
         self.compiler = CompileClient() if self.interpreting and not dev.error else None
         if self.compiler is not None:
             self.compiler.start()  # imports torch/triton while the worker waits for requests
+        self.inputs = _InputCache()
 
     def run(self, job: Any, config: Any, artifact_dir: Any) -> dict:
+        bench.take_spans()
+        res = self._run(job, config, artifact_dir)
+        # On a GPU: time this evaluation held the GPU (benchmark exclusively,
+        # checks shared), and the spans, for the engine's GPU busy fraction.
+        spans = bench.take_spans()
+        timings = res.get("timings")
+        if self.dev.is_gpu and isinstance(timings, dict):
+            timings["gpu_s"] = sum(b - a for a, b, _ in spans)
+            timings["gpu_spans"] = [[a, b, kind] for a, b, kind in spans]
+        return res
+
+    def _run(self, job: Any, config: Any, artifact_dir: Any) -> dict:
         op, shape, dtype, params, target = job_fields(self.lib, job)
         if not isinstance(config, dict):
             raise BadRequest("'config' must be an object")
@@ -193,9 +234,28 @@ class Evaluation:
     def _one_seed(self, mod, op, shape, dtype, params, config, seed, updt, dev, atol, rtol,
                   scaled, acc):
         import torch
+
+        def draw():
+            torch.manual_seed(seed)
+            return {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
+                    "ref": None}
+
+        # The seed's inputs are drawn on the CPU once per job and worker (the
+        # same numbers every time; drawing them cost more than compiling).
+        entry = self.inputs.get((op, json.dumps(shape), dtype, json.dumps(params, sort_keys=True),
+                                 str(dev), seed), draw)
+        pristine = entry["pristine"]
+        # On a GPU the GPU part of the check holds the GPU lock shared: checks of
+        # several workers run side by side, never during another's benchmark.
+        with gpu_lock(shared=True) if self.dev.is_gpu else contextlib.nullcontext():
+            return self._seed_on_device(mod, op, params, config, seed, updt, atol, rtol, scaled,
+                                        acc, entry, pristine)
+
+    def _seed_on_device(self, mod, op, params, config, seed, updt, atol, rtol, scaled, acc, entry,
+                        pristine):
+        import torch
         torch.manual_seed(seed)
-        inputs = mod.make_inputs(op, shape, dtype, params, seed, dev)
-        pristine = check.snapshot(inputs)
+        inputs = check.snapshot(pristine)  # the candidate's own copies
         out = mod.output_like(op, inputs, params)
         if out.is_floating_point():
             out.fill_(float("nan"))
@@ -211,11 +271,40 @@ class Evaluation:
         if changed:
             raise check.Incorrect(f"kernel modified its inputs ({', '.join(changed)}; seed {seed})",
                                   {})
-        ref = mod.reference(op, check.upcast(pristine, updt), params)
+        if entry["ref"] is None:
+            entry["ref"] = mod.reference(op, check.upcast(pristine, updt), params)
+        ref = entry["ref"]
         self._sync()
         stats = check.compare(out, ref, atol, rtol, scaled, seed)
         check.merge_stats(acc, stats)
         return inputs, out
+
+
+class _InputCache:
+    """Inputs and reference output per (job, seed), shared by the candidates of a
+    job that this worker evaluates. Every candidate still gets fresh copies of
+    the inputs (so a kernel that writes them spoils nothing for the next one) and
+    a NaN-filled output; the reference is computed once per seed. Holds the
+    entries of the two most recent jobs (a worker may alternate between jobs)."""
+
+    JOBS = 2
+
+    def __init__(self):
+        self.jobs: list[tuple] = []
+        self.entries: dict[tuple, dict] = {}
+
+    def get(self, key: tuple, draw) -> dict:
+        job = key[:-1]
+        if job in self.jobs:
+            self.jobs.remove(job)
+        self.jobs.append(job)
+        for old in self.jobs[:-self.JOBS]:
+            for k in [k for k in self.entries if k[:-1] == old]:
+                del self.entries[k]
+        self.jobs = self.jobs[-self.JOBS:]
+        if key not in self.entries:
+            self.entries[key] = draw()
+        return self.entries[key]
 
 
 class _LaunchError(Exception):

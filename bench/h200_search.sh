@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE (through the device tool, carrying .deps): builds kiln
+# and kiln-replay there (no tests), then explores six anchor cases (add,
+# softmax, layernorm, matmul 4096^3 and 8192^3, conv2d) twice on the GPU,
+# exhaustively and with the halving strategy, each as its own `kiln run` (which
+# reports its GPU busy fraction), and replays the strategies against the
+# exhaustive run (bench/search_efficiency.py).
+#   KILN_WORKERS   workers per run (default: kiln's default, min(cores, 8))
+#   RUN_TIMEOUT    seconds per `kiln run` (default 240); on expiry it drains
+# Writes under $OUT (or ./out): exhaustive.{log,json}, halving.{log,json},
+# search.md, kiln-h200-search.db
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+mkdir -p /tmp/deps
+for d in .deps/libboost1.74-dev_*.deb .deps/libboost-program-options1.74-dev_*.deb \
+         .deps/libboost-program-options1.74.0_*.deb .deps/libsqlite3-dev_*.deb; do
+  dpkg -x "$d" /tmp/deps
+done
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+CXXFLAGS="-include utility" cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF \
+  -DBOOST_ROOT=/tmp/deps/usr -DBoost_NO_SYSTEM_PATHS=ON \
+  -DBoost_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0 \
+  -DSQLite3_INCLUDE_DIR=/tmp/deps/usr/include \
+  -DSQLite3_LIBRARY=/tmp/deps/usr/lib/x86_64-linux-gnu/libsqlite3.a >/tmp/cmake-gpu.log 2>&1 \
+  || { tail -30 /tmp/cmake-gpu.log; exit 1; }
+cmake --build build-gpu -j"$(nproc)" --target kiln kiln-replay >/tmp/build-gpu.log 2>&1 \
+  || { grep -E "error" -A3 /tmp/build-gpu.log | head -40; exit 1; }
+K=build-gpu/kiln
+export KILN_CATALOG=/tmp/kiln-h200-search.db
+rm -f "$KILN_CATALOG"*
+W=${KILN_WORKERS:+--workers $KILN_WORKERS}
+# The six anchor cases the first H200 catalog recorded (docs/performance.md).
+for s in exhaustive halving; do
+  cat >/tmp/search_$s.yaml <<YAML
+name: search_$s
+targets: [H200]
+defaults:
+  exploration: {strategy: $s, max_candidates: 96, timeout_s: 300}
+  validation: {seeds: 3}
+  benchmark: {warmup: 25, runs: 100}
+operators:
+  - {op: add, input_shape: [67108864], dtype: fp32}
+  - {op: softmax, input_shape: [16384, 4096], dtype: bf16, knowledge_constraints: [avoid_global_memory]}
+  - {op: layernorm, input_shape: [16384, 4096], dtype: bf16}
+  - op: matmul
+    shapes: [[4096, 4096, 4096], [8192, 8192, 8192]]
+    dtype: bf16
+    knowledge_constraints: [use_matrix_cores, maximize_register_reuse]
+  - op: conv2d
+    input_shape: [64, 3, 224, 224]
+    dtype: fp16
+    params: {out_channels: 64, kernel_size: 3, padding: 1}
+    knowledge_constraints: [avoid_global_memory, maximize_register_reuse]
+YAML
+done
+for s in exhaustive halving; do
+  b=$($K submit /tmp/search_$s.yaml --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["batch"])')
+  timeout -s TERM "${RUN_TIMEOUT:-240}" $K run --device gpu $W --batch "$b" --json \
+    >"$OUT/$s.json" 2>"$OUT/$s.log"
+  grep -E "finished|done |FAILED" "$OUT/$s.log" | cut -c1-160
+  cat "$OUT/$s.json"
+done
+$K best | cut -c1-160
+python3 - <<PY
+import sqlite3; c = sqlite3.connect("$KILN_CATALOG"); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()
+PY
+cp "$KILN_CATALOG" "$OUT/kiln-h200-search.db"
+python3 bench/search_efficiency.py "$KILN_CATALOG" --replay build-gpu/kiln-replay --seeds 50 | tee "$OUT/search.md"

@@ -1,0 +1,254 @@
+// kiln-replay: replays a search strategy offline against a job whose whole
+// config space an exhaustive run has recorded in a catalog.
+//
+//   kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving
+//               [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F]
+//               [--predict 1]
+//
+// The space is the job's recorded template candidates (candidate id order, as
+// the exhaustive run evaluated them); each config's score is what the scheduler
+// would hand the strategy: the measured median where it was benchmarked on a
+// device of the job's target kind, else the static estimate; failed configs have
+// none. The config model gets each config's grid and shared memory from the
+// recorded code object (what the worker's `space` hints give). The strategy
+// sees only what it asked for: src/explore/strategy.h's next_round() is called
+// round after round with the history of the configs it proposed, until a round
+// proposes nothing new, as the scheduler does.
+//
+// Prints one JSON object: the job, the space size, the exhaustive best, and per
+// seed the evaluations used, rounds, and the best found; with --predict 1 also
+// the config model's prediction for every config.
+#include <sqlite3.h>
+
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/home.h"
+#include "explore/strategy.h"
+#include "manifest/manifest.h"
+
+using nlohmann::json;
+
+namespace {
+
+struct Recorded {
+  json config;
+  std::optional<double> score;  // nullopt: failed
+  json hint;                    // {"grid": [...], "shared_bytes": n}
+};
+
+struct Job {
+  long long id = 0;
+  std::string op, dtype, target;
+  json shape, spec;
+  kiln::Traffic traffic;
+  std::vector<Recorded> space;
+};
+
+std::string text(sqlite3_stmt* st, int i) {
+  const unsigned char* t = sqlite3_column_text(st, i);
+  return t ? reinterpret_cast<const char*>(t) : "";
+}
+
+Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowledge) {
+  sqlite3* db = nullptr;
+  // immutable: no locks, no -wal/-shm files; works on a read-only copy.
+  const std::string uri = "file:" + path + "?immutable=1";
+  if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK) {
+    std::string e = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    throw std::runtime_error("cannot open " + path + ": " + e);
+  }
+  Job job;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT op, shape, dtype, target, spec FROM jobs WHERE id = ?", -1, &st, nullptr);
+  sqlite3_bind_int64(st, 1, id);
+  if (!st || sqlite3_step(st) != SQLITE_ROW) {
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    throw std::runtime_error("no job " + std::to_string(id) + " in " + path);
+  }
+  job.id = id;
+  job.op = text(st, 0);
+  job.shape = json::parse(text(st, 1));
+  job.dtype = text(st, 2);
+  job.target = text(st, 3);
+  job.spec = json::parse(text(st, 4));
+  sqlite3_finalize(st);
+  const kiln::Target* target = knowledge.targets.find(job.target);
+  if (!target) throw std::runtime_error("unknown target " + job.target);
+
+  sqlite3_prepare_v2(db,
+                     "SELECT c.config, e.status, e.bench_device, e.median_ms, e.estimate_ms, e.result "
+                     "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id "
+                     "WHERE c.job_id = ? AND c.generator = 'template' ORDER BY c.id",
+                     -1, &st, nullptr);
+  sqlite3_bind_int64(st, 1, id);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    Recorded r;
+    r.config = json::parse(text(st, 0));
+    const std::string status = text(st, 1);
+    const std::string device = text(st, 2);
+    const json result = json::parse(text(st, 5), nullptr, false);
+    if (status == "ok") {
+      if (!device.empty() && kiln::TargetRegistry::matches_device(*target, device) &&
+          sqlite3_column_type(st, 3) != SQLITE_NULL)
+        r.score = sqlite3_column_double(st, 3);
+      else if (sqlite3_column_type(st, 4) != SQLITE_NULL)
+        r.score = sqlite3_column_double(st, 4);
+    }
+    r.hint = json::object();
+    if (result.is_object()) {
+      if (job.traffic.bytes <= 0 && result.contains("traffic"))
+        job.traffic = kiln::Traffic::from_json(result["traffic"]);
+      auto a = result.find("artifact");
+      if (a != result.end() && a->is_object()) {
+        if (a->contains("grid")) r.hint["grid"] = (*a)["grid"];
+        if (a->contains("shared_bytes") && (*a)["shared_bytes"].is_number())
+          r.hint["shared_bytes"] = (*a)["shared_bytes"];
+      }
+    }
+    job.space.push_back(std::move(r));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  if (job.space.empty()) throw std::runtime_error("job " + std::to_string(id) + " has no evaluated candidates");
+  return job;
+}
+
+int usage(int rc) {
+  (rc ? std::cerr : std::cout)
+      << "usage: kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving\n"
+         "                   [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F]\n"
+         "                   [--predict 1]   (also print the config model's prediction per config)\n";
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") return usage(0);
+    if (a.rfind("--", 0) != 0 || i + 1 >= argc) return usage(2);
+    opt[a.substr(2)] = argv[++i];
+  }
+  for (const char* k : {"catalog", "job", "strategy"})
+    if (!opt.count(k)) return usage(2);
+  try {
+    const kiln::Knowledge knowledge = kiln::Knowledge::load(kiln::kiln_home());
+    const Job job = load_job(opt["catalog"], std::stoll(opt["job"]), knowledge);
+    const kiln::Target* target = knowledge.targets.find(job.target);
+
+    kiln::SearchSpace space;
+    for (const auto& r : job.space) {
+      space.configs.push_back(r.config);
+      space.hints.push_back(r.hint);
+    }
+    space.target = target;
+    space.dtype = job.dtype;
+    space.traffic = job.traffic;
+    std::vector<const kiln::Principle*> principles;
+    for (const auto& c : job.spec.value("constraints", json::array()))
+      if (const kiln::Principle* p = knowledge.principles.find(c.get<std::string>())) principles.push_back(p);
+
+    kiln::SearchSettings base = kiln::SearchSettings::from_explore(job.spec.value("explore", json::object()));
+    base.strategy = opt["strategy"];
+    // The recorded space is the whole space: exhaustive/random take all of it
+    // unless a budget says otherwise.
+    if (base.strategy != "halving") base.max_candidates = static_cast<int>(space.configs.size());
+    if (opt.count("budget")) base.max_candidates = std::stoi(opt["budget"]);
+    if (opt.count("initial")) base.initial = std::stoi(opt["initial"]);
+    if (opt.count("keep")) base.keep = std::stod(opt["keep"]);
+    if (opt.count("prune")) base.prune = std::stod(opt["prune"]);
+    const int seeds = opt.count("seeds") ? std::stoi(opt["seeds"]) : 1;
+
+    std::map<std::string, const Recorded*> recorded;
+    std::optional<double> best_all;
+    for (const auto& r : job.space) {
+      recorded[r.config.dump()] = &r;
+      if (r.score && (!best_all || *r.score < *best_all)) best_all = r.score;
+    }
+
+    json runs = json::array();
+    for (int seed = 0; seed < seeds; ++seed) {
+      kiln::SearchSettings s = base;
+      s.seed = static_cast<unsigned long long>(seed);
+      std::vector<kiln::Evaluated> history;
+      std::set<std::string> seen;
+      int rounds = 0;
+      json trace = json::array();
+      for (; rounds < 10000; ++rounds) {
+        kiln::Plan plan = kiln::next_round(space, principles, target->backend, s, history);
+        int fresh = 0;
+        json round_trace = json::array();
+        for (const auto& cfg : plan.configs) {
+          const std::string key = cfg.dump();
+          if (!seen.insert(key).second) continue;
+          ++fresh;
+          kiln::Evaluated e;
+          e.config = cfg;
+          e.round = plan.round;
+          auto it = recorded.find(key);
+          if (it == recorded.end()) throw std::runtime_error("strategy proposed an unrecorded config " + key);
+          e.score_ms = it->second->score;
+          round_trace.push_back(e.score_ms ? json(*e.score_ms) : json(nullptr));
+          history.push_back(std::move(e));
+        }
+        if (fresh == 0) break;
+        trace.push_back(round_trace);
+      }
+      std::optional<double> best;
+      json best_config;
+      for (const auto& e : history)
+        if (e.score_ms && (!best || *e.score_ms < *best)) {
+          best = e.score_ms;
+          best_config = e.config;
+        }
+      runs.push_back({{"seed", seed},
+                      {"evaluations", history.size()},
+                      {"rounds", rounds},
+                      {"best_ms", best ? json(*best) : json(nullptr)},
+                      {"ratio", best && best_all ? json(*best / *best_all) : json(nullptr)},
+                      {"best_config", best_config},
+                      {"scores_by_round", trace}});
+    }
+    json out = {{"job", job.id},          {"op", job.op},
+                {"shape", job.shape},     {"dtype", job.dtype},
+                {"target", job.target},   {"strategy", base.strategy},
+                {"budget", base.max_candidates},
+                {"space", job.space.size()},
+                {"exhaustive_best_ms", best_all ? json(*best_all) : json(nullptr)},
+                {"runs", runs}};
+    if (opt.count("predict") && opt["predict"] != "0") {
+      // The config model's view of the space, beside the recorded scores.
+      json preds = json::array();
+      for (const auto& r : job.space) {
+        auto p = kiln::predict_config(*target, job.dtype, job.traffic, r.config, r.hint);
+        preds.push_back({{"config", r.config},
+                         {"score_ms", r.score ? json(*r.score) : json(nullptr)},
+                         {"predicted_ms", p ? json(p->ms) : json(nullptr)},
+                         {"registers", p ? json(p->registers) : json(nullptr)},
+                         {"spills", p ? json(p->spills) : json(nullptr)},
+                         {"blocks_per_cu", p ? json(p->blocks_per_cu) : json(nullptr)},
+                         {"utilisation", p ? json(p->utilisation) : json(nullptr)},
+                         {"operand_ms", p ? json(p->operand_ms) : json(nullptr)}});
+      }
+      out["predictions"] = preds;
+    }
+    std::cout << out.dump() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "kiln-replay: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

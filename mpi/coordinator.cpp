@@ -1,0 +1,515 @@
+#include "coordinator.h"
+
+#include <sys/resource.h>
+
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <boost/asio/post.hpp>
+
+#include "checkpoint.h"
+#include "protocol.h"
+
+namespace kiln::mpi {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string now_hms() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::chrono::milliseconds ms(double s) {
+  return std::chrono::milliseconds(static_cast<long long>(std::max(0.001, s) * 1000));
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+json CoordinatorSummary::to_json() const {
+  json j = {{"jobs_done", jobs_done},
+            {"jobs_failed", jobs_failed},
+            {"candidates", candidates},
+            {"candidate_failures", candidate_failures},
+            {"interrupted", interrupted},
+            {"exit_code", exit_code},
+            {"device", device},
+            {"worker_ranks", worker_ranks},
+            {"ranks_ready", ranks_ready},
+            {"ranks_lost", ranks_lost},
+            {"items_sent", items_sent},
+            {"items_requeued", items_requeued},
+            {"wall_s", wall_s},
+            {"busy_s", busy_s},
+            {"cpu_s", cpu_s},
+            {"busy_cpu_s", busy_cpu_s},
+            {"checkpoints", checkpoints}};
+  if (!error.empty()) j["error"] = error;
+  if (candidates > 0 && busy_s > 0) {
+    j["ms_per_candidate"] = busy_s * 1000.0 / candidates;
+    j["candidates_per_s"] = candidates / busy_s;
+    j["cpu_ms_per_candidate"] = busy_cpu_s * 1000.0 / candidates;
+  }
+  return j;
+}
+
+Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& catalog, const Knowledge& knowledge,
+                         std::vector<int> peers, CoordinatorOptions options, std::ostream& log)
+    : io_(io), transport_(transport), catalog_(catalog), opts_(std::move(options)), log_(log),
+      signals_(io, SIGINT, SIGTERM), heartbeat_timer_(io), lease_timer_(io), progress_timer_(io),
+      checkpoint_timer_(io), grace_timer_(io), flush_timer_(io) {
+  signals_.add(SIGUSR1);
+  std::string tag = opts_.owner;
+  for (char& c : tag)
+    if (c == ':' || c == '/') c = '-';
+  artifact_dir_ = opts_.scratch / ("run-" + tag);
+  fs::create_directories(artifact_dir_);
+  SchedulerOptions so;
+  so.owner = opts_.owner;
+  so.lease_s = opts_.lease_s;
+  so.batch = opts_.batch;
+  so.artifact_dir = artifact_dir_ / "requests";
+  // Evaluations are written in batches (one transaction per record_batch, or
+  // per flush interval), and code objects come from the result messages.
+  so.record_batch = opts_.record_batch;
+  so.read_artifact = [this](const fs::path& path) {
+    auto it = artifacts_.find(path.string());
+    if (it == artifacts_.end()) throw std::runtime_error("the worker rank sent no code object for " + path.string());
+    std::string bytes = std::move(it->second);
+    artifacts_.erase(it);
+    return bytes;
+  };
+  scheduler_ = std::make_unique<Scheduler>(catalog, knowledge, io, so, log);
+  scheduler_->on_work_available([this] { pump(); });
+  for (int r : peers) {
+    Peer p;
+    p.rank = r;
+    peers_.emplace(r, std::move(p));
+  }
+  sum_.worker_ranks = static_cast<int>(peers_.size());
+}
+
+Coordinator::~Coordinator() { *alive_ = false; }
+
+void Coordinator::start() {
+  t0_ = Clock::now();
+  for (auto& [r, p] : peers_) p.last_heard = t0_;
+  log_ << "[" << now_hms() << "] kiln-mpi: coordinator on rank 0, " << peers_.size()
+       << " evaluating rank(s); waiting for their evaluators" << std::endl;
+  std::weak_ptr<bool> alive = alive_;
+  signals_.async_wait([this, alive](const boost::system::error_code& ec, int sig) {
+    if (ec || alive.expired()) return;
+    log_ << "[" << now_hms() << "] kiln-mpi: signal " << sig
+         << ": draining; unfinished jobs go back to the queue" << std::endl;
+    sum_.interrupted = true;
+    end(kExitInterrupted, "");
+  });
+  arm_heartbeat();
+  arm_lease();
+  arm_progress();
+  arm_checkpoint();
+  arm_flush();
+}
+
+size_t Coordinator::live_peers() const {
+  size_t n = 0;
+  for (const auto& [r, p] : peers_) n += p.state != Peer::State::kGone;
+  return n;
+}
+
+size_t Coordinator::outstanding() const {
+  size_t n = 0;
+  for (const auto& [r, p] : peers_) n += p.outstanding.size();
+  return n;
+}
+
+bool Coordinator::all_ranks_said_bye() const {
+  for (const auto& [r, p] : peers_)
+    if (r != transport_.rank() && !p.said_bye) return false;
+  return true;
+}
+
+void Coordinator::handle(int source, const json& m) {
+  auto it = peers_.find(source);
+  if (it == peers_.end()) return;
+  Peer& p = it->second;
+  p.last_heard = Clock::now();
+  const std::string type = m.value("type", "");
+  if (type == "result") on_result(p, m);
+  else if (type == "ready") on_ready(p, m);
+  else if (type == "bye") on_bye(p, m);
+  // heartbeat: last_heard is all it updates
+}
+
+void Coordinator::on_ready(Peer& p, const json& m) {
+  if (p.state != Peer::State::kStarting || ending_) return;
+  p.state = Peer::State::kReady;
+  p.slots = std::max(1, m.value("slots", 1));
+  p.host = m.value("host", "");
+  p.device = m.value("device", "unknown");
+  ++sum_.ranks_ready;
+  const json hello = m.value("hello", json::object());
+  std::ostringstream line;
+  line << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << " ready on " << p.host << ": " << p.slots
+       << " slot(s) on " << p.device;
+  if (m.contains("gpu") && m["gpu"].is_string()) line << " (GPU " << m["gpu"].get<std::string>() << ")";
+  if (hello.contains("triton")) line << ", Triton " << hello.value("triton", "") << ", torch " << hello.value("torch", "");
+  log_ << line.str() << std::endl;
+  if (device_.empty()) {
+    device_ = p.device;
+    sum_.device = device_;
+    scheduler_->set_device(device_);
+  } else if (p.device != device_) {
+    log_ << "[" << now_hms() << "] kiln-mpi: warning: rank " << p.rank << " runs on " << p.device
+         << " but the run counts latencies as measured on " << device_
+         << " (the first rank's device); use one device kind per run" << std::endl;
+  }
+  pump();
+}
+
+std::string Coordinator::attach_artifact(Peer& p, long long item_id, json& reply, const json& m) {
+  auto r = reply.find("result");
+  if (r == reply.end() || !r->is_object()) return "";
+  auto a = r->find("artifact");
+  if (a == r->end() || !a->is_object() || !a->contains("path")) return "";
+  // Kept in memory under a path of rank 0's scratch (no file is written): the
+  // scheduler reads it through SchedulerOptions::read_artifact.
+  const std::string key =
+      (artifact_dir_ / ("from-rank-" + std::to_string(p.rank)) / ("item-" + std::to_string(item_id) + ".bin"))
+          .string();
+  (*a)["path"] = key;
+  auto b = m.find("artifact_b64");
+  if (b == m.end() || !b->is_string())  // the scheduler records the candidate as a crash
+    return m.value("artifact_error", "the worker rank sent no code object");
+  artifacts_[key] = base64_decode(b->get<std::string>());
+  return "";
+}
+
+void Coordinator::on_result(Peer& p, const json& m) {
+  if (p.state == Peer::State::kGone) return;  // its items were requeued
+  const long long id = m.value("item_id", 0LL);
+  auto it = p.outstanding.find(id);
+  if (it == p.outstanding.end()) return;
+  WorkItem item = std::move(it->second);
+  p.outstanding.erase(it);
+  t_last_ = Clock::now();
+  if (ending_) return;  // drained: abandoned, the next run evaluates it
+  WorkerOutcome o = outcome_from_json(m.value("outcome", json::object()));
+  if (o.kind == WorkerOutcome::Kind::kReply) {
+    try {
+      const std::string why = attach_artifact(p, id, o.reply, m);
+      if (!why.empty())
+        log_ << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << ": code object of " << item.label
+             << " lost: " << why << std::endl;
+    } catch (const std::exception& e) {
+      log_ << "[" << now_hms() << "] kiln-mpi: warning: code object from rank " << p.rank << ": " << e.what()
+           << std::endl;
+    }
+  }
+  if (item.kind == WorkItem::Kind::kEvaluate) ++p.evaluated;
+  scheduler_->complete(item, o, m.value("worker", "rank " + std::to_string(p.rank)));
+  if (item.kind == WorkItem::Kind::kEvaluate && o.kind == WorkerOutcome::Kind::kReply) {
+    // A code object the scheduler did not take (its job was released meanwhile).
+    if (auto r = o.reply.find("result"); r != o.reply.end() && r->is_object())
+      if (auto a = r->find("artifact"); a != r->end() && a->is_object() && (*a)["path"].is_string())
+        artifacts_.erase((*a)["path"].get<std::string>());
+  }
+  pump();
+}
+
+void Coordinator::on_bye(Peer& p, const json& m) {
+  p.said_bye = true;
+  if (p.state != Peer::State::kGone) {
+    const std::string reason = m.value("reason", "");
+    const size_t n = p.outstanding.size();
+    for (const auto& [id, item] : p.outstanding) scheduler_->requeue(item);
+    sum_.items_requeued += static_cast<long long>(n);
+    p.outstanding.clear();
+    p.state = Peer::State::kGone;
+    if (!ending_) {
+      log_ << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << " left (" << reason << ")";
+      if (n) log_ << "; " << n << " item(s) requeued";
+      log_ << std::endl;
+      if (live_peers() == 0) {
+        end(kExitNoWorkers, "no worker ranks left (the last, rank " + std::to_string(p.rank) + ": " + reason + ")");
+        return;
+      }
+      pump();
+    }
+  }
+  check_byes();
+}
+
+void Coordinator::lose(Peer& p, const std::string& why) {
+  const size_t n = p.outstanding.size();
+  for (const auto& [id, item] : p.outstanding) scheduler_->requeue(item);
+  sum_.items_requeued += static_cast<long long>(n);
+  p.outstanding.clear();
+  p.state = Peer::State::kGone;
+  p.lost = true;
+  ++sum_.ranks_lost;
+  transport_.send(p.rank, {{"type", "stop"}});  // in case it is alive after all
+  log_ << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << " lost (" << why << "); " << n
+       << " item(s) requeued" << std::endl;
+  if (live_peers() == 0) {
+    end(kExitNoWorkers, "no worker ranks left (rank " + std::to_string(p.rank) + " lost: " + why + ")");
+    return;
+  }
+  pump();
+}
+
+bool Coordinator::send_one(Peer& p) {
+  std::optional<WorkItem> item = scheduler_->next(p.rank);
+  if (!item) return false;
+  const long long id = next_item_++;
+  json m = {{"type", "work"}, {"item_id", id}, {"timeout_s", item->timeout_s}};
+  // The job document (1-2 KB) goes to a rank once, in a `job` message; work
+  // items then name it by job_id.
+  if (auto j = item->request.find("job"); j != item->request.end()) {
+    if (p.jobs.insert(item->job_id).second)
+      transport_.send(p.rank, {{"type", "job"}, {"job_id", item->job_id}, {"job", std::move(*j)}});
+    item->request.erase("job");
+    m["job_id"] = item->job_id;
+  }
+  m["request"] = std::move(item->request);  // the scheduler needs the rest of the item, not the request
+  transport_.send(p.rank, m);
+  p.outstanding.emplace(id, std::move(*item));
+  ++sum_.items_sent;
+  if (!any_dispatched_) {
+    any_dispatched_ = true;
+    t_first_ = Clock::now();
+    cpu_first_ = process_cpu_seconds();
+  }
+  return true;
+}
+
+void Coordinator::pump() {
+  if (ending_ || pumping_ || device_.empty()) return;
+  pumping_ = true;
+  std::vector<Peer*> ready;
+  for (auto& [r, p] : peers_)
+    if (p.state == Peer::State::kReady) ready.push_back(&p);
+  if (!ready.empty()) {
+    const size_t n = ready.size();
+    const size_t start = static_cast<size_t>(rr_) % n;
+    bool progress = true, more = true;
+    while (progress && more) {
+      progress = false;
+      for (size_t k = 0; k < n && more; ++k) {
+        Peer& p = *ready[(start + k) % n];
+        if (static_cast<int>(p.outstanding.size()) >= p.slots + opts_.prefetch) continue;
+        if (send_one(p)) progress = true;
+        else more = false;
+      }
+    }
+    rr_ = static_cast<int>((start + 1) % n);
+  }
+  pumping_ = false;
+  if (!scheduler_->fatal().empty()) {
+    end(kExitError, scheduler_->fatal());
+    return;
+  }
+  if (outstanding() == 0 && scheduler_->finished()) end(kExitOk, "");
+}
+
+void Coordinator::end(int code, const std::string& why) {
+  if (ending_) return;
+  ending_ = true;
+  sum_.exit_code = code;
+  sum_.error = why;
+  if (any_dispatched_) {
+    sum_.busy_s = std::chrono::duration<double>((t_last_ > t_first_ ? t_last_ : Clock::now()) - t_first_).count();
+    sum_.busy_cpu_s = process_cpu_seconds() - cpu_first_;
+  }
+  if (!why.empty()) log_ << "[" << now_hms() << "] kiln-mpi: " << why << std::endl;
+  // Release what is still active (a drain, a lost batch, a fatal error).
+  scheduler_->flush();
+  if (code != kExitOk) scheduler_->drain();
+  boost::system::error_code ec;
+  signals_.cancel(ec);
+  heartbeat_timer_.cancel();
+  lease_timer_.cancel();
+  progress_timer_.cancel();
+  checkpoint_timer_.cancel();
+  flush_timer_.cancel();
+  for (auto& [r, p] : peers_)
+    if (!p.lost && !p.said_bye) transport_.send(r, {{"type", "stop"}});
+  checkpoint("final");
+  write_status();
+  print_progress(true);
+  check_byes();
+  if (finished_) return;
+  // Signals come shortly before a SIGKILL (mpirun gives its ranks 1 s after a
+  // SIGTERM): wait only briefly for the ranks' goodbyes then.
+  grace_timer_.expires_after(code == kExitInterrupted ? std::chrono::milliseconds(500) : std::chrono::seconds(10));
+  std::weak_ptr<bool> alive = alive_;
+  grace_timer_.async_wait([this, alive](const boost::system::error_code& e) {
+    if (e || alive.expired()) return;
+    finish();
+  });
+}
+
+void Coordinator::check_byes() {
+  if (!ending_ || finished_) return;
+  // Lost ranks are not waited for: they may never answer again.
+  for (const auto& [r, p] : peers_)
+    if (!p.said_bye && !p.lost) return;
+  finish();
+}
+
+void Coordinator::finish() {
+  if (finished_) return;
+  finished_ = true;
+  grace_timer_.cancel();
+  std::error_code ec;
+  fs::remove_all(artifact_dir_, ec);
+  if (on_finished_) {
+    auto fn = on_finished_;
+    std::weak_ptr<bool> alive = alive_;
+    asio::post(io_, [fn, alive] {
+      if (!alive.expired()) fn();
+    });
+  }
+}
+
+CoordinatorSummary Coordinator::summary() const {
+  CoordinatorSummary s = sum_;
+  const SchedulerStats& st = scheduler_->stats();
+  s.jobs_done = st.jobs_done;
+  s.jobs_failed = st.jobs_failed;
+  s.candidates = st.candidates;
+  s.candidate_failures = st.candidate_failures;
+  s.wall_s = seconds_since(t0_);
+  s.cpu_s = process_cpu_seconds();
+  return s;
+}
+
+void Coordinator::write_status() const {
+  if (!opts_.status_file) return;
+  const fs::path path = *opts_.status_file;
+  const fs::path tmp = path.string() + ".tmp";
+  std::error_code ec;
+  if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << sum_.exit_code << "\n" << summary().to_json().dump() << "\n";
+  }
+  fs::rename(tmp, path, ec);
+}
+
+void Coordinator::checkpoint(const char* when) {
+  if (!opts_.checkpoint_to) return;
+  try {
+    CheckpointResult r = checkpoint_catalog(catalog_.handle(), *opts_.checkpoint_to);
+    ++sum_.checkpoints;
+    log_ << "[" << now_hms() << "] kiln-mpi: " << when << " checkpoint: catalog copied to "
+         << opts_.checkpoint_to->string() << " (" << r.bytes / 1024 << " KiB, " << std::fixed
+         << std::setprecision(2) << r.seconds << " s)" << std::defaultfloat << std::endl;
+  } catch (const std::exception& e) {
+    log_ << "[" << now_hms() << "] kiln-mpi: warning: " << e.what() << std::endl;
+  }
+}
+
+void Coordinator::arm_checkpoint() {
+  if (!opts_.checkpoint_to || opts_.checkpoint_every_s <= 0) return;
+  checkpoint_timer_.expires_after(ms(opts_.checkpoint_every_s));
+  std::weak_ptr<bool> alive = alive_;
+  checkpoint_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || ending_) return;
+    checkpoint("periodic");
+    arm_checkpoint();
+  });
+}
+
+void Coordinator::arm_flush() {
+  flush_timer_.expires_after(std::chrono::milliseconds(200));
+  std::weak_ptr<bool> alive = alive_;
+  flush_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || ending_) return;
+    scheduler_->flush();
+    if (!scheduler_->fatal().empty()) {
+      end(kExitError, scheduler_->fatal());
+      return;
+    }
+    arm_flush();
+  });
+}
+
+void Coordinator::arm_heartbeat() {
+  heartbeat_timer_.expires_after(ms(opts_.heartbeat_interval_s));
+  std::weak_ptr<bool> alive = alive_;
+  heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || ending_) return;
+    const auto now = Clock::now();
+    for (auto& [r, p] : peers_) {
+      if (r == transport_.rank() || p.state == Peer::State::kGone) continue;
+      const double silent = std::chrono::duration<double>(now - p.last_heard).count();
+      if (opts_.heartbeat_timeout_s > 0 && silent > opts_.heartbeat_timeout_s) {
+        std::ostringstream why;
+        why << "no message for " << std::fixed << std::setprecision(0) << silent << " s";
+        lose(p, why.str());
+        if (ending_) return;
+      } else {
+        transport_.send(r, {{"type", "heartbeat"}});
+      }
+    }
+    arm_heartbeat();
+  });
+}
+
+void Coordinator::arm_lease() {
+  lease_timer_.expires_after(ms(opts_.lease_s / 3));
+  std::weak_ptr<bool> alive = alive_;
+  lease_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || ending_) return;
+    try {
+      catalog_.renew_leases(opts_.owner, opts_.lease_s);
+    } catch (const std::exception& e) {
+      log_ << "[" << now_hms() << "] kiln-mpi: warning: lease renewal failed: " << e.what() << std::endl;
+    }
+    arm_lease();
+  });
+}
+
+void Coordinator::arm_progress() {
+  progress_timer_.expires_after(ms(opts_.progress_interval_s));
+  std::weak_ptr<bool> alive = alive_;
+  progress_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || ending_) return;
+    print_progress(false);
+    arm_progress();
+  });
+}
+
+void Coordinator::print_progress(bool final_line) {
+  const SchedulerStats& st = scheduler_->stats();
+  std::ostringstream line;
+  line << "[" << now_hms() << "] " << (final_line ? "finished: " : "") << "jobs " << st.jobs_done << " done, "
+       << st.jobs_failed << " failed, " << scheduler_->active_jobs() << " running · candidates " << st.candidates
+       << " evaluated, " << st.candidate_failures << " failed · ranks " << live_peers() << "/" << peers_.size();
+  if (sum_.items_requeued) line << " · " << sum_.items_requeued << " requeued";
+  if (final_line) line << " · " << std::fixed << std::setprecision(1) << seconds_since(t0_) << " s";
+  else if (!st.last_best.empty()) line << " · last best: " << st.last_best;
+  const std::string s = line.str();
+  if (s != last_progress_ || final_line) log_ << s << std::endl;
+  last_progress_ = s;
+}
+
+}  // namespace kiln::mpi

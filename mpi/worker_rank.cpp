@@ -1,0 +1,314 @@
+#include "worker_rank.h"
+
+#include <unistd.h>
+
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include <boost/asio/post.hpp>
+
+#include "explore/explorer.h"
+#include "protocol.h"
+
+namespace kiln::mpi {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string now_hms() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string hostname() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
+
+}  // namespace
+
+WorkerRank::WorkerRank(asio::io_context& io, Transport& transport, WorkerRankOptions options, std::ostream& log)
+    : io_(io), transport_(transport), opts_(std::move(options)), log_(log),
+      label_("rank " + std::to_string(transport.rank())), heartbeat_timer_(io) {}
+
+WorkerRank::~WorkerRank() {
+  *alive_ = false;
+  for (auto& s : slots_)
+    if (s.worker) s.worker->kill();
+}
+
+void WorkerRank::send(const json& m) { transport_.send(opts_.coordinator, m); }
+
+void WorkerRank::start() {
+  last_heard_ = Clock::now();
+  const int n = std::max(1, opts_.slots);
+  if (opts_.noop) {
+    slots_.resize(static_cast<size_t>(n));
+    for (auto& s : slots_) s.ready = true;
+    ready_sent_ = true;
+    send({{"type", "ready"}, {"slots", n}, {"device", "noop (no evaluation)"},
+          {"hello", {{"device", {{"kind", "cpu"}, {"name", "noop (no evaluation)"}}}}},
+          {"host", hostname()}, {"pid", static_cast<long long>(getpid())}, {"gpu", nullptr}});
+  } else {
+    if (!opts_.triton_cache.empty()) fs::create_directories(opts_.triton_cache);
+    WorkerOptions wo = evaluator_options(opts_.device, opts_.triton_cache, opts_.echo_stderr);
+    for (const auto& [k, v] : opts_.env) wo.env[k] = v;
+    for (int i = 0; i < n; ++i) {
+      Slot s;
+      s.worker = std::make_unique<WorkerProcess>(io_, wo);
+      slots_.push_back(std::move(s));
+    }
+    for (size_t i = 0; i < slots_.size(); ++i) start_slot(i);
+  }
+  if (transport_.rank() != opts_.coordinator) arm_heartbeat();
+}
+
+void WorkerRank::start_slot(size_t i) {
+  Slot& s = slots_[i];
+  s.ready = false;
+  s.busy = true;
+  if (s.worker->alive()) s.worker->kill();
+  try {
+    s.worker->start();
+  } catch (const std::exception& e) {
+    s.busy = false;
+    s.dead = true;
+    log_ << "[" << now_hms() << "] " << label_ << ": evaluator slot " << i << " cannot start: " << e.what()
+         << std::endl;
+    bool any = false;
+    for (const auto& o : slots_) any = any || !o.dead;
+    if (!any) leave(std::string("no evaluator could start: ") + e.what());
+    return;
+  }
+  std::weak_ptr<bool> alive = alive_;
+  s.worker->request({{"method", "hello"}}, std::chrono::seconds(180), [this, alive, i](WorkerOutcome o) {
+    if (alive.expired()) return;
+    on_hello(i, std::move(o));
+  });
+}
+
+void WorkerRank::on_hello(size_t i, WorkerOutcome o) {
+  if (finished_) return;
+  Slot& s = slots_[i];
+  s.busy = false;
+  if (o.kind != WorkerOutcome::Kind::kReply || !o.reply.value("ok", false)) {
+    const std::string why = o.kind == WorkerOutcome::Kind::kReply ? o.reply.value("error", "") : o.detail;
+    s.dead = true;
+    s.worker->kill();
+    log_ << "[" << now_hms() << "] " << label_ << ": evaluator slot " << i << " did not start: " << why << std::endl;
+    bool any = false;
+    for (const auto& o2 : slots_) any = any || !o2.dead;
+    if (!any) leave("the evaluator worker did not start: " + why);
+    else pump();
+    return;
+  }
+  s.ready = true;
+  if (!ready_sent_) {
+    ready_sent_ = true;
+    const json& r = o.reply["result"];
+    send({{"type", "ready"},
+          {"slots", static_cast<int>(slots_.size())},
+          {"device", r.value("device", json::object()).value("name", "unknown")},
+          {"hello", r},
+          {"host", hostname()},
+          {"pid", static_cast<long long>(getpid())},
+          {"gpu", opts_.gpu.empty() ? json(nullptr) : json(opts_.gpu)}});
+  }
+  pump();
+}
+
+void WorkerRank::handle(const json& m) {
+  if (finished_) return;
+  last_heard_ = Clock::now();
+  const std::string type = m.value("type", "");
+  if (type == "job") {
+    jobs_[m.value("job_id", 0LL)] = m.value("job", json::object());
+  } else if (type == "work") {
+    Work w;
+    w.item_id = m.value("item_id", 0LL);
+    w.request = m.value("request", json::object());
+    w.timeout_s = m.value("timeout_s", 300.0);
+    w.job_id = m.value("job_id", 0LL);
+    const json* job = nullptr;
+    if (m.contains("job_id")) {
+      auto it = jobs_.find(w.job_id);
+      if (it == jobs_.end()) {
+        WorkerOutcome o;
+        o.reply = {{"id", 0}, {"ok", false}, {"error", "worker rank has no job " + std::to_string(w.job_id)}};
+        send_result(w, o, label_);
+        return;
+      }
+      job = &it->second;
+    }
+    if (opts_.noop) {
+      run_noop(w, job ? *job : w.request.value("job", json::object()));
+      return;
+    }
+    if (job) w.request["job"] = *job;
+    queue_.push_back(std::move(w));
+    pump();
+  } else if (type == "stop") {
+    leave("stopped by the coordinator");
+  }
+  // heartbeat: last_heard_ is all it updates
+}
+
+void WorkerRank::pump() {
+  if (finished_) return;
+  for (size_t i = 0; i < slots_.size() && !queue_.empty(); ++i) {
+    Slot& s = slots_[i];
+    if (s.dead || !s.ready || s.busy) continue;
+    // A worker that exited between requests is replaced before it gets new
+    // work, so the next candidate is not blamed for it (as in the explorer).
+    if (!s.worker->alive()) {
+      start_slot(i);
+      continue;
+    }
+    Work w = std::move(queue_.front());
+    queue_.pop_front();
+    // Code objects go to this node's scratch, one directory per slot.
+    const fs::path dir = opts_.scratch / ("slot-" + std::to_string(i));
+    fs::create_directories(dir);
+    if (w.request.contains("artifact_dir")) w.request["artifact_dir"] = dir.string();
+    s.busy = true;
+    std::weak_ptr<bool> alive = alive_;
+    s.worker->request(w.request, ms(w.timeout_s), [this, alive, i, w](WorkerOutcome o) {
+      if (alive.expired() || finished_) return;
+      slots_[i].busy = false;
+      const std::string who = label_ + " pid " + std::to_string(slots_[i].worker->pid());
+      if (o.kind != WorkerOutcome::Kind::kReply) start_slot(i);
+      send_result(w, o, who);
+      pump();
+    });
+  }
+}
+
+void WorkerRank::send_result(const Work& w, const WorkerOutcome& o, const std::string& worker) {
+  json m = {{"type", "result"}, {"item_id", w.item_id}, {"outcome", outcome_to_json(o)}, {"worker", worker}};
+  // The code object travels in the message: the coordinator's node cannot
+  // read this node's scratch.
+  if (o.kind == WorkerOutcome::Kind::kReply) {
+    const json* a = nullptr;
+    if (auto r = o.reply.find("result"); r != o.reply.end() && r->is_object())
+      if (auto it = r->find("artifact"); it != r->end() && it->is_object() && it->contains("path")) a = &*it;
+    if (a && (*a)["path"].is_string()) {
+      const fs::path p = (*a)["path"].get<std::string>();
+      try {
+        m["artifact_b64"] = base64_encode(slurp(p));
+      } catch (const std::exception& e) {
+        m["artifact_error"] = e.what();
+      }
+      std::error_code ec;
+      fs::remove(p, ec);
+    }
+  }
+  send(m);
+}
+
+// Synthetic answers for the coordinator benchmark (--noop-evaluator): no
+// Python, no compile; a plausible result with a tiny code object so the
+// coordinator does its whole per-candidate work (catalog rows, blob,
+// estimate, selection).
+void WorkerRank::run_noop(const Work& w, const json& job) {
+  const std::string method = w.request.value("method", "");
+  double elems = 1;
+  for (const auto& d : job.value("shape", json::array()))
+    if (d.is_number()) elems *= d.get<double>();
+  const json traffic = {{"bytes", 12.0 * elems}, {"flops", elems}};
+  json reply = {{"id", 0}, {"ok", true}};
+  json extra;
+  if (method == "space" || method == "reference_info") {
+    json configs = json::array();
+    for (int i = 0; i < opts_.noop_space; ++i)
+      configs.push_back({{"BLOCK_SIZE", 64 * (1 + i % 16)}, {"NOOP", i}, {"num_stages", 1},
+                         {"num_warps", 1 << (i % 4)}});
+    reply["result"] = {{"configs", configs}, {"traffic", traffic}};
+  } else if (method == "evaluate") {
+    const json target = job.value("target", json::object());
+    const json config = w.request.value("config", json::object());
+    const int warps = config.value("num_warps", 4);
+    const int warp_size = target.value("warp_size", 32);
+    const std::string backend = target.value("backend", "cuda");
+    const std::string bytes = "KILN-NOOP\n" + config.dump();
+    reply["result"] = {
+        {"status", "ok"},
+        {"message", ""},
+        {"exec_device", "noop (no evaluation)"},
+        {"correctness", {{"seeds", 0}, {"max_abs_err", 0.0}, {"max_rel_err", 0.0}, {"passed", true}}},
+        {"latency", nullptr},
+        {"artifact",
+         {{"target", target.value("name", "")}, {"arch", target.value("arch", "")},
+          {"kind", backend == "hip" ? "hsaco" : "cubin"}, {"path", "noop.bin"}, {"kernel_name", "noop_kernel"},
+          {"num_warps", warps}, {"num_stages", config.value("num_stages", 1)}, {"warp_size", warp_size},
+          {"shared_bytes", 0}, {"registers", 32}, {"sgprs", 16}, {"spills", 0}, {"scratch_bytes", 0},
+          {"occupancy", 8}, {"grid", {std::max(1LL, static_cast<long long>(elems / 1024)), 1, 1}}, {"block", {warps * warp_size, 1, 1}},
+          {"args", json::array()}, {"metadata", json::object()}}},
+        {"traffic", traffic},
+        {"timings", {{"compile_s", 0.0}, {"check_s", 0.0}, {"bench_s", 0.0}}}};
+    extra = base64_encode(bytes);
+  } else {
+    reply = {{"id", 0}, {"ok", false}, {"error", "noop evaluator: unknown method " + method}};
+  }
+  WorkerOutcome o;
+  o.reply = std::move(reply);
+  json m = {{"type", "result"}, {"item_id", w.item_id}, {"outcome", outcome_to_json(o)},
+            {"worker", label_ + " pid " + std::to_string(getpid())}};
+  if (!extra.is_null()) m["artifact_b64"] = extra;
+  send(m);
+}
+
+void WorkerRank::arm_heartbeat() {
+  heartbeat_timer_.expires_after(ms(opts_.heartbeat_interval_s));
+  std::weak_ptr<bool> alive = alive_;
+  heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || finished_) return;
+    const double silent = std::chrono::duration<double>(Clock::now() - last_heard_).count();
+    if (opts_.heartbeat_timeout_s > 0 && silent > opts_.heartbeat_timeout_s) {
+      log_ << "[" << now_hms() << "] " << label_ << ": no word from the coordinator for " << static_cast<int>(silent)
+           << " s; stopping" << std::endl;
+      exit_code_ = 1;
+      leave("coordinator lost");
+      return;
+    }
+    send({{"type", "heartbeat"}});
+    arm_heartbeat();
+  });
+}
+
+void WorkerRank::leave(const std::string& reason) {
+  if (finished_) return;
+  finished_ = true;
+  heartbeat_timer_.cancel();
+  queue_.clear();
+  for (auto& s : slots_)
+    if (s.worker) s.worker->kill();
+  send({{"type", "bye"}, {"reason", reason}});
+  std::error_code ec;
+  for (size_t i = 0; i < slots_.size(); ++i) fs::remove_all(opts_.scratch / ("slot-" + std::to_string(i)), ec);
+  if (on_finished_) {
+    auto fn = on_finished_;
+    std::weak_ptr<bool> alive = alive_;
+    asio::post(io_, [fn, alive] {
+      if (!alive.expired()) fn();
+    });
+  }
+}
+
+}  // namespace kiln::mpi

@@ -1,0 +1,509 @@
+// kiln merge: copy one catalog into another, idempotently (catalog.h,
+// merge_catalog). Used to gather the node-local catalogs of a Slurm job array
+// (scripts/slurm/array.sbatch) into one.
+//
+// `from` is read on its own read-only connection; rows are copied column by
+// column (the columns both catalogs have), with the row ids that differ between
+// the two files remapped: jobs by key, candidates by (job, key), everything
+// else through those two maps.
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "catalog/catalog.h"
+
+namespace kiln {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class Q {
+ public:
+  Q(sqlite3* db, const std::string& sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK)
+      throw CatalogError(std::string("merge: ") + sqlite3_errmsg(db) + " in: " + sql);
+  }
+  ~Q() { sqlite3_finalize(st_); }
+  Q(const Q&) = delete;
+  Q& operator=(const Q&) = delete;
+
+  bool step() {
+    const int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw CatalogError(std::string("merge: ") + sqlite3_errmsg(db_));
+  }
+  void run() {
+    while (step()) {
+    }
+    sqlite3_reset(st_);
+  }
+  Q& reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+    return *this;
+  }
+  Q& bind(int i, long long v) {
+    sqlite3_bind_int64(st_, i, v);
+    return *this;
+  }
+  Q& bind(int i, const std::string& v) {
+    sqlite3_bind_text(st_, i, v.c_str(), -1, SQLITE_TRANSIENT);
+    return *this;
+  }
+  Q& bind_null(int i) {
+    sqlite3_bind_null(st_, i);
+    return *this;
+  }
+  Q& bind_value(int i, sqlite3_value* v) {
+    sqlite3_bind_value(st_, i, v);
+    return *this;
+  }
+  long long i64(int i) const { return sqlite3_column_int64(st_, i); }
+  double dbl(int i) const { return sqlite3_column_double(st_, i); }
+  bool is_null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
+  std::string text(int i) const {
+    const unsigned char* t = sqlite3_column_text(st_, i);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  sqlite3_value* value(int i) const { return sqlite3_column_value(st_, i); }
+  sqlite3_stmt* get() const { return st_; }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+void exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errmsg(db);
+    sqlite3_free(err);
+    throw CatalogError(std::string("merge: ") + msg);
+  }
+}
+
+bool has_table(sqlite3* db, const std::string& table) {
+  Q q(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  q.bind(1, table);
+  return q.step();
+}
+
+std::vector<std::string> table_columns(sqlite3* db, const std::string& table) {
+  Q q(db, "SELECT name FROM pragma_table_info(?1) ORDER BY cid");
+  q.bind(1, table);
+  std::vector<std::string> out;
+  while (q.step()) out.push_back(q.text(0));
+  return out;
+}
+
+// The columns of `table` both catalogs have, in `into`'s order, minus `drop`.
+std::vector<std::string> common_columns(sqlite3* into, sqlite3* from, const std::string& table,
+                                        const std::set<std::string>& drop = {}) {
+  const auto theirs = table_columns(from, table);
+  std::vector<std::string> out;
+  for (const auto& c : table_columns(into, table))
+    if (!drop.count(c) && std::find(theirs.begin(), theirs.end(), c) != theirs.end()) out.push_back(c);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& cols, const std::string& prefix = "") {
+  std::string s;
+  for (const auto& c : cols) s += (s.empty() ? "" : ", ") + prefix + "\"" + c + "\"";
+  return s;
+}
+
+int index_of(const std::vector<std::string>& cols, const std::string& name) {
+  auto it = std::find(cols.begin(), cols.end(), name);
+  return it == cols.end() ? -1 : static_cast<int>(it - cols.begin());
+}
+
+// Reads `cols` of every row of `table` in `from` (rowid order).
+std::unique_ptr<Q> select_all(sqlite3* from, const std::string& table,
+                              const std::vector<std::string>& cols) {
+  return std::make_unique<Q>(from, "SELECT " + join(cols) + " FROM \"" + table + "\" ORDER BY rowid");
+}
+
+// INSERT [OR IGNORE] INTO table (cols) VALUES (?1, ...).
+std::unique_ptr<Q> insert_into(sqlite3* into, const std::string& table,
+                               const std::vector<std::string>& cols, bool or_ignore) {
+  std::string marks;
+  for (size_t i = 1; i <= cols.size(); ++i) marks += (i > 1 ? ", ?" : "?") + std::to_string(i);
+  return std::make_unique<Q>(into, std::string("INSERT ") + (or_ignore ? "OR IGNORE " : "") +
+                                       "INTO \"" + table + "\" (" + join(cols) + ") VALUES (" + marks + ")");
+}
+
+// Binds a source row into an insert: column i from `src`, except the columns in
+// `ids` (remapped row ids; a missing optional means NULL).
+void bind_row(Q& ins, const Q& src, size_t ncols,
+              const std::map<int, std::optional<long long>>& ids = {}) {
+  ins.reset();
+  for (size_t i = 0; i < ncols; ++i) {
+    auto it = ids.find(static_cast<int>(i));
+    if (it == ids.end()) ins.bind_value(static_cast<int>(i) + 1, src.value(static_cast<int>(i)));
+    else if (it->second) ins.bind(static_cast<int>(i) + 1, *it->second);
+    else ins.bind_null(static_cast<int>(i) + 1);
+  }
+}
+
+int state_rank(const std::string& state) {
+  if (state == "done") return 3;
+  if (state == "failed") return 2;
+  return 1;  // queued, running
+}
+
+std::string uri_escape(const std::string& path) {
+  std::string out;
+  const char* hex = "0123456789ABCDEF";
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+struct Conn {
+  sqlite3* db = nullptr;
+  ~Conn() {
+    if (db) sqlite3_close_v2(db);
+  }
+};
+
+// Opens `path` read-only; in a directory it cannot write (no -shm possible),
+// falls back to immutable=1, as Catalog::open does.
+void open_source(Conn& c, const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw CatalogError("merge: no catalog at " + path.string());
+  const std::string base = "file:" + uri_escape(fs::absolute(path).string());
+  for (const char* extra : {"?mode=ro", "?mode=ro&immutable=1"}) {
+    if (c.db) {
+      sqlite3_close_v2(c.db);
+      c.db = nullptr;
+    }
+    const std::string uri = base + extra;
+    if (sqlite3_open_v2(uri.c_str(), &c.db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK)
+      continue;
+    sqlite3_busy_timeout(c.db, 10000);
+    if (sqlite3_exec(c.db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) == SQLITE_OK)
+      return;
+  }
+  const std::string why = c.db ? sqlite3_errmsg(c.db) : "cannot open";
+  throw CatalogError("merge: cannot read " + path.string() + ": " + why +
+                     " (not a SQLite catalog, or its directory needs to be writable for the -shm file)");
+}
+
+}  // namespace
+
+MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
+  if (into_cat.read_only()) throw CatalogError("merge: the output catalog is open read-only");
+  std::error_code ec;
+  if (fs::equivalent(into_cat.path(), from_path, ec))
+    throw CatalogError("merge: " + from_path.string() + " is the output catalog itself");
+  Conn src;
+  open_source(src, from_path);
+  sqlite3* from = src.db;
+  sqlite3* into = into_cat.handle();
+
+  int from_version = 0;
+  {
+    Q q(from, "PRAGMA user_version");
+    if (q.step()) from_version = static_cast<int>(q.i64(0));
+  }
+  for (const char* t : {"batches", "jobs", "batch_jobs", "candidates", "evaluations", "blobs",
+                        "artifacts", "best"})
+    if (!has_table(from, t))
+      throw CatalogError("merge: " + from_path.string() + " is not a Kiln catalog (no table " + t + ")");
+  if (from_version > into_cat.schema_version())
+    throw CatalogError("merge: " + from_path.string() + " has schema version " +
+                       std::to_string(from_version) + ", newer than this kiln knows (" +
+                       std::to_string(into_cat.schema_version()) + "); use a newer kiln");
+
+  MergeStats st;
+  const std::set<std::string> known = {"batches", "jobs", "batch_jobs", "candidates", "evaluations",
+                                       "blobs", "artifacts", "best", "llm_calls"};
+  {
+    Q q(from, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+    while (q.step())
+      if (!known.count(q.text(0)) || !has_table(into, q.text(0))) st.skipped_tables.push_back(q.text(0));
+  }
+
+  exec(into, "BEGIN IMMEDIATE");
+  try {
+    // --- batches: by id -----------------------------------------------------------
+    {
+      const auto cols = common_columns(into, from, "batches");
+      auto sel = select_all(from, "batches", cols);
+      auto ins = insert_into(into, "batches", cols, true);
+      while (sel->step()) {
+        bind_row(*ins, *sel, cols.size());
+        ins->run();
+        st.batches += sqlite3_changes(into);
+      }
+    }
+
+    // --- jobs: by key ---------------------------------------------------------------
+    std::map<long long, long long> job_map;  // from id -> into id
+    {
+      auto cols = common_columns(into, from, "jobs", {"id"});
+      std::vector<std::string> sel_cols = cols;
+      sel_cols.insert(sel_cols.begin(), "id");
+      auto sel = select_all(from, "jobs", sel_cols);
+      // Offsets into the insert's columns (sel column = insert column + 1).
+      const int c_key = index_of(cols, "key"), c_state = index_of(cols, "state"),
+                c_owner = index_of(cols, "lease_owner"), c_exp = index_of(cols, "lease_expires");
+      if (c_key < 0 || c_state < 0) throw CatalogError("merge: jobs lack key or state");
+      auto ins = insert_into(into, "jobs", cols, false);
+      Q find(into, "SELECT id, state FROM jobs WHERE key = ?1");
+      std::vector<std::string> upd_cols;
+      for (const char* c : {"state", "message", "attempts", "started_at", "finished_at"})
+        if (index_of(cols, c) >= 0) upd_cols.push_back(c);
+      std::string upd_sql = "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL";
+      for (size_t i = 0; i < upd_cols.size(); ++i)
+        upd_sql += ", \"" + upd_cols[i] + "\" = ?" + std::to_string(i + 2);
+      upd_sql += " WHERE id = ?1";
+      Q upd(into, upd_sql);
+      while (sel->step()) {
+        const long long from_id = sel->i64(0);
+        const std::string key = sel->text(c_key + 1), state = sel->text(c_state + 1);
+        find.reset().bind(1, key);
+        if (find.step()) {
+          const long long id = find.i64(0);
+          const std::string into_state = find.text(1);
+          sqlite3_reset(find.get());
+          job_map[from_id] = id;
+          if (state_rank(state) > state_rank(into_state)) {
+            upd.reset().bind(1, id);
+            for (size_t i = 0; i < upd_cols.size(); ++i)
+              upd.bind_value(static_cast<int>(i) + 2, sel->value(index_of(cols, upd_cols[i]) + 1));
+            upd.run();
+            ++st.jobs_updated;
+          }
+          continue;
+        }
+        sqlite3_reset(find.get());
+        // Insert; a job some run held in `from` is queued here (that run is not ours).
+        ins->reset();
+        for (size_t i = 0; i < cols.size(); ++i) {
+          const int k = static_cast<int>(i);
+          if (state == "running" && k == c_state) ins->bind(k + 1, std::string("queued"));
+          else if (state == "running" && (k == c_owner || k == c_exp)) ins->bind_null(k + 1);
+          else ins->bind_value(k + 1, sel->value(k + 1));
+        }
+        ins->run();
+        job_map[from_id] = sqlite3_last_insert_rowid(into);
+        ++st.jobs_new;
+      }
+    }
+    auto job_of = [&](const Q& q, int i) -> long long {
+      auto it = job_map.find(q.i64(i));
+      if (it == job_map.end())
+        throw CatalogError("merge: " + from_path.string() + " references job " + std::to_string(q.i64(i)) +
+                           " that it does not have");
+      return it->second;
+    };
+
+    // --- batch_jobs -------------------------------------------------------------------
+    {
+      const auto cols = common_columns(into, from, "batch_jobs");
+      const int c_job = index_of(cols, "job_id");
+      auto sel = select_all(from, "batch_jobs", cols);
+      auto ins = insert_into(into, "batch_jobs", cols, true);
+      while (sel->step()) {
+        bind_row(*ins, *sel, cols.size(), {{c_job, job_of(*sel, c_job)}});
+        ins->run();
+        st.batch_links += sqlite3_changes(into);
+      }
+    }
+
+    // --- candidates: by (job, key) -------------------------------------------------------
+    std::map<long long, long long> cand_map;
+    {
+      auto cols = common_columns(into, from, "candidates", {"id"});
+      std::vector<std::string> sel_cols = cols;
+      sel_cols.insert(sel_cols.begin(), "id");
+      auto sel = select_all(from, "candidates", sel_cols);
+      const int c_job = index_of(cols, "job_id"), c_key = index_of(cols, "key"),
+                c_parent = index_of(cols, "parent_id");
+      auto ins = insert_into(into, "candidates", cols, false);
+      Q find(into, "SELECT id FROM candidates WHERE job_id = ?1 AND key = ?2");
+      std::vector<std::pair<long long, long long>> parents;  // (into id, from parent id)
+      while (sel->step()) {
+        const long long from_id = sel->i64(0);
+        const long long job = job_of(*sel, c_job + 1);
+        find.reset().bind(1, job).bind(2, sel->text(c_key + 1));
+        if (find.step()) {
+          cand_map[from_id] = find.i64(0);
+          sqlite3_reset(find.get());
+          continue;
+        }
+        sqlite3_reset(find.get());
+        std::map<int, std::optional<long long>> ids = {{c_job + 1, job}};
+        std::optional<long long> from_parent;
+        if (c_parent >= 0) {
+          if (!sel->is_null(c_parent + 1)) from_parent = sel->i64(c_parent + 1);
+          ids[c_parent + 1] = std::nullopt;  // set below, once the parent is here
+          if (from_parent)
+            if (auto it = cand_map.find(*from_parent); it != cand_map.end()) ids[c_parent + 1] = it->second;
+        }
+        // bind_row works on the select's columns; the insert's are shifted by one (no id).
+        ins->reset();
+        for (size_t i = 0; i < cols.size(); ++i) {
+          const int k = static_cast<int>(i) + 1;
+          auto it = ids.find(k);
+          if (it == ids.end()) ins->bind_value(k, sel->value(k));
+          else if (it->second) ins->bind(k, *it->second);
+          else ins->bind_null(k);
+        }
+        ins->run();
+        const long long id = sqlite3_last_insert_rowid(into);
+        cand_map[from_id] = id;
+        if (from_parent && !cand_map.count(*from_parent)) parents.emplace_back(id, *from_parent);
+        ++st.candidates;
+      }
+      Q fix(into, "UPDATE candidates SET parent_id = ?1 WHERE id = ?2");
+      for (const auto& [id, parent] : parents)
+        if (auto it = cand_map.find(parent); it != cand_map.end()) fix.reset().bind(1, it->second).bind(2, id).run();
+    }
+    auto cand_of = [&](const Q& q, int i) -> std::optional<long long> {
+      if (q.is_null(i)) return std::nullopt;
+      auto it = cand_map.find(q.i64(i));
+      if (it == cand_map.end())
+        throw CatalogError("merge: " + from_path.string() + " references candidate " +
+                           std::to_string(q.i64(i)) + " that it does not have");
+      return it->second;
+    };
+
+    // --- blobs: by sha256 (before artifacts, which reference them) ---------------------------
+    {
+      const auto cols = common_columns(into, from, "blobs");
+      auto sel = select_all(from, "blobs", cols);
+      auto ins = insert_into(into, "blobs", cols, true);
+      Q have(into, "SELECT 1 FROM blobs WHERE sha256 = ?1");
+      const int c_sha = index_of(cols, "sha256");
+      while (sel->step()) {
+        have.reset().bind(1, sel->text(c_sha));
+        const bool present = have.step();
+        sqlite3_reset(have.get());
+        if (present) continue;
+        bind_row(*ins, *sel, cols.size());
+        ins->run();
+        st.blobs += sqlite3_changes(into);
+      }
+    }
+
+    // --- evaluations: one per candidate ----------------------------------------------------
+    {
+      const auto cols = common_columns(into, from, "evaluations", {"id"});
+      const int c_cand = index_of(cols, "candidate_id");
+      auto sel = select_all(from, "evaluations", cols);
+      auto ins = insert_into(into, "evaluations", cols, true);
+      while (sel->step()) {
+        bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
+        ins->run();
+        st.evaluations += sqlite3_changes(into);
+      }
+    }
+
+    // --- artifacts: by (candidate, target) --------------------------------------------------
+    {
+      const auto cols = common_columns(into, from, "artifacts", {"id"});
+      const int c_cand = index_of(cols, "candidate_id");
+      auto sel = select_all(from, "artifacts", cols);
+      auto ins = insert_into(into, "artifacts", cols, true);
+      while (sel->step()) {
+        bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
+        ins->run();
+        st.artifacts += sqlite3_changes(into);
+      }
+    }
+
+    // --- best: measured beats estimated; then the lower value ----------------------------------
+    {
+      const auto cols = common_columns(into, from, "best");
+      const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
+                c_basis = index_of(cols, "basis"), c_value = index_of(cols, "value_ms");
+      auto sel = select_all(from, "best", cols);
+      auto ins = insert_into(into, "best", cols, false);
+      Q cur(into, "SELECT basis, value_ms FROM best WHERE job_id = ?1");
+      Q del(into, "DELETE FROM best WHERE job_id = ?1");
+      while (sel->step()) {
+        const long long job = job_of(*sel, c_job);
+        const std::string basis = sel->text(c_basis);
+        const double value = sel->dbl(c_value);
+        cur.reset().bind(1, job);
+        bool replace = false;
+        if (cur.step()) {
+          const std::string have_basis = cur.text(0);
+          const double have_value = cur.dbl(1);
+          sqlite3_reset(cur.get());
+          if (basis == have_basis) replace = value < have_value;
+          else replace = basis == "measured";
+          if (!replace) continue;
+          del.reset().bind(1, job).run();
+          ++st.best_replaced;
+        } else {
+          sqlite3_reset(cur.get());
+          ++st.best_new;
+        }
+        bind_row(*ins, *sel, cols.size(), {{c_job, job}, {c_cand, cand_of(*sel, c_cand)}});
+        ins->run();
+      }
+    }
+
+    // --- llm_calls: by (job, created_at, instance, round, prompt) ----------------------------------
+    if (has_table(from, "llm_calls") && has_table(into, "llm_calls")) {
+      const auto cols = common_columns(into, from, "llm_calls", {"id"});
+      const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
+                c_parent = index_of(cols, "parent_id");
+      std::vector<std::string> key_cols;
+      for (const char* c : {"job_id", "created_at", "instance", "round", "prompt"})
+        if (index_of(cols, c) >= 0) key_cols.push_back(c);
+      std::string find_sql = "SELECT 1 FROM llm_calls WHERE 1";
+      for (size_t i = 0; i < key_cols.size(); ++i)
+        find_sql += " AND \"" + key_cols[i] + "\" IS ?" + std::to_string(i + 1);
+      Q find(into, find_sql);
+      auto sel = select_all(from, "llm_calls", cols);
+      auto ins = insert_into(into, "llm_calls", cols, false);
+      while (sel->step()) {
+        std::map<int, std::optional<long long>> ids;
+        if (c_job >= 0) ids[c_job] = job_of(*sel, c_job);
+        if (c_cand >= 0) ids[c_cand] = cand_of(*sel, c_cand);
+        if (c_parent >= 0) ids[c_parent] = cand_of(*sel, c_parent);
+        find.reset();
+        for (size_t i = 0; i < key_cols.size(); ++i) {
+          const int k = index_of(cols, key_cols[i]);
+          if (auto it = ids.find(k); it != ids.end() && it->second) find.bind(static_cast<int>(i) + 1, *it->second);
+          else find.bind_value(static_cast<int>(i) + 1, sel->value(k));
+        }
+        const bool present = find.step();
+        sqlite3_reset(find.get());
+        if (present) continue;
+        bind_row(*ins, *sel, cols.size(), ids);
+        ins->run();
+        ++st.llm_calls;
+      }
+    }
+
+    exec(into, "COMMIT");
+  } catch (...) {
+    sqlite3_exec(into, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  return st;
+}
+
+}  // namespace kiln

@@ -1,0 +1,527 @@
+// kiln nightly MANIFEST: regeneration of a kernel set, for cron or Slurm
+// (scripts/slurm/nightly.sbatch). docs/cluster.md, section "Nightly".
+//
+//   1. submit MANIFEST (idempotent: keys already in the catalog add nothing);
+//   2. run the manifest's jobs that are not done: a job key covers the manifest
+//      entry, the template's sha256, the Triton version and the target document,
+//      so exactly the jobs whose inputs changed are new keys and run, the rest
+//      are done already and cost nothing;
+//   3. report every job's best against the previous best of "the same job": the
+//      most recent older done job (created before it) with a best and the same
+//      (op, shape, dtype, params, target) but another key. Measured and
+//      estimated values are never compared ("not comparable");
+//   4. package the targets whose kernels changed and did not regress
+//      (--package-dir DIR: DIR/<target>, via package_target).
+// Exit 4 when a job run now is slower than its previous best by more than
+// --threshold (or failed where it had a kernel before), so cron and Slurm notice.
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "catalog/job_key.h"
+#include "cli/cli_util.h"
+#include "evaluate/worker_process.h"
+#include "explore/explorer.h"
+#include "package/package.h"
+
+namespace kiln {
+
+using namespace kiln::cli;
+
+namespace {
+
+constexpr int kExitRegression = 4;
+
+// The worker's hello (Python, torch, Triton and template versions), as kiln
+// submit asks it. A missing package is exit code 3.
+json nightly_hello() {
+  WorkerOptions w;
+  const auto home = kiln_home();
+  w.argv = {python_executable(), "-m", "kiln_worker"};
+  std::string pythonpath = (home / "worker").string() + ":" + home.string();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonpath += std::string(":") + old;
+  w.env = {{"PYTHONPATH", pythonpath}, {"KILN_HOME", home.string()}, {"KILN_DEVICE", "cpu"}};
+  json reply = call_worker_once(w, {{"method", "hello"}}, std::chrono::seconds(180));
+  if (!reply.value("ok", false)) throw std::runtime_error("worker hello failed: " + reply.value("error", ""));
+  return reply["result"];
+}
+
+std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowledge, const json& hello) {
+  const json templates = hello.value("templates", json::object());
+  const std::string triton = hello.value("triton", "");
+  std::vector<NewJob> jobs;
+  std::set<std::string> seen;
+  for (const JobSpec& js : m.jobs) {
+    const Target* t = knowledge.targets.find(js.target);
+    const OperatorSpec* op = knowledge.operators.find(js.op);
+    NewJob j;
+    j.op = js.op;
+    j.dtype = js.dtype;
+    j.target = t->name;
+    j.arch = t->arch;
+    j.shape = js.shape;
+    j.params = js.params;
+    j.spec = js.to_json(*t);
+    j.key = job_key(j.spec, templates.value(op->module, ""), triton);
+    if (seen.insert(j.key).second) jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+struct BestInfo {
+  long long job_id = 0;
+  std::string key, basis, device;
+  double ms = 0;
+  long long candidate_id = 0;
+  json to_json() const {
+    return {{"job_id", job_id}, {"key", key},
+            {"basis", basis},   {"ms", ms},
+            {"device", device.empty() ? json(nullptr) : json(device)},
+            {"candidate_id", candidate_id}};
+  }
+};
+
+struct JobReport {
+  long long id = 0;
+  std::string key, op, dtype, target, state, message;
+  json shape, params;
+  double created_at = 0;
+  bool ran_now = false;                  // not done before this nightly, done or failed after it
+  std::optional<BestInfo> now, previous;
+  std::optional<double> ratio;           // now / previous, same basis only
+  std::string status;                    // new | improved | same | regression | not comparable |
+                                         // unchanged | failed | pending | missing
+  bool counts_as_regression = false;
+};
+
+std::string fmt_ms(double v) {
+  std::ostringstream os;
+  os << std::setprecision(4) << v;
+  return os.str();
+}
+
+std::string best_text(const std::optional<BestInfo>& b) {
+  if (!b) return "-";
+  return fmt_ms(b->ms) + " ms " + (b->basis == "measured" ? "measured on " + b->device : "estimated");
+}
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&t));
+  return buf;
+}
+
+std::optional<BestInfo> read_best(sqlite3* db, long long job_id, const std::string& key) {
+  Stmt st(db, "SELECT basis, value_ms, device, candidate_id FROM best WHERE job_id = ?1");
+  sqlite3_bind_int64(st.s, 1, job_id);
+  if (!st.step()) return std::nullopt;
+  BestInfo b;
+  b.job_id = job_id;
+  b.key = key;
+  b.basis = st.col(0).get<std::string>();
+  b.ms = st.col(1).get<double>();
+  b.device = st.col(2).is_null() ? "" : st.col(2).get<std::string>();
+  b.candidate_id = st.col(3).get<long long>();
+  return b;
+}
+
+// Every manifest job's current state and best, and its previous result.
+std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<NewJob>& jobs,
+                                    const std::map<std::string, std::string>& state_before,
+                                    bool report_only, double threshold) {
+  sqlite3* db = catalog.handle();
+  std::set<std::string> current_keys;
+  for (const NewJob& nj : jobs) current_keys.insert(nj.key);
+  std::vector<JobReport> out;
+  for (const NewJob& nj : jobs) {
+    JobReport r;
+    r.key = nj.key;
+    r.op = nj.op;
+    r.dtype = nj.dtype;
+    r.target = nj.target;
+    r.shape = nj.shape;
+    r.params = nj.params.is_null() ? json::object() : nj.params;
+    {
+      Stmt st(db, "SELECT id, state, COALESCE(message, ''), created_at, shape, params FROM jobs WHERE key = ?1");
+      sqlite3_bind_text(st.s, 1, nj.key.c_str(), -1, SQLITE_TRANSIENT);
+      if (!st.step()) {
+        r.status = "missing";  // report-only on a manifest that was never submitted here
+        out.push_back(std::move(r));
+        continue;
+      }
+      r.id = st.col(0).get<long long>();
+      r.state = st.col(1).get<std::string>();
+      r.message = st.col(2).get<std::string>();
+      r.created_at = st.col(3).get<double>();
+      r.shape = json::parse(st.col(4).get<std::string>());
+      r.params = json::parse(st.col(5).get<std::string>());
+    }
+    auto before = state_before.find(nj.key);
+    const bool was_done = before != state_before.end() && before->second == "done";
+    r.ran_now = report_only || (!was_done && (r.state == "done" || r.state == "failed"));
+    r.now = read_best(db, r.id, r.key);
+    {
+      // The same job, older: (op, shape, dtype, params, target) equal, another
+      // key (not one of this manifest's: two entries may differ only in their
+      // search settings), done with a best, created before this one. shape and
+      // params are canonical JSON in the catalog, so text equality is value equality.
+      Stmt st(db,
+              "SELECT j.id, j.key FROM jobs j JOIN best b ON b.job_id = j.id "
+              "WHERE j.op = ?1 AND j.shape = ?2 AND j.dtype = ?3 AND j.params = ?4 AND j.target = ?5 "
+              "AND j.key <> ?6 AND j.state = 'done' "
+              "AND (j.created_at < ?7 OR (j.created_at = ?7 AND j.id < ?8)) "
+              "ORDER BY j.created_at DESC, j.id DESC");
+      const std::string shape = canonical_json(r.shape), params = canonical_json(r.params);
+      sqlite3_bind_text(st.s, 1, r.op.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(st.s, 2, shape.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(st.s, 3, r.dtype.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(st.s, 4, params.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(st.s, 5, r.target.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(st.s, 6, r.key.c_str(), -1, SQLITE_TRANSIENT);
+      sqlite3_bind_double(st.s, 7, r.created_at);
+      sqlite3_bind_int64(st.s, 8, r.id);
+      while (st.step()) {
+        const std::string key = st.col(1).get<std::string>();
+        if (current_keys.count(key)) continue;
+        r.previous = read_best(db, st.col(0).get<long long>(), key);
+        break;
+      }
+    }
+    if (r.now && r.previous && r.now->basis == r.previous->basis && r.previous->ms > 0)
+      r.ratio = r.now->ms / r.previous->ms;
+
+    if (r.state == "failed") {
+      r.status = "failed";
+      r.counts_as_regression = r.ran_now && r.previous.has_value();
+    } else if (r.state != "done") {
+      r.status = "pending";  // the run was interrupted before this job finished
+    } else if (!r.ran_now) {
+      r.status = "unchanged";
+    } else if (!r.previous) {
+      r.status = "new";
+    } else if (!r.now || r.now->basis != r.previous->basis) {
+      r.status = "not comparable";
+    } else if (*r.ratio > 1 + threshold) {
+      r.status = "regression";
+      r.counts_as_regression = true;
+    } else if (*r.ratio < 1 - threshold) {
+      r.status = "improved";
+    } else {
+      r.status = "same";
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+json job_json(const JobReport& r) {
+  json j = {{"op", r.op},           {"shape", r.shape},
+            {"dtype", r.dtype},     {"params", r.params},
+            {"target", r.target},   {"key", r.key},
+            {"job_id", r.id ? json(r.id) : json(nullptr)},
+            {"state", r.state.empty() ? json(nullptr) : json(r.state)},
+            {"ran_now", r.ran_now}, {"status", r.status},
+            {"regression", r.counts_as_regression},
+            {"new", r.now ? r.now->to_json() : json(nullptr)},
+            {"previous", r.previous ? r.previous->to_json() : json(nullptr)},
+            {"ratio", r.ratio ? json(*r.ratio) : json(nullptr)}};
+  if (r.now && r.previous && r.now->basis != r.previous->basis)
+    j["note"] = "not comparable: " + r.now->basis + " now, " + r.previous->basis +
+                " before (a measurement and the static model's estimate are never compared)";
+  if (r.state == "failed") j["message"] = r.message;
+  return j;
+}
+
+std::string markdown(const json& rep, const std::vector<JobReport>& jobs) {
+  std::ostringstream md;
+  md << "# Kiln nightly report: " << rep["name"].get<std::string>() << "\n\n";
+  md << "- when: " << rep["when"].get<std::string>() << "\n";
+  md << "- manifest: `" << rep["manifest"].get<std::string>() << "`\n";
+  md << "- catalog: `" << rep["catalog"].get<std::string>() << "`\n";
+  if (!rep["batch"].is_null()) md << "- batch: `" << rep["batch"].get<std::string>() << "`\n";
+  md << "- Triton " << rep["triton"].get<std::string>();
+  if (!rep["run"].is_null()) md << " · device: " << rep["run"]["device"].get<std::string>();
+  md << "\n";
+  md << "- jobs: " << jobs.size() << " · run now: " << rep["summary"]["ran_now"].get<int>()
+     << " · candidates evaluated now: " << rep["evaluated"].get<int>() << "\n";
+  md << "- threshold: a job run now whose best is more than " << fmt_ms(rep["threshold"].get<double>() * 100)
+     << "% slower than its previous best is a regression\n\n";
+  const int regressions = rep["summary"]["regressions"].get<int>();
+  if (regressions > 0) {
+    md << "**" << regressions << " regression(s):**\n\n";
+    for (const auto& r : jobs)
+      if (r.counts_as_regression)
+        md << "- " << r.op << " " << shape_text(r.shape) << " " << r.dtype << " " << r.target << ": "
+           << (r.status == "failed" ? "failed (" + r.message + "), previous best " + best_text(r.previous)
+                                    : best_text(r.now) + " vs " + best_text(r.previous) + " (x" +
+                                          fmt_ms(*r.ratio) + ")")
+           << "\n";
+    md << "\n";
+  } else {
+    md << "No regressions.\n\n";
+  }
+  md << "| op | shape | dtype | target | status | run now | best | previous best | ratio |\n";
+  md << "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const auto& r : jobs) {
+    md << "| " << r.op << " | " << shape_text(r.shape) << " | " << r.dtype << " | " << r.target << " | "
+       << (r.counts_as_regression ? "**" + r.status + "**" : r.status) << " | " << (r.ran_now ? "yes" : "no")
+       << " | " << best_text(r.now) << " | " << best_text(r.previous) << " | "
+       << (r.ratio ? fmt_ms(*r.ratio) : (r.now && r.previous ? "not comparable" : "-")) << " |\n";
+  }
+  md << "\nmeasured: median latency on a device of the target's kind; estimated: the static model\n"
+        "(docs/estimate.md). A measured and an estimated value are not comparable and never compared.\n";
+  if (!rep["packages"].empty()) {
+    md << "\n## Packages\n\n";
+    for (const auto& p : rep["packages"]) {
+      md << "- " << p["target"].get<std::string>() << ": ";
+      if (p.contains("dir")) md << p["kernels"].get<int>() << " kernel(s) in `" << p["dir"].get<std::string>() << "`";
+      else md << "not packaged: " << p["skipped"].get<std::string>();
+      md << "\n";
+    }
+  }
+  return md.str();
+}
+
+void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) throw std::runtime_error("cannot write " + p.string());
+}
+
+}  // namespace
+
+int cmd_nightly(const Args& args) {
+  return guarded("nightly", [&] {
+    po::options_description d("kiln nightly options");
+    add_common(d, true);
+    d.add_options()("manifest", po::value<std::string>()->required(), "the YAML manifest")(
+        "package-dir", po::value<std::string>(),
+        "package the targets whose kernels changed (and did not regress) into DIR/<target>")(
+        "threshold", po::value<double>()->default_value(0.05),
+        "relative slowdown that counts as a regression (0.05 = 5%)")(
+        "report", po::value<std::string>(),
+        "write the report to FILE (Markdown) and beside it FILE's stem + .json")(
+        "workers", po::value<int>()->default_value(1), "evaluator processes in parallel")(
+        "device", po::value<std::string>()->default_value("auto"),
+        "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
+        "lease", po::value<double>()->default_value(120), "job lease in seconds")(
+        "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
+        "verbose,v", "copy the workers' stderr to ours");
+    po::options_description hidden;
+    hidden.add_options()("report-only", "no submit, no run: report on the catalog as it is");
+    po::options_description all;
+    all.add(d).add(hidden);
+    po::positional_options_description pos;
+    pos.add("manifest", 1);
+    const std::string usage =
+        "usage: kiln nightly MANIFEST [--package-dir DIR] [--threshold 0.05] [--report FILE]\n"
+        "                    [--catalog PATH] [--workers N] [--device auto|cpu|gpu] [--json]\n"
+        "Regenerates a kernel set: submits MANIFEST (idempotent), runs only the jobs whose\n"
+        "key is new (a changed manifest entry, template, Triton version or target), compares\n"
+        "every job's best with the previous best of the same (op, shape, dtype, params,\n"
+        "target), writes a Markdown + JSON report and packages the targets that changed.\n"
+        "Exit codes: 0 no regression · 4 a job run now is slower than its previous best by\n"
+        "more than --threshold, or failed where it had a kernel · 1, 2, 3, 130 as kiln run.";
+    std::optional<po::variables_map> vm;
+    {
+      // --help shows the documented options only; --report-only stays hidden.
+      po::variables_map v;
+      try {
+        po::store(po::command_line_parser(args).options(all).positional(pos).run(), v);
+        if (v.count("help")) {
+          std::cout << usage << "\n\n" << d << "\n";
+          return 0;
+        }
+        po::notify(v);
+      } catch (const po::error& e) {
+        std::ostringstream os;
+        os << d;
+        throw UsageError(std::string(e.what()) + "\n\n" + usage + "\n\n" + os.str());
+      }
+      vm = std::move(v);
+    }
+    const bool report_only = vm->count("report-only") > 0;
+    const double threshold = (*vm)["threshold"].as<double>();
+    if (!(threshold >= 0)) throw UsageError("--threshold must be >= 0");
+    RunOptions o;
+    o.workers = (*vm)["workers"].as<int>();
+    o.device = (*vm)["device"].as<std::string>();
+    o.lease_s = (*vm)["lease"].as<double>();
+    if (o.workers < 1) throw UsageError("--workers must be at least 1");
+    if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
+      throw UsageError("--device must be auto, cpu or gpu");
+    if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
+    o.echo_worker_stderr = vm->count("verbose") > 0;
+
+    const Knowledge knowledge = load_knowledge();
+    const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
+    json hello;
+    try {
+      hello = nightly_hello();
+    } catch (const std::exception& e) {
+      std::cerr << "kiln nightly: cannot start the Python evaluator: " << e.what() << "\n";
+      return 3;
+    }
+    const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello);
+    const std::string catalog_path = (*vm)["catalog"].as<std::string>();
+    if (report_only && !std::filesystem::exists(catalog_path))
+      throw std::runtime_error("no catalog at " + catalog_path);
+    Catalog catalog = Catalog::open(catalog_path, report_only);
+
+    // States before this nightly: what was done already is "unchanged".
+    std::map<std::string, std::string> before;
+    {
+      Stmt st(catalog.handle(), "SELECT state FROM jobs WHERE key = ?1");
+      for (const auto& j : jobs) {
+        sqlite3_reset(st.s);
+        sqlite3_bind_text(st.s, 1, j.key.c_str(), -1, SQLITE_TRANSIENT);
+        if (st.step()) before[j.key] = st.col(0).get<std::string>();
+      }
+    }
+
+    json run = nullptr;
+    json batch = nullptr;
+    int evaluated = 0;
+    bool interrupted = false;
+    if (!report_only) {
+      const SubmitResult sub =
+          catalog.submit(m.name, std::filesystem::absolute(m.path).string(), m.text, jobs);
+      batch = sub.batch_id;
+      std::cerr << "kiln nightly: batch " << sub.batch_id << " (" << m.name << "): " << sub.total_jobs
+                << " jobs, " << sub.new_jobs << " new\n";
+      int runnable = 0;
+      {
+        Stmt st(catalog.handle(),
+                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running') AND id IN "
+                "(SELECT job_id FROM batch_jobs WHERE batch_id = ?1)");
+        sqlite3_bind_text(st.s, 1, sub.batch_id.c_str(), -1, SQLITE_TRANSIENT);
+        if (st.step()) runnable = st.col(0).get<int>();
+      }
+      if (runnable > 0) {
+        o.batch = sub.batch_id;
+        const RunSummary s = run_explorer(catalog, knowledge, o);
+        evaluated = s.candidates;
+        interrupted = s.interrupted;
+        run = {{"jobs_done", s.jobs_done}, {"jobs_failed", s.jobs_failed}, {"candidates", s.candidates},
+               {"candidate_failures", s.candidate_failures}, {"interrupted", s.interrupted},
+               {"wall_s", s.wall_s}, {"device", s.device}};
+      } else {
+        std::cerr << "kiln nightly: every job of the manifest is done already; nothing to run\n";
+      }
+    }
+
+    const std::vector<JobReport> reports = build_report(catalog, jobs, before, report_only, threshold);
+    json summary = {{"jobs", reports.size()}, {"ran_now", 0}, {"regressions", 0}};
+    for (const char* s : {"new", "improved", "same", "regression", "not comparable", "unchanged", "failed",
+                          "pending", "missing"})
+      summary[s] = 0;
+    std::vector<std::string> regressions;
+    for (const auto& r : reports) {
+      summary[r.status] = summary[r.status].get<int>() + 1;
+      if (r.ran_now) summary["ran_now"] = summary["ran_now"].get<int>() + 1;
+      if (r.counts_as_regression) {
+        summary["regressions"] = summary["regressions"].get<int>() + 1;
+        regressions.push_back(r.op + " " + shape_text(r.shape) + " " + r.dtype + " " + r.target);
+      }
+    }
+
+    // Packages: targets with a kernel that changed now (new, improved, same, or
+    // not comparable) and no regression. A temporary copy of the catalog keeps
+    // only this manifest's best selections, so a superseded key of the same
+    // kernel is not packaged beside its replacement.
+    json packages = json::array();
+    if (vm->count("package-dir") && !interrupted && !report_only) {
+      std::map<std::string, bool> changed, regressed;
+      for (const auto& r : reports) {
+        if (r.counts_as_regression) regressed[r.target] = true;
+        if (r.ran_now && r.state == "done" && r.now) changed[r.target] = true;
+      }
+      std::filesystem::path tmpdir;
+      std::optional<Catalog> view;
+      for (const auto& [target_name, yes] : changed) {
+        if (regressed.count(target_name)) {
+          packages.push_back({{"target", target_name}, {"skipped", "regressions"}});
+          continue;
+        }
+        if (!view) {
+          tmpdir = (o.scratch_dir.empty() ? std::filesystem::temp_directory_path() : o.scratch_dir) /
+                   ("kiln-nightly-" + std::to_string(::getpid()));
+          std::filesystem::create_directories(tmpdir);
+          const auto copy = tmpdir / "package-view.db";
+          Stmt vac(catalog.handle(), "VACUUM INTO ?1");
+          sqlite3_bind_text(vac.s, 1, copy.c_str(), -1, SQLITE_TRANSIENT);
+          if (sqlite3_step(vac.s) != SQLITE_DONE)
+            throw std::runtime_error(std::string("cannot copy the catalog for packaging: ") +
+                                     sqlite3_errmsg(catalog.handle()));
+          view.emplace(Catalog::open(copy, false));
+          std::string ids;
+          for (const auto& r : reports)
+            if (r.id) ids += (ids.empty() ? "" : ",") + std::to_string(r.id);
+          const std::string del = "DELETE FROM best WHERE job_id NOT IN (" + (ids.empty() ? "0" : ids) + ")";
+          if (sqlite3_exec(view->handle(), del.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
+            throw std::runtime_error(std::string("packaging view: ") + sqlite3_errmsg(view->handle()));
+        }
+        const Target* t = knowledge.targets.find(target_name);
+        const auto out = std::filesystem::path((*vm)["package-dir"].as<std::string>()) / target_name;
+        try {
+          const PackageResult pr = package_target(*view, *t, out, true);
+          packages.push_back({{"target", target_name}, {"dir", pr.dir.string()}, {"kernels", pr.kernels}});
+        } catch (const std::exception& e) {
+          packages.push_back({{"target", target_name}, {"skipped", e.what()}});
+        }
+      }
+      if (view) {
+        view.reset();
+        std::error_code ec;
+        std::filesystem::remove_all(tmpdir, ec);
+      }
+    }
+
+    json rep = {{"name", m.name},
+                {"when", now_iso()},
+                {"manifest", std::filesystem::absolute(m.path).string()},
+                {"catalog", catalog_path},
+                {"batch", batch},
+                {"triton", hello.value("triton", "")},
+                {"threshold", threshold},
+                {"report_only", report_only},
+                {"run", run},
+                {"evaluated", evaluated},
+                {"interrupted", interrupted},
+                {"summary", summary},
+                {"regressions", regressions},
+                {"packages", packages},
+                {"jobs", json::array()}};
+    for (const auto& r : reports) rep["jobs"].push_back(job_json(r));
+    const std::string md = markdown(rep, reports);
+    if (vm->count("report")) {
+      std::filesystem::path mdp = (*vm)["report"].as<std::string>();
+      std::filesystem::path jsp = mdp;
+      if (mdp.extension() == ".md") jsp.replace_extension(".json");
+      else if (mdp.extension() == ".json") mdp.replace_extension(".md");
+      else jsp += ".json";
+      if (mdp.has_parent_path()) std::filesystem::create_directories(mdp.parent_path());
+      write_text(mdp, md);
+      write_text(jsp, rep.dump(2) + "\n");
+      std::cerr << "kiln nightly: report in " << mdp.string() << " and " << jsp.string() << "\n";
+    }
+    if (vm->count("json")) std::cout << rep.dump(2) << "\n";
+    else std::cout << md;
+    if (interrupted) return 130;
+    return regressions.empty() ? 0 : kExitRegression;
+  });
+}
+
+}  // namespace kiln

@@ -1,0 +1,97 @@
+"""The GPU lock (benchmarks exclusive, checks shared, benchmarks preferred), its
+spans for the engine's GPU busy fraction, and the space answer's hints."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
+
+from kiln_worker import bench  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def lock_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_GPU_LOCK", str(tmp_path / "gpu.lock"))
+    bench.take_spans()
+    yield
+
+
+def _hold(shared: bool, seconds: float, q) -> None:
+    with bench.gpu_lock(shared=shared):
+        q.put(("in", shared, time.time()))
+        time.sleep(seconds)
+        q.put(("out", shared, time.time()))
+
+
+def _events(procs, q):
+    for p in procs:
+        p.join(20)
+    out = []
+    while not q.empty():
+        out.append(q.get())
+    return sorted(out, key=lambda e: e[2])
+
+
+def test_spans_record_what_held_the_lock():
+    with bench.gpu_lock(shared=True):
+        time.sleep(0.01)
+    with bench.gpu_lock():
+        time.sleep(0.01)
+    spans = bench.take_spans()
+    assert [k for _, _, k in spans] == ["check", "bench"]
+    assert all(b - a >= 0.009 for a, b, _ in spans)
+    assert bench.take_spans() == []
+
+
+def test_checks_share_the_gpu_and_benchmarks_exclude_them():
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    checks = [ctx.Process(target=_hold, args=(True, 0.4, q)) for _ in range(2)]
+    for p in checks:
+        p.start()
+    time.sleep(0.1)
+    bench_p = ctx.Process(target=_hold, args=(False, 0.1, q))
+    bench_p.start()
+    ev = _events(checks + [bench_p], q)
+    ins = [e for e in ev if e[0] == "in" and e[1]]
+    outs = [e for e in ev if e[0] == "out" and e[1]]
+    assert len(ins) == 2 and max(e[2] for e in ins) < min(e[2] for e in outs), "checks overlap"
+    b_in = next(e[2] for e in ev if e[0] == "in" and not e[1])
+    assert b_in >= max(e[2] for e in outs), "the benchmark waited for the checks"
+
+
+def test_a_waiting_benchmark_goes_before_later_checks():
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    first = ctx.Process(target=_hold, args=(True, 0.4, q))
+    first.start()
+    time.sleep(0.1)
+    bench_p = ctx.Process(target=_hold, args=(False, 0.2, q))
+    bench_p.start()
+    time.sleep(0.1)
+    late = ctx.Process(target=_hold, args=(True, 0.1, q))  # arrives while the benchmark waits
+    late.start()
+    ev = _events([first, bench_p, late], q)
+    b_out = next(e[2] for e in ev if e[0] == "out" and not e[1])
+    late_in = [e[2] for e in ev if e[0] == "in" and e[1]][-1]
+    assert late_in >= b_out, "a check that came later did not overtake the waiting benchmark"
+
+
+def test_space_answer_has_grid_hints():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    from kiln_worker.evaluate import space
+    from kiln_worker.templates import Library
+    target = {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32,
+              "max_shared_per_block": 232448}
+    r = space(Library(), {"op": "matmul", "shape": [256, 256, 256], "dtype": "fp16", "target": target})
+    assert len(r["hints"]) == len(r["configs"])
+    for c, h in zip(r["configs"], r["hints"]):
+        assert h["grid"] == [(256 // c["BLOCK_M"]) * (256 // c["BLOCK_N"]), 1, 1]
+        assert h["shared_bytes"] > 0
