@@ -10,64 +10,97 @@ namespace kiln::mpi {
 
 namespace fs = std::filesystem;
 
-CheckpointResult checkpoint_catalog(sqlite3* source, const fs::path& path) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + ".tmp";
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+CatalogCopy::CatalogCopy(sqlite3* source, fs::path path)
+    : path_(std::move(path)), tmp_(path_.string() + ".tmp"), t0_(now_s()) {
   std::error_code ec;
-  for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(tmp.string() + suffix, ec);
+  if (path_.has_parent_path()) fs::create_directories(path_.parent_path(), ec);
+  for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(tmp_.string() + suffix, ec);
+  if (sqlite3_open_v2(tmp_.c_str(), &dest_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
+    fail("cannot create " + tmp_.string());
+  sqlite3_busy_timeout(dest_, 10000);
+  backup_ = sqlite3_backup_init(dest_, "main", source, "main");
+  if (!backup_) fail("sqlite3_backup_init");
+}
 
-  sqlite3* dest = nullptr;
-  auto fail = [&](const std::string& what) {
-    std::string msg = "checkpoint to " + path.string() + ": " + what;
-    if (dest) {
-      msg += ": " + std::string(sqlite3_errmsg(dest));
-      sqlite3_close_v2(dest);
-      dest = nullptr;
-    }
-    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(tmp.string() + suffix, ec);
-    throw std::runtime_error(msg);
-  };
-  if (sqlite3_open_v2(tmp.c_str(), &dest, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
-    fail("cannot create " + tmp.string());
-  sqlite3_busy_timeout(dest, 10000);
+CatalogCopy::~CatalogCopy() { abandon(); }
 
-  CheckpointResult r;
-  sqlite3_backup* b = sqlite3_backup_init(dest, "main", source, "main");
-  if (!b) fail("sqlite3_backup_init");
-  int rc;
-  // All pages in one step: the source connection is this thread's, so the
-  // copy is one consistent snapshot (nothing can write between steps).
+void CatalogCopy::abandon() {
+  if (backup_) sqlite3_backup_finish(backup_);
+  backup_ = nullptr;
+  if (dest_) sqlite3_close_v2(dest_);
+  dest_ = nullptr;
+  if (!done_) {
+    std::error_code ec;
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(tmp_.string() + suffix, ec);
+  }
+}
+
+void CatalogCopy::fail(const std::string& what) {
+  std::string msg = "checkpoint to " + path_.string() + ": " + what;
+  if (dest_) msg += ": " + std::string(sqlite3_errmsg(dest_));
+  abandon();
+  throw std::runtime_error(msg);
+}
+
+bool CatalogCopy::step(int pages) {
+  if (!backup_) return true;
   for (int tries = 0;; ++tries) {
-    rc = sqlite3_backup_step(b, -1);
-    if (rc == SQLITE_OK) continue;
+    const int rc = sqlite3_backup_step(backup_, pages);
+    if (rc == SQLITE_DONE) {
+      pages_ = sqlite3_backup_pagecount(backup_);
+      return true;
+    }
+    if (rc == SQLITE_OK) {
+      if (pages >= 0) return false;
+      continue;
+    }
     if ((rc == SQLITE_BUSY || rc == SQLITE_LOCKED) && tries < 1000) {
       sqlite3_sleep(10);
       continue;
     }
-    break;
+    fail("sqlite3_backup_step failed (" + std::string(sqlite3_errstr(rc)) + ")");
   }
-  r.pages = sqlite3_backup_pagecount(b);
-  sqlite3_backup_finish(b);
-  if (rc != SQLITE_DONE) fail("sqlite3_backup_step failed (" + std::string(sqlite3_errstr(rc)) + ")");
+}
+
+CheckpointResult CatalogCopy::commit() {
+  if (!step(-1)) fail("incomplete copy");
+  const int rc = sqlite3_backup_finish(backup_);
+  backup_ = nullptr;
+  if (rc != SQLITE_OK) fail("sqlite3_backup_finish failed (" + std::string(sqlite3_errstr(rc)) + ")");
   // A self-contained file: no -wal beside it on shared storage.
   char* err = nullptr;
-  if (sqlite3_exec(dest, "PRAGMA journal_mode=DELETE", nullptr, nullptr, &err) != SQLITE_OK) {
+  if (sqlite3_exec(dest_, "PRAGMA journal_mode=DELETE", nullptr, nullptr, &err) != SQLITE_OK) {
     std::string e = err ? err : "";
     sqlite3_free(err);
     fail("journal_mode=DELETE (" + e + ")");
   }
-  if (sqlite3_close_v2(dest) != SQLITE_OK) fail("close");
-  dest = nullptr;
-  fs::rename(tmp, path, ec);
+  if (sqlite3_close_v2(dest_) != SQLITE_OK) fail("close");
+  dest_ = nullptr;
+  std::error_code ec;
+  fs::rename(tmp_, path_, ec);
   if (ec) {
-    fs::remove(tmp, ec);
-    throw std::runtime_error("checkpoint to " + path.string() + ": rename from " + tmp.string() + " failed: " +
-                             ec.message());
+    fs::remove(tmp_, ec);
+    throw std::runtime_error("checkpoint to " + path_.string() + ": rename from " + tmp_.string() +
+                             " failed: " + ec.message());
   }
-  r.bytes = static_cast<long long>(fs::file_size(path, ec));
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  done_ = true;
+  CheckpointResult r;
+  r.pages = pages_;
+  r.bytes = static_cast<long long>(fs::file_size(path_, ec));
+  r.seconds = now_s() - t0_;
   return r;
+}
+
+CheckpointResult checkpoint_catalog(sqlite3* source, const fs::path& path) {
+  CatalogCopy copy(source, path);
+  copy.step(-1);
+  return copy.commit();
 }
 
 }  // namespace kiln::mpi

@@ -11,6 +11,7 @@
 #include <string>
 
 struct sqlite3;
+struct sqlite3_backup;
 
 namespace kiln::mpi {
 
@@ -20,8 +21,36 @@ struct CheckpointResult {
   long long bytes = 0;
 };
 
-// Throws std::runtime_error (naming the path and SQLite's message) on failure;
-// PATH is then untouched and PATH.tmp removed.
+// One copy in progress, in steps, so that a large catalog does not stall the
+// caller's event loop. The source connection may keep writing between steps
+// (SQLite then updates the copy: it stays one consistent snapshot as of
+// commit()). Destroying an unfinished copy removes PATH.tmp; PATH is untouched.
+class CatalogCopy {
+ public:
+  CatalogCopy(sqlite3* source, std::filesystem::path path);  // throws std::runtime_error
+  ~CatalogCopy();
+  CatalogCopy(const CatalogCopy&) = delete;
+  CatalogCopy& operator=(const CatalogCopy&) = delete;
+
+  // Copies up to `pages` pages (-1: all); true when every page is copied.
+  bool step(int pages);
+  // After step() returned true: finishes PATH.tmp and renames it over PATH.
+  CheckpointResult commit();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  void abandon();
+  std::filesystem::path path_, tmp_;
+  sqlite3* dest_ = nullptr;
+  sqlite3_backup* backup_ = nullptr;
+  long long pages_ = 0;
+  double t0_ = 0;
+  bool done_ = false;
+};
+
+// The whole copy at once. Throws std::runtime_error (naming the path and
+// SQLite's message) on failure; PATH is then untouched and PATH.tmp removed.
 CheckpointResult checkpoint_catalog(sqlite3* source, const std::filesystem::path& path);
 
 }  // namespace kiln::mpi

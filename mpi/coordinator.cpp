@@ -351,8 +351,8 @@ void Coordinator::end(int code, const std::string& why) {
   flush_timer_.cancel();
   for (auto& [r, p] : peers_)
     if (!p.lost && !p.said_bye) transport_.send(r, {{"type", "stop"}});
+  write_status();  // first: a SIGKILL during a long final copy still leaves the code
   checkpoint("final");
-  write_status();
   print_progress(true);
   check_byes();
   if (finished_) return;
@@ -416,6 +416,7 @@ void Coordinator::write_status() const {
 
 void Coordinator::checkpoint(const char* when) {
   if (!opts_.checkpoint_to) return;
+  copy_.reset();  // a periodic copy in progress is superseded
   try {
     CheckpointResult r = checkpoint_catalog(catalog_.handle(), *opts_.checkpoint_to);
     ++sum_.checkpoints;
@@ -433,7 +434,38 @@ void Coordinator::arm_checkpoint() {
   std::weak_ptr<bool> alive = alive_;
   checkpoint_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
-    checkpoint("periodic");
+    try {
+      copy_ = std::make_unique<CatalogCopy>(catalog_.handle(), *opts_.checkpoint_to);
+    } catch (const std::exception& e) {
+      log_ << "[" << now_hms() << "] kiln-mpi: warning: " << e.what() << std::endl;
+      arm_checkpoint();
+      return;
+    }
+    step_checkpoint();
+  });
+}
+
+// A periodic copy goes in steps of 1024 pages (4 MiB) between the loop's other
+// work, so a large catalog never stalls results or heartbeats; results written
+// meanwhile are carried into the copy by SQLite.
+void Coordinator::step_checkpoint() {
+  std::weak_ptr<bool> alive = alive_;
+  asio::post(io_, [this, alive] {
+    if (alive.expired() || !copy_ || ending_) return;
+    try {
+      if (!copy_->step(1024)) {
+        step_checkpoint();
+        return;
+      }
+      CheckpointResult r = copy_->commit();
+      ++sum_.checkpoints;
+      log_ << "[" << now_hms() << "] kiln-mpi: checkpoint: catalog copied to " << opts_.checkpoint_to->string()
+           << " (" << r.bytes / 1024 << " KiB, " << std::fixed << std::setprecision(2) << r.seconds << " s)"
+           << std::defaultfloat << std::endl;
+    } catch (const std::exception& e) {
+      log_ << "[" << now_hms() << "] kiln-mpi: warning: " << e.what() << std::endl;
+    }
+    copy_.reset();
     arm_checkpoint();
   });
 }
@@ -457,6 +489,8 @@ void Coordinator::arm_heartbeat() {
   std::weak_ptr<bool> alive = alive_;
   heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
+    transport_.poll_now();
+    if (ending_) return;
     const auto now = Clock::now();
     for (auto& [r, p] : peers_) {
       if (r == transport_.rank() || p.state == Peer::State::kGone) continue;

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
+#include "checkpoint.h"
 #include "explore/scheduler.h"
 #include "manifest/manifest.h"
 #include "transport.h"
@@ -113,6 +114,7 @@ class Coordinator {
   void arm_checkpoint();
   void arm_flush();
   void checkpoint(const char* when);
+  void step_checkpoint();
   void print_progress(bool final_line);
   std::string attach_artifact(Peer& p, long long item_id, nlohmann::json& reply, const nlohmann::json& m);
   size_t live_peers() const;
@@ -129,7 +131,8 @@ class Coordinator {
   boost::asio::signal_set signals_;
   boost::asio::steady_timer heartbeat_timer_, lease_timer_, progress_timer_, checkpoint_timer_, grace_timer_,
       flush_timer_;
-  std::map<std::string, std::string> artifacts_;  // code objects received, by the path the scheduler is given
+  std::map<std::string, std::string> artifacts_;
+  std::unique_ptr<CatalogCopy> copy_;  // a periodic checkpoint in progress  // code objects received, by the path the scheduler is given
   std::string device_;
   long long next_item_ = 1;
   int rr_ = 0;  // round-robin start among peers

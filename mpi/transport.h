@@ -52,6 +52,11 @@ class Transport {
   // Stops polling and frees the requests of sends still in flight.
   void stop();
 
+  // Receives what has arrived now (before a timeout decision: a stalled loop
+  // must not mistake unread messages for silence).
+  void poll_now() {
+    if (running_) poll();
+  }
   // Queues `message` for `dest` (MPI_Isend). Never blocks.
   void send(int dest, const nlohmann::json& message);
   // A peer that went away: its unfinished sends are freed, not waited for.

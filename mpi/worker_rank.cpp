@@ -279,6 +279,8 @@ void WorkerRank::arm_heartbeat() {
   std::weak_ptr<bool> alive = alive_;
   heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || finished_) return;
+    transport_.poll_now();
+    if (finished_) return;
     const double silent = std::chrono::duration<double>(Clock::now() - last_heard_).count();
     if (opts_.heartbeat_timeout_s > 0 && silent > opts_.heartbeat_timeout_s) {
       log_ << "[" << now_hms() << "] " << label_ << ": no word from the coordinator for " << static_cast<int>(silent)
