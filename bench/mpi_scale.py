@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -50,11 +51,21 @@ def run_point(args, ranks, tmp):
            "-np", str(ranks), str(args.kiln_mpi), "run", "--noop-evaluator", "--noop-space", str(args.space),
            "--workers", str(args.workers), "--json", "--scratch", str(tmp / f"s{ranks}"),
            "--heartbeat-timeout", "120", "--progress-interval", "60"]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
-    if r.returncode != 0 or not lines:
-        sys.stderr.write(r.stdout + r.stderr)
-        raise SystemExit(f"{ranks} ranks: kiln-mpi exited {r.returncode}")
+    # Own session: a timeout takes mpirun and every rank down, not only mpirun.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=args.timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(out + err)
+        raise SystemExit(f"{ranks} ranks: kiln-mpi exited {proc.returncode}")
     s = json.loads(lines[-1])
     return {
         "ranks": ranks,

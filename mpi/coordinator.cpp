@@ -338,9 +338,13 @@ void Coordinator::end(int code, const std::string& why) {
     sum_.busy_s = std::chrono::duration<double>((t_last_ > t_first_ ? t_last_ : Clock::now()) - t_first_).count();
     sum_.busy_cpu_s = process_cpu_seconds() - cpu_first_;
   }
-  if (!why.empty()) log_ << "[" << now_hms() << "] kiln-mpi: " << why << std::endl;
   // Release what is still active (a drain, a lost batch, a fatal error).
   scheduler_->flush();
+  if (code == kExitOk && !scheduler_->fatal().empty()) {  // the last write failed
+    code = sum_.exit_code = kExitError;
+    sum_.error = scheduler_->fatal();
+  }
+  if (!sum_.error.empty()) log_ << "[" << now_hms() << "] kiln-mpi: " << sum_.error << std::endl;
   if (code != kExitOk) scheduler_->drain();
   boost::system::error_code ec;
   signals_.cancel(ec);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -406,6 +407,12 @@ int run(Options o, int* argc, char*** argv) {
   // MPI_Finalize synchronises with every live rank: skipped when a rank was
   // lost (it may hang there) or when rank 0 is gone (a worker that gave up).
   if (!finalize) exit_without_finalize(code);
+  // MPI_Finalize waits for every rank MPI still counts as alive: one that died
+  // after saying bye (or inside MPI_Finalize) would hold this rank forever.
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(15));
+    exit_without_finalize(code);
+  }).detach();
   MPI_Finalize();
   return code;
 }

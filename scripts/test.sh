@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 BUILD=${KILN_BUILD_DIR:-build}
 export KILN_BIN=$PWD/$BUILD/kiln
+# setup.sh installs Open MPI: the MPI tests must run, never skip.
+export KILN_REQUIRE_MPI=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$(mktemp -d)/triton-cache}
 
 step() { echo; echo "=== $* ==="; }

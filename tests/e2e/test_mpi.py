@@ -70,6 +70,30 @@ def mpirun_cmd(np, *args):
     return [str(KILN_MPIRUN), "--oversubscribe", "-np", str(np), str(KILN_MPI), "run", *map(str, args)]
 
 
+def start(cmd, env, **kw):
+    """kiln-mpirun in its own session, so that kill_tree() reaches mpirun and every rank."""
+    return subprocess.Popen(cmd, env=env, start_new_session=True, text=True, **kw)
+
+
+def kill_tree(proc):
+    """Whatever is left of the run's session (nothing, when it ended well)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def run_mpi(cmd, env, timeout):
+    """subprocess.run for kiln-mpirun: on a timeout the whole tree goes, not only the wrapper."""
+    proc = start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        kill_tree(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def db_rows(catalog, sql):
     con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True, timeout=10)
     try:
@@ -159,9 +183,8 @@ def submitted(binaries, tmp_path):
 def test_three_ranks_finish_the_batch_on_both_worker_ranks(submitted):
     catalog, tmp = submitted
     shared = tmp / "shared" / "kiln.db"
-    r = subprocess.run(mpirun_cmd(3, "--json", "--scratch", tmp / "scratch", "--checkpoint-to", shared,
-                                  "--checkpoint-every", "2"),
-                       capture_output=True, text=True, timeout=300, env=mpi_env(catalog))
+    r = run_mpi(mpirun_cmd(3, "--json", "--scratch", tmp / "scratch", "--checkpoint-to", shared,
+                           "--checkpoint-every", "2"), mpi_env(catalog), 300)
     assert r.returncode == 0, r.stdout + r.stderr
     s = summary_of(r.stdout)
     assert s["jobs_done"] == 2 and s["jobs_failed"] == 0 and s["interrupted"] is False, s
@@ -190,9 +213,9 @@ def test_killed_worker_rank_is_requeued_and_batch_completes(binaries, tmp_path):
     kiln("submit", longer_manifest(tmp, "[[4, 64]]"), catalog=catalog)  # 24 candidates
     scratch = tmp / "scratch"
     log = open(tmp / "run.log", "w")
-    proc = subprocess.Popen(mpirun_cmd(3, "--json", "--scratch", scratch, "--heartbeat-interval", "1",
-                                       "--heartbeat-timeout", "5", "--prefetch", "1"),
-                            stdout=subprocess.PIPE, stderr=log, text=True, env=mpi_env(catalog))
+    proc = start(mpirun_cmd(3, "--json", "--scratch", scratch, "--heartbeat-interval", "1",
+                            "--heartbeat-timeout", "5", "--prefetch", "1"),
+                 mpi_env(catalog), stdout=subprocess.PIPE, stderr=log)
     try:
         # Once rank 2 has recorded an evaluation (it holds its next items then).
         wait_for(lambda: worker_ranks(catalog).get(2, 0) >= 1, 180, proc, "rank 2's first evaluation")
@@ -201,8 +224,7 @@ def test_killed_worker_rank_is_requeued_and_batch_completes(binaries, tmp_path):
         os.kill(victim, signal.SIGKILL)
         out, _ = proc.communicate(timeout=400)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_tree(proc)
         log.close()
     stderr = (tmp / "run.log").read_text()
     assert proc.returncode == 0, out + stderr
@@ -226,8 +248,8 @@ def test_sigterm_to_mpirun_drains_and_next_run_resumes(binaries, tmp_path):
     kiln("submit", longer_manifest(tmp), catalog=catalog)
     scratch = tmp / "scratch"
     log = open(tmp / "run1.log", "w")
-    proc = subprocess.Popen(mpirun_cmd(3, "--json", "--scratch", scratch), stdout=subprocess.PIPE, stderr=log,
-                            text=True, env=mpi_env(catalog))
+    proc = start(mpirun_cmd(3, "--json", "--scratch", scratch), mpi_env(catalog), stdout=subprocess.PIPE,
+                 stderr=log)
     try:
         wait_for(lambda: evaluations(catalog) >= 2, 180, proc, "the first evaluations")
         mpirun = [p for p in child_pids(proc.pid)]
@@ -236,8 +258,7 @@ def test_sigterm_to_mpirun_drains_and_next_run_resumes(binaries, tmp_path):
             os.kill(p, signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_tree(proc)
         log.close()
     stderr = (tmp / "run1.log").read_text()
     assert proc.returncode == 130, out + stderr
@@ -247,8 +268,7 @@ def test_sigterm_to_mpirun_drains_and_next_run_resumes(binaries, tmp_path):
     assert db_rows(catalog, "SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")[0][0] == 0
     first = evaluations(catalog)
 
-    r = subprocess.run(mpirun_cmd(3, "--json", "--scratch", scratch), capture_output=True, text=True,
-                       timeout=300, env=mpi_env(catalog))
+    r = run_mpi(mpirun_cmd(3, "--json", "--scratch", scratch), mpi_env(catalog), 300)
     assert r.returncode == 0, r.stdout + r.stderr
     s = summary_of(r.stdout)
     assert dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state")) == {"done": 5}
@@ -267,8 +287,7 @@ def test_evaluator_timeouts_are_recorded_and_ranks_carry_on(binaries, tmp_path):
                    "  exploration: {strategy: exhaustive, max_candidates: 3, timeout_s: 0.05}\n"
                    "operators:\n  - op: add\n    input_shape: [256]\n")
     kiln("submit", man, catalog=catalog)
-    r = subprocess.run(mpirun_cmd(3, "--json", "--scratch", tmp_path / "scratch"), capture_output=True, text=True,
-                       timeout=300, env=mpi_env(catalog))
+    r = run_mpi(mpirun_cmd(3, "--json", "--scratch", tmp_path / "scratch"), mpi_env(catalog), 300)
     assert r.returncode == 0, r.stdout + r.stderr
     s = summary_of(r.stdout)
     assert s["ranks_lost"] == 0 and s["candidates"] == 3 and s["candidate_failures"] == 3, s
@@ -287,9 +306,8 @@ def test_noop_evaluator_many_candidates_three_ranks(binaries, tmp_path):
                    "  exploration: {strategy: exhaustive, max_candidates: 500}\n"
                    "operators:\n  - op: add\n    shapes: [[1024], [2048]]\n")
     kiln("submit", man, catalog=catalog)
-    r = subprocess.run(mpirun_cmd(3, "--json", "--noop-evaluator", "--noop-space", 300, "--workers", 2,
-                                  "--scratch", tmp_path / "scratch"),
-                       capture_output=True, text=True, timeout=120, env=mpi_env(catalog))
+    r = run_mpi(mpirun_cmd(3, "--json", "--noop-evaluator", "--noop-space", 300, "--workers", 2,
+                           "--scratch", tmp_path / "scratch"), mpi_env(catalog), 120)
     assert r.returncode == 0, r.stdout + r.stderr
     s = summary_of(r.stdout)
     assert s["candidates"] == 600 and s["jobs_done"] == 2, s
@@ -302,17 +320,15 @@ def test_one_rank_with_coordinator_slots(binaries, tmp_path):
     man = tmp_path / "noop.yaml"
     man.write_text("targets: [H200]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp16]\n")
     kiln("submit", man, catalog=catalog)
-    r = subprocess.run(mpirun_cmd(1, "--json", "--noop-evaluator", "--noop-space", 20, "--coordinator-slots", 2,
-                                  "--scratch", tmp_path / "scratch"),
-                       capture_output=True, text=True, timeout=120, env=mpi_env(catalog))
+    r = run_mpi(mpirun_cmd(1, "--json", "--noop-evaluator", "--noop-space", 20, "--coordinator-slots", 2,
+                           "--scratch", tmp_path / "scratch"), mpi_env(catalog), 120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert set(worker_ranks(catalog)) == {0}
     assert_each_candidate_once(catalog)
 
 
 def test_one_rank_without_slots_is_a_usage_error(binaries, tmp_path):
-    r = subprocess.run(mpirun_cmd(1, "--catalog", tmp_path / "kiln.db"), capture_output=True, text=True,
-                       timeout=60, env=mpi_env(tmp_path / "kiln.db"))
+    r = run_mpi(mpirun_cmd(1, "--catalog", tmp_path / "kiln.db"), mpi_env(tmp_path / "kiln.db"), 60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "--coordinator-slots" in r.stderr
 
