@@ -72,7 +72,7 @@ std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowledge, c
     j.shape = js.shape;
     j.params = js.params;
     j.spec = js.to_json(*t);
-    j.key = job_key(j.spec, templates.value(op->module, ""), triton);
+    j.key = job_key(j.spec, templates.value(op ? op->module : std::string(), ""), triton);
     if (seen.insert(j.key).second) jobs.push_back(std::move(j));
   }
   return jobs;
