@@ -30,13 +30,14 @@ if [[ "${KILN_SKIP_APT:-0}" != 1 ]]; then
 fi
 
 PY=${KILN_PYTHON:-python3}
-if ! "$PY" - <<'PYEOF' 2>/dev/null
-import importlib.metadata as md, sys
-need = {"torch": None, "triton": "3.6.0", "yaml": None, "pytest": None, "msgpack": None, "numpy": None}
-import torch, triton, yaml, pytest, msgpack, numpy
-sys.exit(0 if triton.__version__ == "3.6.0" else 1)
-PYEOF
-then
+# torch first, pinned: with no torch installed, an unpinned `torch` pulls a CUDA
+# build of several GB; 2.13.0 is the CPU build this project tests with (install the
+# build for your accelerator from pytorch.org instead on a GPU machine).
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  say "installing torch ${KILN_TORCH_VERSION:-2.13.0}"
+  "$PY" -m pip install -q --disable-pip-version-check "torch==${KILN_TORCH_VERSION:-2.13.0}"
+fi
+if ! "$PY" -c "import triton, yaml, pytest, msgpack, numpy, sys; sys.exit(triton.__version__ != '3.6.0')" 2>/dev/null; then
   say "installing Python packages (worker/requirements.txt)"
   "$PY" -m pip install -q --disable-pip-version-check -r worker/requirements.txt
 fi
