@@ -818,32 +818,7 @@ std::optional<JobRow> Catalog::job(long long job_id) const {
 }
 
 CandidateRow Catalog::add_candidate(const CandidateRow& c) {
-  std::string key = c.key.empty()
-                        ? candidate_key(c.generator, c.template_name, c.config, c.source)
-                        : c.key;
-  Tx tx(db_, path_);
-  Stmt(db_, path_,
-       "INSERT OR IGNORE INTO candidates (job_id, key, generator, template, config, source, "
-       "parent_id, round, instance, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-      .bind(1, c.job_id)
-      .bind(2, key)
-      .bind(3, c.generator)
-      .bind_text_or_null(4, c.template_name)
-      .bind(5, canonical_json(c.config.is_null() ? json::object() : c.config))
-      .bind(6, c.source)
-      .bind(7, c.parent_id)
-      .bind(8, c.round)
-      .bind(9, c.instance)
-      .bind(10, now_s())
-      .run();
-  std::string sql =
-      std::string("SELECT ") + kCandCols + " FROM candidates c WHERE c.job_id = ? AND c.key = ?";
-  Stmt st(db_, path_, sql.c_str());
-  st.bind(1, c.job_id).bind(2, key);
-  if (!st.step()) fail(nullptr, path_, "add_candidate: row vanished");
-  CandidateRow row = read_candidate(st);
-  tx.commit();
-  return row;
+  return add_candidates({c}).front();
 }
 
 std::vector<CandidateRow> Catalog::candidates(long long job_id) const {
@@ -857,84 +832,7 @@ std::vector<CandidateRow> Catalog::candidates(long long job_id) const {
 }
 
 void Catalog::record_evaluation(long long candidate_id, const EvaluationIn& e) {
-  // The typed columns come from the worker's result object; accept the whole
-  // answer ({"id", "ok", "result": {...}}) too.
-  const json* rp = &e.result;
-  if (e.result.is_object() && e.result.contains("ok") && e.result.contains("result") &&
-      e.result["result"].is_object())
-    rp = &e.result["result"];
-  const json& r = *rp;
-
-  Tx tx(db_, path_);
-  {
-    Stmt chk(db_, path_, "SELECT 1 FROM evaluations WHERE candidate_id = ?");
-    chk.bind(1, candidate_id);
-    if (chk.step())
-      throw CatalogError("catalog " + path_.string() + ": candidate " +
-                         std::to_string(candidate_id) + " already has an evaluation");
-  }
-  Stmt ins(db_, path_,
-           "INSERT INTO evaluations (candidate_id, status, message, exec_device, seeds, "
-           "max_abs_err, max_rel_err, bench_device, runs, mean_ms, median_ms, p99_ms, min_ms, "
-           "stddev_ms, estimate_ms, registers, sgprs, spills, shared_bytes, scratch_bytes, "
-           "occupancy, compile_s, check_s, bench_s, worker, result, created_at) VALUES "
-           "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  ins.bind(1, candidate_id)
-      .bind(2, e.status)
-      .bind_text_or_null(3, e.message.empty() ? str(r, {"message"}).value_or("") : e.message)
-      .bind(4, str(r, {"exec_device"}))
-      .bind(5, integer(r, {"correctness", "seeds"}))
-      .bind(6, num(r, {"correctness", "max_abs_err"}))
-      .bind(7, num(r, {"correctness", "max_rel_err"}))
-      .bind(8, str(r, {"latency", "device"}))
-      .bind(9, integer(r, {"latency", "runs"}))
-      .bind(10, num(r, {"latency", "mean_ms"}))
-      .bind(11, num(r, {"latency", "median_ms"}))
-      .bind(12, num(r, {"latency", "p99_ms"}))
-      .bind(13, num(r, {"latency", "min_ms"}))
-      .bind(14, num(r, {"latency", "stddev_ms"}))
-      .bind(15, e.estimate_ms)
-      .bind(16, integer(r, {"artifact", "registers"}))
-      .bind(17, integer(r, {"artifact", "sgprs"}))
-      .bind(18, integer(r, {"artifact", "spills"}))
-      .bind(19, integer(r, {"artifact", "shared_bytes"}))
-      .bind(20, integer(r, {"artifact", "scratch_bytes"}))
-      .bind(21, num(r, {"artifact", "occupancy"}))
-      .bind(22, num(r, {"timings", "compile_s"}))
-      .bind(23, num(r, {"timings", "check_s"}))
-      .bind(24, num(r, {"timings", "bench_s"}))
-      .bind_text_or_null(25, e.worker)
-      .bind(26, e.result.is_null()
-                    ? std::string("{}")
-                    : e.result.dump(-1, ' ', false, json::error_handler_t::replace))
-      .bind(27, now_s());
-  if (int rc = ins.rc_step(); rc != SQLITE_DONE) {
-    if (rc == SQLITE_CONSTRAINT_UNIQUE)  // lost a race with another writer
-      throw CatalogError("catalog " + path_.string() + ": candidate " +
-                         std::to_string(candidate_id) + " already has an evaluation");
-    fail(db_, path_, "record_evaluation for candidate " + std::to_string(candidate_id));
-  }
-  if (e.artifact) {
-    const ArtifactIn& a = *e.artifact;
-    const std::string sha = sha256_hex(a.bytes);
-    Stmt(db_, path_, "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?, ?, ?)")
-        .bind(1, sha)
-        .bind(2, (long long)a.bytes.size())
-        .bind_blob(3, a.bytes)
-        .run();
-    Stmt(db_, path_,
-         "INSERT INTO artifacts (candidate_id, target, arch, kind, sha256, kernel_name, metadata) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?)")
-        .bind(1, candidate_id)
-        .bind(2, a.target)
-        .bind(3, a.arch)
-        .bind(4, a.kind)
-        .bind(5, sha)
-        .bind(6, a.kernel_name)
-        .bind(7, canonical_json(a.metadata.is_null() ? json::object() : a.metadata))
-        .run();
-  }
-  tx.commit();
+  record_evaluations({{candidate_id, e}});
 }
 
 std::vector<CandidateRow> Catalog::add_candidates(const std::vector<CandidateRow>& cs) {
@@ -995,7 +893,8 @@ void Catalog::record_evaluations(const std::vector<std::pair<long long, Evaluati
     sqlite3_clear_bindings(st.get());
   };
   for (const auto& [candidate_id, e] : batch) {
-    // As record_evaluation: typed columns from the worker's result object.
+    // The typed columns come from the worker's result object; accept the whole
+    // answer ({"id", "ok", "result": {...}}) too.
     const json* rp = &e.result;
     if (e.result.is_object() && e.result.contains("ok") && e.result.contains("result") &&
         e.result["result"].is_object())

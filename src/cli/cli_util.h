@@ -2,7 +2,9 @@
 #pragma once
 #include <sqlite3.h>
 
+#include <chrono>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -12,6 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
+#include "catalog/job_key.h"
+#include "evaluate/worker_process.h"
+#include "explore/explorer.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/home.h"
@@ -125,5 +130,39 @@ struct Stmt {
   }
 };
 
+
+// The worker's hello on the CPU: Python, torch and Triton versions and the
+// template versions that go into job keys. Throws when the evaluator cannot
+// start (a missing package: the caller exits 3).
+inline json worker_hello() {
+  json reply = call_worker_once(evaluator_options("cpu", {}, false), {{"method", "hello"}},
+                                std::chrono::seconds(180));
+  if (!reply.value("ok", false)) throw std::runtime_error("worker hello failed: " + reply.value("error", ""));
+  return reply["result"];
+}
+
+// A validated manifest's jobs as catalog rows, keyed by content (spec,
+// template version, Triton version); duplicate keys are kept once.
+inline std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowledge, const json& hello) {
+  const json templates = hello.value("templates", json::object());
+  const std::string triton = hello.value("triton", "");
+  std::vector<NewJob> jobs;
+  std::set<std::string> seen;
+  for (const JobSpec& js : m.jobs) {
+    const Target* t = knowledge.targets.find(js.target);
+    const OperatorSpec* op = knowledge.operators.find(js.op);
+    NewJob j;
+    j.op = js.op;
+    j.dtype = js.dtype;
+    j.target = t->name;
+    j.arch = t->arch;
+    j.shape = js.shape;
+    j.params = js.params;
+    j.spec = js.to_json(*t);
+    j.key = job_key(j.spec, templates.value(op ? op->module : std::string(), ""), triton);
+    if (seen.insert(j.key).second) jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
 
 }  // namespace kiln::cli

@@ -42,42 +42,6 @@ namespace {
 
 constexpr int kExitRegression = 4;
 
-// The worker's hello (Python, torch, Triton and template versions), as kiln
-// submit asks it. A missing package is exit code 3.
-json nightly_hello() {
-  WorkerOptions w;
-  const auto home = kiln_home();
-  w.argv = {python_executable(), "-m", "kiln_worker"};
-  std::string pythonpath = (home / "worker").string() + ":" + home.string();
-  if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonpath += std::string(":") + old;
-  w.env = {{"PYTHONPATH", pythonpath}, {"KILN_HOME", home.string()}, {"KILN_DEVICE", "cpu"}};
-  json reply = call_worker_once(w, {{"method", "hello"}}, std::chrono::seconds(180));
-  if (!reply.value("ok", false)) throw std::runtime_error("worker hello failed: " + reply.value("error", ""));
-  return reply["result"];
-}
-
-std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowledge, const json& hello) {
-  const json templates = hello.value("templates", json::object());
-  const std::string triton = hello.value("triton", "");
-  std::vector<NewJob> jobs;
-  std::set<std::string> seen;
-  for (const JobSpec& js : m.jobs) {
-    const Target* t = knowledge.targets.find(js.target);
-    const OperatorSpec* op = knowledge.operators.find(js.op);
-    NewJob j;
-    j.op = js.op;
-    j.dtype = js.dtype;
-    j.target = t->name;
-    j.arch = t->arch;
-    j.shape = js.shape;
-    j.params = js.params;
-    j.spec = js.to_json(*t);
-    j.key = job_key(j.spec, templates.value(op ? op->module : std::string(), ""), triton);
-    if (seen.insert(j.key).second) jobs.push_back(std::move(j));
-  }
-  return jobs;
-}
-
 struct BestInfo {
   long long job_id = 0;
   std::string key, basis, device;
@@ -369,7 +333,7 @@ int cmd_nightly(const Args& args) {
     const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
     json hello;
     try {
-      hello = nightly_hello();
+      hello = worker_hello();
     } catch (const std::exception& e) {
       std::cerr << "kiln nightly: cannot start the Python evaluator: " << e.what() << "\n";
       return 3;

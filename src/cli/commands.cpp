@@ -32,26 +32,6 @@ namespace po = boost::program_options;
 using nlohmann::json;
 using namespace kiln::cli;
 
-namespace {
-
-using namespace kiln::cli;
-
-// The worker's hello: Python, torch and Triton versions and the template
-// versions that go into job keys. A missing package is exit code 3.
-json worker_hello() {
-  WorkerOptions w;
-  const auto home = kiln_home();
-  w.argv = {python_executable(), "-m", "kiln_worker"};
-  std::string pythonpath = (home / "worker").string() + ":" + home.string();
-  if (const char* old = std::getenv("PYTHONPATH"); old && *old) pythonpath += std::string(":") + old;
-  w.env = {{"PYTHONPATH", pythonpath}, {"KILN_HOME", home.string()}, {"KILN_DEVICE", "cpu"}};
-  json reply = call_worker_once(w, {{"method", "hello"}}, std::chrono::seconds(180));
-  if (!reply.value("ok", false)) throw std::runtime_error("worker hello failed: " + reply.value("error", ""));
-  return reply["result"];
-}
-
-}  // namespace
-
 // --- submit --------------------------------------------------------------------
 
 int cmd_submit(const Args& args) {
@@ -76,23 +56,8 @@ int cmd_submit(const Args& args) {
       std::cerr << "kiln submit: cannot start the Python evaluator: " << e.what() << "\n";
       return 3;
     }
-    const json templates = hello.value("templates", json::object());
     const std::string triton = hello.value("triton", "");
-    std::vector<NewJob> jobs;
-    for (const JobSpec& js : m.jobs) {
-      const Target* t = knowledge.targets.find(js.target);
-      const OperatorSpec* op = knowledge.operators.find(js.op);
-      NewJob j;
-      j.op = js.op;
-      j.dtype = js.dtype;
-      j.target = t->name;
-      j.arch = t->arch;
-      j.shape = js.shape;
-      j.params = js.params;
-      j.spec = js.to_json(*t);
-      j.key = job_key(j.spec, templates.value(op ? op->module : std::string(), ""), triton);
-      jobs.push_back(std::move(j));
-    }
+    const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello);
     Catalog catalog = open_catalog(*vm, false);
     SubmitResult r = catalog.submit(m.name, std::filesystem::absolute(m.path).string(), m.text, jobs);
     if (vm->count("json")) {
