@@ -1,44 +1,80 @@
 #!/usr/bin/env bash
-# Run ON A TWO-GPU MACHINE: the same exploration on 1 GPU and on 2 GPUs.
-# 1 GPU: `kiln run --workers 8` on GPU 0. 2 GPUs: two `kiln run --shard i/2
-# --workers 8` processes, one per GPU (CUDA_VISIBLE_DEVICES), each on its own
-# node-local catalog, then `kiln merge`. Each run gets a cold Triton cache.
-# Prints wall times, candidates/s and the speed-up; writes logs under $OUT.
+# Run ON A TWO-GPU MACHINE (device kind nvidia-h200-x2, carrying .deps): the
+# same exploration of MANIFEST on one GPU and on two, with both multi-GPU
+# executors, each self-scheduled (a slot or rank takes the next candidate when
+# it frees; nothing is split statically):
+#   run-1  kiln run --gpus 1 --workers W
+#   run-2  kiln run --gpus 2 --workers 2W      one scheduler, slots alternate GPUs
+#   mpi-1  kiln-mpirun -np 2 kiln-mpi run --workers W   rank 0 + 1 worker rank
+#   mpi-2  kiln-mpirun -np 3 kiln-mpi run --workers W   rank 0 + 2 worker ranks, a GPU each
+# Every run starts from a fresh catalog and a cold Triton cache on node-local
+# /tmp, and is timed from the command's start to its end (worker start-up
+# included). The exhaustive strategy of the default manifest makes every run
+# evaluate exactly the same candidates.
+#   MANIFEST  default jobs/examples/cluster_h200.yaml (26 jobs)
+#   W         workers per GPU (default 12; the machine has 16 cores per GPU)
+#   MODES     default "run-1 run-2 mpi-1 mpi-2" (mpi-* need mpirun)
+# Prints a table and the 2-GPU / 1-GPU throughput ratios; logs and JSON go
+# under $OUT (default ./out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
 scripts/gpu/build_on_device.sh || exit 1
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 K=$PWD/build-gpu/kiln
-M=${MANIFEST:-jobs/examples/anchors_h200.yaml}
+M=${MANIFEST:-jobs/examples/cluster_h200.yaml}
+W=${W:-12}
+MODES=${MODES:-run-1 run-2 mpi-1 mpi-2}
 nvidia-smi -L | tee "$OUT/gpus.txt"
 now() { date +%s.%N; }
-rm -rf /tmp/one /tmp/two && mkdir -p /tmp/one /tmp/two
-KILN_CATALOG=/tmp/one/k.db $K submit "$M" >/dev/null
-t0=$(now)
-CUDA_VISIBLE_DEVICES=0 KILN_CATALOG=/tmp/one/k.db $K run --device gpu --workers 8 --scratch /tmp/one/s --json >"$OUT/one.json" 2>"$OUT/one.log"
-t1=$(now)
-for i in 0 1; do KILN_CATALOG=/tmp/two/k$i.db $K submit "$M" >/dev/null; done
-t2=$(now)
-for i in 0 1; do
-  CUDA_VISIBLE_DEVICES=$i KILN_CATALOG=/tmp/two/k$i.db $K run --device gpu --workers 8 --shard $i/2 \
-    --scratch /tmp/two/s$i --json >"$OUT/two$i.json" 2>"$OUT/two$i.log" &
+for mode in $MODES; do
+  d=/tmp/tg-$mode
+  rm -rf "$d" && mkdir -p "$d"
+  KILN_CATALOG=$d/k.db $K submit "$M" >/dev/null || exit 1
+  case $mode in
+    run-1) cmd=($K run --device gpu --gpus 1 --workers "$W" --catalog "$d/k.db" --scratch "$d/s" --json) ;;
+    run-2) cmd=($K run --device gpu --gpus 2 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json) ;;
+    mpi-1|mpi-2)
+      if [[ ! -x build-gpu/kiln-mpi ]]; then echo "$mode: no kiln-mpi (no MPI found at build)"; continue; fi
+      np=$(( ${mode#mpi-} + 1 ))
+      cmd=(build-gpu/kiln-mpirun -np "$np" build-gpu/kiln-mpi run --device gpu --workers "$W"
+           --catalog "$d/k.db" --scratch "$d/s" --json) ;;
+  esac
+  t0=$(now)
+  "${cmd[@]}" >"$OUT/$mode.json" 2>"$OUT/$mode.log"
+  rc=$?
+  t1=$(now)
+  echo "$mode rc=$rc wall=$(python3 -c "print(round($t1 - $t0, 1))") s"
+  python3 - "$mode" "$t0" "$t1" "$rc" "$d/k.db" "$OUT" <<'PY'
+import json, sqlite3, sys
+mode, t0, t1, rc, db, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+try:
+    s = json.loads(open(f"{out}/{mode}.json").read().strip().splitlines()[-1])
+except Exception:
+    s = {}
+con = sqlite3.connect(db)
+done = con.execute("SELECT COUNT(*) FROM jobs WHERE state = 'done'").fetchone()[0]
+evals = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+rec = {"mode": mode, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
+       "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),
+       "gpu_busy_each_s": s.get("gpu_busy_each_s"), "summary": s}
+with open(f"{out}/results.jsonl", "a") as f:
+    f.write(json.dumps(rec) + "\n")
+PY
 done
-wait
-t3=$(now)
-$K merge /tmp/two/merged.db /tmp/two/k0.db /tmp/two/k1.db >/dev/null
-python3 - "$t0" "$t1" "$t2" "$t3" "$OUT" <<'PY'
-import json, sys, sqlite3
-t0, t1, t2, t3 = map(float, sys.argv[1:5]); out = sys.argv[5]
-one = json.load(open(f"{out}/one.json"))
-two = [json.load(open(f"{out}/two{i}.json")) for i in (0, 1)]
-n1 = one["candidates"]; n2 = sum(t["candidates"] for t in two)
-w1, w2 = t1 - t0, t3 - t2
-merged = sqlite3.connect("/tmp/two/merged.db").execute("SELECT COUNT(*) FROM jobs WHERE state='done'").fetchone()[0]
-print(f"| GPUs | wall s | candidates | candidates/s |\n| --- | ---: | ---: | ---: |")
-print(f"| 1 | {w1:.1f} | {n1} | {n1 / w1:.2f} |")
-print(f"| 2 | {w2:.1f} | {n2} | {n2 / w2:.2f} |")
-print(f"throughput 2 GPUs / 1 GPU: {(n2 / w2) / (n1 / w1):.2f}x; merged catalog: {merged} jobs done")
-for i, t in enumerate(two): print(f"shard {i}: {t['candidates']} candidates in {t['wall_s']:.1f} s")
+python3 - "$OUT" <<'PY'
+import json, sys
+rows = {r["mode"]: r for r in map(json.loads, open(f"{sys.argv[1]}/results.jsonl"))}
+print("| run | rc | GPUs | wall s | jobs done | evaluations | candidates/s | GPU busy |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for m, r in rows.items():
+    busy = r["gpu_busy_fraction"]
+    print(f"| {m} | {r['rc']} | {m[-1]} | {r['wall_s']:.1f} | {r['jobs_done']} | {r['evaluations']} | "
+          f"{r['candidates_per_s']:.2f} | {'' if busy is None else f'{busy * 100:.0f}%'} |")
+for a, b in (("run-1", "run-2"), ("mpi-1", "mpi-2"), ("run-1", "mpi-2")):
+    if a in rows and b in rows:
+        print(f"throughput {b} / {a}: {rows[b]['candidates_per_s'] / rows[a]['candidates_per_s']:.2f}x")
 PY

@@ -27,6 +27,33 @@ so the short ones fill the tail of the wave (longest-processing-time-first).
 
 On AMD the config may also carry `waves_per_eu`, `matrix_instr_nonkdim` and
 `kpack` (compile options).
+
+On sm_90 two lower-case knobs (absent = off; never in AMD spaces):
+
+* `q_regs` 1: Q goes through an exact no-op after its load, so Triton keeps it in
+  registers and q @ k^T is a register-A wgmma that reads only K from shared
+  memory (with Q loaded, every wgmma re-reads its Q slice from shared memory: at
+  BLOCK_N = 64 as many bytes as K -- by estimate, 4 KiB per 32 tensor-core
+  cycles, near the shared-memory bandwidth). Costs ~20 registers (177 -> 195 at
+  64 x 64 / 4 warps, D = 128); output bit-identical to the plain kernel (only
+  -0 in Q becomes +0).
+* `maxnreg`: Triton's register cap per thread (compile option), to fit more
+  programs per SM (64 x 32 / 4 warps / 2 stages at 128: 4 per SM instead of 3).
+
+Neither knob has been measured on a GPU: the H200 space order (config_space)
+is a guess from the sm_90 compiles' register / shared-memory use. Tried for
+sm_90 with Triton 3.6 (compiles only) and not offered:
+`tl.range(..., warp_specialize=True)` (with pointer loads, and with device-side
+tensor descriptors at 4 warps, the NVGPUWarpSpecialization pass aborts; with
+descriptors at 8 warps it compiles to an ordinary loop, no warp-specialized
+partitions); issuing the next block's q @ k^T before the current softmax
+(Triton waits for that wgmma right after issuing it, so nothing overlaps; +30
+registers) -- for the same reason two independent half-block softmax chains per
+program were not pursued; device-side tensor descriptors (TMA): 146 registers
+instead of 177 at 64 x 64, but 384 bytes of global scratch per program
+(metadata.global_scratch_size), which a launch must allocate (triton.set_allocator
+on the JIT path) and which the package manifest does not describe (its launch
+notes pass 0 for the hidden scratch pointer).
 """
 
 from __future__ import annotations
@@ -110,7 +137,8 @@ if not isinstance(_attn_inner, JITFunction):
 @triton.jit
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_H: tl.constexpr,
-                         HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, EVEN_N: tl.constexpr):
+                         HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
+                         Q_REGS: tl.constexpr):
     # pid -> (head group, query block heaviest first, head in group)
     pid = tl.program_id(0)
     num_m = tl.cdiv(S, BLOCK_M)
@@ -129,6 +157,13 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
     row_mask = offs_m < S
     q = tl.load(q_ptr + base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :],
                 mask=row_mask[:, None], other=0.0)
+    if Q_REGS:
+        # An exact no-op (only -0 becomes +0) between the load and the dot: Triton
+        # keeps a dot operand that does not come straight from a load in
+        # registers, so q @ k^T becomes a register-A wgmma on sm_90 and reads
+        # only K from shared memory (a loaded Q is re-read from shared memory by
+        # every wgmma: as many bytes as K at BLOCK_N = 64).
+        q = (q.to(tl.float32) + 0.0).to(q.dtype)
 
     m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32) + 1.0
@@ -230,8 +265,9 @@ def config_space(op, shape, dtype, params, target):
     4/8 (at most 64 fp32 accumulator values per thread), stages 2..4 on NVIDIA,
     1..2 on AMD; then the AMD knobs; pruned by the shared-memory limit.
     On NVIDIA the shapes that measured best on an H200 (causal, 4x32x2048x128
-    bf16: 64 x 64 / 4 warps / 3 stages 0.334-0.344 ms, 128 x 64 / 8 warps 0.350,
-    128 x 128 / 8 warps 0.361) come first."""
+    bf16: 64 x 64 / 4 warps / 3 stages 0.325-0.344 ms, 128 x 64 / 8 warps 0.350,
+    128 x 128 / 8 warps 0.361) come first; on sm_90 (D <= 128) interleaved with
+    the q_regs / maxnreg variants (see _nvidia_order; unmeasured)."""
     _check(op, dtype)
     B, H, S, D = _check_shape(shape)
     hip = common.is_hip(target)
@@ -255,12 +291,7 @@ def config_space(op, shape, dtype, params, target):
                     base.append({"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_H": 8,
                                  "num_warps": warps, "num_stages": stages})
     if not hip:
-        preferred = [(64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3)]
-
-        def rank(c):
-            key = (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"])
-            return preferred.index(key) if key in preferred else len(preferred)
-        base.sort(key=rank)
+        base = _nvidia_order(base, D, common.arch(target) == "sm_90")
 
     def keep(c):
         if shared_estimate(c, dtype, D, target) > limit:
@@ -274,14 +305,68 @@ def config_space(op, shape, dtype, params, target):
     return common.expand(base, common.amd_knobs(target, dot=True), keep)
 
 
+# NVIDIA-only config knobs (lower case, as the row kernels' `programs` / `stream`;
+# absent = off): q_regs 1 keeps Q in registers (the Q_REGS constexpr), maxnreg caps
+# the registers per thread (a Triton compile option; more programs per SM).
+NV_KNOBS = ("q_regs", "maxnreg")
+
+
+def _nvidia_order(base, D, sm90):
+    """The NVIDIA base configs reordered, the likely-best on an H200 (sm_90,
+    D <= 128) first, with the knob variants among them: (BLOCK_M, BLOCK_N, warps,
+    stages, knobs). Reasoning, from compiles for sm_90 (causal 4x32x2048x128 bf16,
+    Triton 3.6; none of the knob variants has been measured on a GPU yet): the
+    measured best, 64 x 64 / 4 warps / 3 stages (177 registers, 112 KiB shared: 2
+    programs per SM), first with Q in registers (195 registers, no spills, still 2
+    per SM) and then as it is; 64 x 32 with Q in registers (165 registers, 64 KiB:
+    3 per SM); 64 x 32 / 2 stages capped at 128 registers (no spills, 48 KiB: 4 per
+    SM); 64 x 64 / 2 stages with Q in registers; 128 x 64 / 8 warps (measured 0.350
+    ms; 190 registers: 1 program per SM); 128 x 32 / 8 warps / 2 stages capped at
+    128 registers (no spills: 2 per SM instead of 1). Not offered: 128 x 64 / 8
+    warps capped at 128 (ptxas spills 46 words), 64 x 32 with Q in registers capped
+    at 128 (29 words), 128 x 32 / 3 stages capped at 128 (3 words)."""
+    preferred = [
+        (64, 64, 4, 3, {"q_regs": 1}),
+        (64, 64, 4, 3, {}),
+        (64, 32, 4, 3, {"q_regs": 1}),
+        (64, 32, 4, 2, {"maxnreg": 128}),
+        (64, 64, 4, 2, {"q_regs": 1}),
+        (128, 64, 8, 3, {}),
+        (128, 32, 8, 2, {"maxnreg": 128}),
+        (128, 128, 8, 3, {}),
+        (64, 32, 4, 3, {}),
+    ]
+    if not sm90 or D > 128:
+        # the knobs are tuned for sm_90's wgmma (elsewhere Q is a register operand
+        # anyway); with D = 256 the register budget has no room for them: the
+        # order as before the knobs, the H200's three measured tiles first
+        preferred = [(64, 64, 4, 3, {}), (128, 64, 8, 3, {}), (128, 128, 8, 3, {})]
+    tiles = {(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"]): c for c in base}
+    out = []
+    for bm, bn, w, st, knobs in preferred:
+        c = tiles.get((bm, bn, w, st))
+        if c is not None:
+            out.append(dict(c, **knobs))
+    return common.dedupe(out + base)
+
+
 def _grid(shape, config):
     B, H, S, _ = shape
     return (B * H * common.cdiv(S, config["BLOCK_M"]), 1, 1)
 
 
-def _constexprs(consts, shape, params):
+def _options(config, backend, shape, params):
+    """(options, constexprs) of a config: runtime_options without the NV_KNOBS,
+    maxnreg an option on cuda only (dropped on the CPU, where the interpreter
+    ignores options), q_regs the Q_REGS constexpr."""
     _, _, S, D = shape
-    return dict(consts, HEAD_DIM=D, CAUSAL=_causal(params), EVEN_N=S % consts["BLOCK_N"] == 0)
+    opts, consts = common.runtime_options({k: v for k, v in config.items() if k not in NV_KNOBS}, backend)
+    maxnreg = int(config.get("maxnreg", 0) or 0)
+    if maxnreg and backend == "cuda":
+        opts["maxnreg"] = maxnreg
+    consts = dict(consts, HEAD_DIM=D, CAUSAL=_causal(params), EVEN_N=S % consts["BLOCK_N"] == 0,
+                  Q_REGS=bool(config.get("q_regs", 0)))
+    return opts, consts
 
 
 def launch(op, inputs, out, config, params):
@@ -291,9 +376,8 @@ def launch(op, inputs, out, config, params):
     assert q.shape == k.shape == v.shape == out.shape, "attention: q, k, v, out of one shape"
     B, H, S, D = _check_shape(q.shape)
     _check_config(config)
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    attention_fwd_kernel[_grid(q.shape, config)](
-        q, k, v, out, B * H, S, _sm_scale(params, D), **_constexprs(consts, q.shape, params), **opts)
+    opts, consts = _options(config, common.device_backend(out), q.shape, params)
+    attention_fwd_kernel[_grid(q.shape, config)](q, k, v, out, B * H, S, _sm_scale(params, D), **consts, **opts)
     return out
 
 
@@ -309,12 +393,11 @@ def compile_spec(op, shape, dtype, params, config, target):
     _check(op, dtype)
     B, H, S, D = _check_shape(shape)
     _check_config(config)
-    opts, consts = common.runtime_options(config, common.backend(target))
+    opts, consts = _options(config, common.backend(target), shape, params)
     ptr = common.pointer_type(dtype)
     args = [("q_ptr", ptr, None), ("k_ptr", ptr, None), ("v_ptr", ptr, None), ("out_ptr", ptr, None),
             ("BH", "i32", B * H), ("S", "i32", S), ("sm_scale", "fp32", _sm_scale(params, D))]
-    return common.spec(attention_fwd_kernel, args, _constexprs(consts, shape, params), opts,
-                       _grid(shape, config))
+    return common.spec(attention_fwd_kernel, args, consts, opts, _grid(shape, config))
 
 
 def traffic(op, shape, dtype, params):

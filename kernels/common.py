@@ -483,3 +483,143 @@ def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options:
 
 def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
+
+
+# ---------------------------------------------------------------------------
+# row kernels (softmax, layernorm, rmsnorm, reduce): a persistent grid and
+# streaming cache hints as config knobs, shared launch / compile_spec plumbing
+# ---------------------------------------------------------------------------
+
+# Lower-case config knobs of the one-pass row kernels (absent = off):
+#   programs  > 0: a persistent grid of that many programs, each walking row
+#             blocks pid, pid + programs, ...; the row loop is software-pipelined
+#             num_stages deep (tl.range(..., num_stages=STAGES)), so the next
+#             row's load is in flight while the current one is reduced.
+#   stream    1: every byte of x is read once and every output byte written once:
+#             loads of x with eviction_policy="evict_first", stores with
+#             cache_modifier=".cs" (streaming; non-temporal on CDNA3/4).
+ROW_KNOBS = ("programs", "stream")
+
+# SMs / CUs per arch, when the target dict lacks compute_units.
+_CUS_BY_ARCH = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132,
+                "gfx90a": 110, "gfx942": 304, "gfx950": 256, "gfx1100": 96}
+
+
+def compute_units(target: dict) -> int:
+    """SMs (NVIDIA) / CUs (AMD): target['compute_units'], else by arch, else 0."""
+    if target.get("compute_units"):
+        return int(target["compute_units"])
+    return _CUS_BY_ARCH.get(arch(target), 0)
+
+
+def resident_warps(target: dict) -> int:
+    """Warps / waves one SM / CU keeps resident: max_waves_per_simd x
+    simds_per_cu from the target, else 64 on NVIDIA and 32 on AMD."""
+    if target.get("max_waves_per_simd") and target.get("simds_per_cu"):
+        return int(target["max_waves_per_simd"]) * int(target["simds_per_cu"])
+    return 32 if is_hip(target) else 64
+
+
+def persistent_programs(target: dict, n_blocks: int, per_cu: int) -> int:
+    """Program count for a persistent grid of about compute_units x per_cu,
+    rounded down so the n_blocks row blocks split evenly (every program walks
+    the same number of blocks, the last one maybe fewer, and the whole grid is
+    resident at once: no tail wave). 0 (no persistent grid) when the CU count is
+    unknown or each program would get a single block."""
+    cus = compute_units(target)
+    if cus <= 0 or per_cu <= 0:
+        return 0
+    per_program = cdiv(n_blocks, cus * per_cu)
+    if per_program <= 1:
+        return 0
+    return cdiv(n_blocks, per_program)
+
+
+def row_variants(tiles, target: dict, n_rows: int, elem_bytes: int, first: int = 3) -> list[dict]:
+    """Knob variants of one-pass row-kernel tiles, the likely-best first.
+
+    tiles: (BLOCK_M, BLOCK_N, num_warps) of the one-pass kernel, best first (the
+    measured best leading). For each of the first `first` tiles: the plain config,
+    the streaming one, a persistent streaming one with a 2-deep row pipeline and
+    about half an SM's worth of resident warps in programs (a quarter for large
+    tiles per thread); then, for the same
+    tiles, the persistent one without the pipeline, with 3 stages, and with half
+    the programs; then the remaining tiles, plain and streaming. Persistent
+    configs whose pipeline buffers (NVIDIA: (stages - 1) tiles in shared memory per
+    program) would not fit are left out."""
+    cus_lds = int(target.get("lds_bytes_per_cu") or shared_limit(target))
+    half_sm = max(1, resident_warps(target) // 2)
+
+    def plain(bm, bn, w, **knobs):
+        return dict({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 1}, **knobs)
+
+    def persistent(bm, bn, w, stages, per_cu):
+        if not is_hip(target) and stages > 1:
+            smem = (stages - 1) * bm * bn * elem_bytes
+            if smem > shared_limit(target):
+                return None
+            per_cu = min(per_cu, cus_lds // smem)
+        programs = persistent_programs(target, cdiv(n_rows, bm), per_cu)
+        if programs <= 0:
+            return None
+        return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": stages,
+                "programs": programs, "stream": 1}
+
+    def per_cu(bm, bn, w):
+        # programs per SM/CU: half its resident warps; a quarter for tiles of >= 32
+        # elements per thread (~80-128 registers on sm_90: more would not all be
+        # resident, and a second wave of persistent programs is a tail again)
+        k = max(1, half_sm // w)
+        return max(1, k // 2) if bm * bn >= 32 * w * warp_size(target) else k
+
+    top, rest = list(tiles[:first]), list(tiles[first:])
+    out = []
+    for bm, bn, w in top:
+        out += [plain(bm, bn, w), plain(bm, bn, w, stream=1), persistent(bm, bn, w, 2, per_cu(bm, bn, w))]
+    for bm, bn, w in top:
+        k = per_cu(bm, bn, w)
+        out += [persistent(bm, bn, w, 1, k), persistent(bm, bn, w, 3, k),
+                persistent(bm, bn, w, 2, k // 2) if k > 1 else None]
+    for bm, bn, w in rest:
+        out += [plain(bm, bn, w), plain(bm, bn, w, stream=1)]
+    return [c for c in out if c is not None]
+
+
+def dedupe(configs, cap: int | None = None) -> list[dict]:
+    """The configs without repeats (first occurrence kept), at most `cap`."""
+    seen, out = set(), []
+    for c in configs:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out[:cap] if cap else out
+
+
+def row_options(config: dict, backend: str, n_rows: int, knobs: bool = True):
+    """(options, constexprs, grid) of a row-kernel config.
+
+    runtime_options of the config without the ROW_KNOBS; with `knobs` (the
+    one-pass kernels) also the constexprs PERSISTENT, STAGES (num_stages: depth
+    of the persistent row loop's pipeline), LOAD_POLICY and STORE_CACHE; the grid
+    is the row blocks, or the persistent program count when smaller. Without
+    `knobs` (looped kernels, which re-read rows) the knobs are refused."""
+    programs = int(config.get("programs", 0) or 0)
+    stream = bool(config.get("stream", 0))
+    options, constexprs = runtime_options({k: v for k, v in config.items() if k not in ROW_KNOBS}, backend)
+    blocks = cdiv(n_rows, config["BLOCK_M"])
+    if knobs:
+        constexprs.update(PERSISTENT=programs > 0, STAGES=int(config.get("num_stages", 1)),
+                          LOAD_POLICY="evict_first" if stream else "",
+                          STORE_CACHE=".cs" if stream else "")
+    elif programs or stream:
+        raise ValueError("programs / stream apply to one-pass row kernels only (BLOCK_N >= cols)")
+    grid = (min(programs, blocks) if programs > 0 else blocks, 1, 1)
+    return options, constexprs, grid
+
+
+def prefer(tiles, preferred) -> list:
+    """(BLOCK_M, BLOCK_N, num_warps) tiles reordered: those whose (BLOCK_M,
+    num_warps) is in `preferred` first, in its order, then the others as given."""
+    rank = {p: i for i, p in enumerate(preferred)}
+    return sorted(tiles, key=lambda t: rank.get((t[0], t[2]), len(rank)))

@@ -17,7 +17,7 @@ constexpr ACT in the kernel):
   (1e-2), about two bf16 ulps at |y| ~ 0.06 and a quarter of one at |y| > 0.25. Measured on an H200 (8192 x 4096 x
   4096 bf16), the erf epilogue (libdevice erff: ACT 2, set GELU_EXACT = True)
   cost ~0.02 ms more than the tanh form on a ~0.41 ms GEMM, because the epilogue
-  of this non-persistent kernel does not overlap the main loop.
+  of the classic (non-persistent) kernel does not overlap the main loop.
 * `silu`: x * sigmoid(x) (torch.nn.functional.silu).
 
 The main loop is matmul.py's (the Triton matmul tutorial): BLOCK_M x BLOCK_N
@@ -27,6 +27,15 @@ to drop the K mask. A, B and C are contiguous row-major (B is [K, N], as for
 matmul), so the strides K, N, N are known at compile time. On AMD the config
 may also carry `matrix_instr_nonkdim`, `kpack` and `waves_per_eu` (compile
 options).
+
+Persistent variant (NVIDIA sm_90 spaces only; not measured on a GPU yet): a
+config with `persistent: P` runs `gemm_bias_act_persistent_kernel`, matmul.py's
+persistent kernel (min(tiles, SMs x P) programs walking the tiles in GROUP_M
+order, the tile loop flattened with the K loop so Triton 3.6 pipelines across
+tiles) with this epilogue: the bias + activation of one tile can then run while
+the next tile's loads are in flight, the cost the classic kernel pays in full.
+Plain pointers and the classic kernel's launch ABI; see matmul.py for what was
+tried and left out (warp specialization, tensor descriptors).
 """
 
 from __future__ import annotations
@@ -96,6 +105,62 @@ def gemm_bias_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
+@triton.jit
+def gemm_bias_act_persistent_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                                    EVEN_K: tl.constexpr, ACT: tl.constexpr):
+    # matmul.matmul_persistent_kernel's loop (tiles start, start + num_programs,
+    # ... in GROUP_M order; flatten=True so the pipeliner overlaps one tile's
+    # epilogue with the next tile's loads) with gemm_bias_act_kernel's epilogue.
+    start = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    num_pid_in_group = GROUP_M * num_pid_n
+    offs_k = tl.arange(0, BLOCK_K)
+    for tile in tl.range(start, num_tiles, num_progs, flatten=True):
+        group_id = tile // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
+        pid_n = (tile % num_pid_in_group) // group_size_m
+
+        offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+        offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
+        b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            else:
+                k_mask = offs_k < K - k
+                a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
+                b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K * N
+
+        acc += tl.load(bias_ptr + offs_n).to(tl.float32)[None, :]
+        if ACT == 1:
+            acc = tl.maximum(acc, 0.0)
+        elif ACT == 2:
+            acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+        elif ACT == 3:
+            acc = acc / (1.0 + tl.exp(-acc))
+        elif ACT == 4:
+            z = acc * (1.5957691216057308 + 0.0713548162726008 * acc * acc)
+            acc = acc / (1.0 + tl.exp2(-1.4426950408889634 * z))
+
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
 # ---------------------------------------------------------------------------
 # template interface
 # ---------------------------------------------------------------------------
@@ -149,15 +214,40 @@ def shared_bytes(config, dtype, target) -> int:
     return _matmul.shared_bytes(config, dtype, target)
 
 
+# Persistent configs of the sm_90 space (see matmul.sm90_space): matmul's list
+# without the ones the epilogue pushes over the registers. With the GELU
+# epilogue (bf16 8192 x 4096 x 4096), Triton 3.6 / ptxas give 172 (128x128, 8
+# warps) to 255 (256x128, 8 warps; 128x128x32, 4 warps) registers per thread and
+# no spills for these; the 4-warp 128x128x64 tile spilled with 3 stages and sat
+# at 255 with 4, and two 8-warp 128x128 programs (172 registers) do not fit one
+# SM's register file.
+SM90_PERSISTENT = [((128, 256, 64, 8), 3, 1), ((128, 256, 64, 8), 4, 1),
+                   ((256, 128, 64, 8), 3, 1), ((256, 128, 64, 8), 4, 1),
+                   ((128, 128, 64, 8), 3, 1), ((128, 128, 64, 8), 4, 1),
+                   ((128, 256, 32, 8), 4, 1), ((256, 128, 32, 8), 4, 1),
+                   ((128, 128, 32, 4), 4, 2)]
+# registers per thread beyond the fp32 accumulator (measured 108-127 on sm_90)
+_EXTRA_REGS = 120
+
+
 def config_space(op, shape, dtype, params, target):
     """matmul's space (tiles x warps x stages, then the AMD knobs, pruned by the
     shared-memory limit) with GROUP_M = 16 (measured 3-5% faster than 8 on the
     H200 for 8192 x 4096 x 4096), and the tiles that win on large GEMMs first:
     128x256 / 256x128 with BLOCK_K 64 and 8 warps (the matmul anchors' best on
-    the H200), then 128x128, then the rest in matmul's order."""
+    the H200), then 128x128, then the rest in matmul's order.
+
+    On sm_90 the persistent variant comes with each tile, right after its
+    classic configs (matmul.sm90_space, with this module's SM90_PERSISTENT): not
+    measured yet; it is there because its flattened loop lets the bias + GELU
+    epilogue of one tile overlap the next tile's loads."""
     _check(op, dtype)
     _act(params)
-    space = [dict(c, GROUP_M=16) for c in _matmul.config_space("matmul", shape, dtype, {}, target)]
+    space = [dict(c, GROUP_M=16) for c in _matmul.config_space("matmul", shape, dtype, {}, target)
+             if _matmul.PERSISTENT not in c]
+    if _matmul.persistent_target(target):
+        space = _matmul.sm90_space(space, shape, dtype, target, group_m=16,
+                                   persistent_configs=SM90_PERSISTENT, extra_regs=_EXTRA_REGS)
 
     def rank(c):
         tile = (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_warps"])
@@ -170,11 +260,6 @@ def config_space(op, shape, dtype, params, target):
     for c in space:
         blocks.setdefault(tuple(c.get(k) for k in common.AMD_KNOBS), len(blocks))
     return sorted(space, key=lambda c: (blocks[tuple(c.get(k) for k in common.AMD_KNOBS)], rank(c)))
-
-
-def _grid(shape, config):
-    M, N, _ = shape
-    return (common.cdiv(M, config["BLOCK_M"]) * common.cdiv(N, config["BLOCK_N"]), 1, 1)
 
 
 def _act_code(params) -> int:
@@ -194,20 +279,23 @@ def launch(op, inputs, out, config, params):
     assert a.is_contiguous() and b.is_contiguous() and out.is_contiguous(), "gemm_bias_act: row-major inputs"
     M, K = a.shape
     N = b.shape[1]
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    gemm_bias_act_kernel[_grid((M, N, K), config)](a, b, bias, out, M, N, K,
-                                                   **_constexprs(consts, K, params), **opts)
+    opts, consts, per_sm = _matmul.split_config(config, common.device_backend(out))
+    kernel = gemm_bias_act_persistent_kernel if per_sm else gemm_bias_act_kernel
+    grid = _matmul.grid((M, N, K), config, _matmul.device_sm_count(out) if per_sm else 0)
+    kernel[grid](a, b, bias, out, M, N, K, **_constexprs(consts, K, params), **opts)
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op, dtype)
     M, N, K = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
+    opts, consts, per_sm = _matmul.split_config(config, common.backend(target))
     ptr = common.pointer_type(dtype)
     args = [("a_ptr", ptr, None), ("b_ptr", ptr, None), ("bias_ptr", ptr, None), ("c_ptr", ptr, None),
             ("M", "i32", M), ("N", "i32", N), ("K", "i32", K)]
-    return common.spec(gemm_bias_act_kernel, args, _constexprs(consts, K, params), opts, _grid(shape, config))
+    kernel = gemm_bias_act_persistent_kernel if per_sm else gemm_bias_act_kernel
+    return common.spec(kernel, args, _constexprs(consts, K, params), opts,
+                       _matmul.grid(shape, config, _matmul.sm_count(target)))
 
 
 def traffic(op, shape, dtype, params):

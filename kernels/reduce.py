@@ -16,9 +16,12 @@ The extra output bytes (4 per row) do not matter next to the row itself.
 One kernel: each program owns BLOCK_M rows and walks them in BLOCK_N chunks,
 combining each chunk elementwise into a [BLOCK_M, BLOCK_N] fp32 accumulator (many
 independent loads in flight, pairwise-like accuracy for the sum) and reducing it
-across the columns once at the end. When BLOCK_N >= cols the loop runs once (the
-row sits in registers). EVEN_N (cols % BLOCK_N == 0) drops the column mask so
-the loads are full 16-byte vectors.
+across the columns once at the end. When BLOCK_N >= cols (ONE_PASS) there is no
+loop: the row is loaded once into registers. EVEN_N (cols % BLOCK_N == 0) drops
+the column mask so the loads are full 16-byte vectors. Config knobs
+(common.ROW_KNOBS, absent = off): `stream` (evict-first loads of x, any tile)
+and, for one-pass tiles, `programs` (a persistent grid walking the row blocks,
+the next block's load software-pipelined num_stages deep).
 """
 
 from __future__ import annotations
@@ -26,39 +29,59 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 from . import common
 
 OPERATORS = ("row_sum", "row_mean", "row_max")
 _OP_CODE = {"row_sum": 0, "row_mean": 1, "row_max": 2}
+# Space cap (before the AMD knobs); the order puts the likely-best first.
+MAX_CONFIGS = 48
+# One-pass (BLOCK_M, num_warps) in the order tried first.
+_PREFERRED = [(1, 8), (1, 16), (1, 4), (2, 16)]
 
 
 @triton.jit
-def row_reduce_kernel(x_ptr, out_ptr, n_rows, n_cols,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OP: tl.constexpr, EVEN_N: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+def _reduce_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 OP: tl.constexpr, EVEN_N: tl.constexpr, ONE_PASS: tl.constexpr, LOAD_POLICY: tl.constexpr):
+    """Row block `rb` (BLOCK_M rows): chunk loop, or a single load when ONE_PASS."""
+    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     # Rows past the end re-read the last row (keeps the loads unmasked); not stored.
     rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
     x_row = x_ptr + rows_in[:, None] * n_cols
 
-    if OP == 2:
-        acc = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for start in range(0, n_cols, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+    if ONE_PASS:
+        # BLOCK_N >= cols: the row in registers, no loop (and nothing for a
+        # software pipeline of a persistent row loop to mistake for its target)
+        cols = tl.arange(0, BLOCK_N)
         if EVEN_N:
-            x = tl.load(x_row + cols[None, :]).to(tl.float32)
+            acc = tl.load(x_row + cols[None, :], eviction_policy=LOAD_POLICY).to(tl.float32)
         elif OP == 2:
-            x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf")).to(tl.float32)
+            acc = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf"),
+                          eviction_policy=LOAD_POLICY).to(tl.float32)
         else:
-            x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0).to(tl.float32)
+            acc = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0,
+                          eviction_policy=LOAD_POLICY).to(tl.float32)
+    else:
         if OP == 2:
-            acc = tl.maximum(acc, x)
+            acc = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
         else:
-            acc += x
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        for start in range(0, n_cols, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            if EVEN_N:
+                x = tl.load(x_row + cols[None, :], eviction_policy=LOAD_POLICY).to(tl.float32)
+            elif OP == 2:
+                x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf"),
+                            eviction_policy=LOAD_POLICY).to(tl.float32)
+            else:
+                x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0,
+                            eviction_policy=LOAD_POLICY).to(tl.float32)
+            if OP == 2:
+                acc = tl.maximum(acc, x)
+            else:
+                acc += x
 
     if OP == 2:
         r = tl.max(acc, axis=1)
@@ -67,6 +90,28 @@ def row_reduce_kernel(x_ptr, out_ptr, n_rows, n_cols,
         if OP == 1:
             r = r / n_cols
     tl.store(out_ptr + rows, r.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+
+# Under TRITON_INTERPRET=1 the helper must be a JITFunction the compiler can
+# inline and that still runs interpreted (as attention.py's _attn_inner).
+if not isinstance(_reduce_rows, JITFunction):
+    _reduce_rows = common.InterpretableJIT(_reduce_rows)
+
+
+@triton.jit
+def row_reduce_kernel(x_ptr, out_ptr, n_rows, n_cols,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OP: tl.constexpr, EVEN_N: tl.constexpr,
+                      ONE_PASS: tl.constexpr, PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
+                      LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+    # STORE_CACHE is unused: the output (one value per row) is too small to matter.
+    if PERSISTENT:
+        # grid < row blocks (ONE_PASS only): walk them with a stride, the next
+        # block's load software-pipelined STAGES deep.
+        for rb in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
+            _reduce_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M, BLOCK_N, OP, EVEN_N, ONE_PASS, LOAD_POLICY)
+    else:
+        _reduce_rows(x_ptr, out_ptr, tl.program_id(0), n_rows, n_cols, BLOCK_M, BLOCK_N, OP, EVEN_N, ONE_PASS,
+                     LOAD_POLICY)
 
 
 # ---------------------------------------------------------------------------
@@ -111,7 +156,14 @@ def config_space(op, shape, dtype, params, target):
     """(BLOCK_M, BLOCK_N) tiles of up to 8192 elements (16384 for 2-byte types),
     BLOCK_N from 512 up to the row padded to pow2, one-row tiles first; every
     warp count that gives each thread 4..64 elements (one or more 16-byte
-    loads); then the AMD knobs."""
+    loads); then the AMD knobs.
+
+    Leading: the tile that measured best on an H200 for row_sum [16384, 4096]
+    fp32 (one row in 1024-wide chunks, 8 warps: 0.0706 ms), plain and with
+    evict-first loads, then the one-pass (BLOCK_N = row) tiles with their knob
+    variants (common.row_variants: evict-first loads, a persistent
+    software-pipelined grid; not yet measured on a GPU). At most MAX_CONFIGS
+    configs before the AMD knobs."""
     _check(op)
     rows, cols = shape
     ws = common.warp_size(target)
@@ -138,16 +190,26 @@ def config_space(op, shape, dtype, params, target):
                 base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
     if not base:  # tiny rows: one small tile
         base.append({"BLOCK_M": 1, "BLOCK_N": row_block, "num_warps": 1, "num_stages": 1})
-    return common.expand(base, common.amd_knobs(target))
+    front = []
+    if row_block > 1024:  # the measured best: 1024-wide chunks on 8 warps
+        best = {"BLOCK_M": 1, "BLOCK_N": 1024, "num_warps": 8, "num_stages": 1}
+        if best in base:
+            front = [best, dict(best, stream=1)]
+    one_pass = [(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in base if c["BLOCK_N"] >= cols]
+    tiles = common.prefer(one_pass, _PREFERRED)
+    space = front + common.row_variants(tiles, target, rows, common.element_bytes(dtype)) + base
+    return common.expand(common.dedupe(space, MAX_CONFIGS), common.amd_knobs(target))
 
 
-def _grid(shape, config):
-    rows, _ = shape
-    return (common.cdiv(rows, config["BLOCK_M"]), 1, 1)
-
-
-def _constexprs(op, consts, n_cols):
-    return dict(consts, OP=_OP_CODE[op], EVEN_N=n_cols % consts["BLOCK_N"] == 0)
+def _options(op, config, backend, shape):
+    """Options, constexprs, grid. Evict-first loads (`stream`) apply to every
+    tile (x is read once either way); the persistent grid to one-pass tiles."""
+    rows, cols = shape
+    one_pass = config["BLOCK_N"] >= cols
+    if config.get("programs") and not one_pass:
+        raise ValueError("reduce: a persistent grid (programs) needs BLOCK_N >= cols")
+    opts, consts, grid = common.row_options(config, backend, rows)
+    return opts, dict(consts, OP=_OP_CODE[op], EVEN_N=cols % consts["BLOCK_N"] == 0, ONE_PASS=one_pass), grid
 
 
 def launch(op, inputs, out, config, params):
@@ -155,19 +217,19 @@ def launch(op, inputs, out, config, params):
     x = inputs["x"]
     assert x.is_contiguous() and out.is_contiguous(), "reduce: contiguous rows"
     rows, cols = x.shape
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    row_reduce_kernel[_grid(x.shape, config)](x, out, rows, cols, **_constexprs(op, consts, cols), **opts)
+    opts, consts, grid = _options(op, config, common.device_backend(out), x.shape)
+    row_reduce_kernel[grid](x, out, rows, cols, **consts, **opts)
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     rows, cols = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
+    opts, consts, grid = _options(op, config, common.backend(target), shape)
     args = [("x_ptr", common.pointer_type(dtype), None),
             ("out_ptr", common.pointer_type(out_dtype(op, dtype)), None),
             ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
-    return common.spec(row_reduce_kernel, args, _constexprs(op, consts, cols), opts, _grid(shape, config))
+    return common.spec(row_reduce_kernel, args, consts, opts, grid)
 
 
 def traffic(op, shape, dtype, params):

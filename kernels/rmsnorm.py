@@ -10,7 +10,10 @@ Two kernels, picked by the config's BLOCK_N:
   of x, one write of out: sum of squares, then the scaled output from the same
   registers (as Liger-Kernel's rmsnorm). The weight is loaded once per program
   and broadcast over its rows. EVEN_N (cols == BLOCK_N) drops the column mask,
-  so the loads and stores are full 16-byte vectors.
+  so the loads and stores are full 16-byte vectors. Config knobs
+  (common.ROW_KNOBS, absent = off): `stream` (evict-first loads, streaming
+  stores) and `programs` (a persistent grid walking the row blocks, the next
+  block's load software-pipelined num_stages deep).
 * `rmsnorm_looped_kernel` (BLOCK_N < cols, rows too long for registers): pass 1
   walks the row in BLOCK_N chunks accumulating per-lane sums of squares, pass 2
   re-reads it (mostly from L2) and writes the output. Two reads.
@@ -25,19 +28,26 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 from . import common
 
 OPERATORS = ("rmsnorm",)
 
 MAX_ONE_PASS = 32768
+# Space cap (before the AMD knobs); the order puts the likely-best first.
+MAX_CONFIGS = 48
+# One-pass (BLOCK_M, num_warps) in the order tried first: one row on 8 warps
+# measured best on an H200 ([16384, 4096] bf16), then 16 and 4 warps.
+_PREFERRED = [(1, 8), (1, 16), (1, 4), (2, 8)]
 
 
 @triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+def _rmsnorm_rows(x_ptr, out_ptr, w, rb, n_rows, n_cols, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+    """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel; w: the loaded
+    weight row (storage dtype)."""
+    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     # Rows past the end re-read the last row (no row mask on the loads, so they stay
     # vectorised); they are not stored.
@@ -46,20 +56,48 @@ def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
     col_mask = cols < n_cols
 
     if EVEN_N:
-        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :]).to(tl.float32)
-        w = tl.load(w_ptr + cols).to(tl.float32)
+        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], eviction_policy=LOAD_POLICY)
     else:
         x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=col_mask[None, :],
-                    other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+                    other=0.0, eviction_policy=LOAD_POLICY)
+    x = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / n_cols + eps)
-    out = x * rstd[:, None] * w[None, :]
+    out = x * rstd[:, None] * w.to(tl.float32)[None, :]
     out_offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
     if EVEN_N:
-        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None],
+                 cache_modifier=STORE_CACHE)
     else:
         tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
-                 mask=row_mask[:, None] & col_mask[None, :])
+                 mask=row_mask[:, None] & col_mask[None, :], cache_modifier=STORE_CACHE)
+
+
+# Under TRITON_INTERPRET=1 the helper must be a JITFunction the compiler can
+# inline and that still runs interpreted (as attention.py's _attn_inner).
+if not isinstance(_rmsnorm_rows, JITFunction):
+    _rmsnorm_rows = common.InterpretableJIT(_rmsnorm_rows)
+
+
+@triton.jit
+def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
+                   PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
+                   LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+    # the weight: loaded once per program, broadcast over its rows
+    cols = tl.arange(0, BLOCK_N)
+    if EVEN_N:
+        w = tl.load(w_ptr + cols)
+    else:
+        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0)
+    if PERSISTENT:
+        # grid < row blocks: walk them with a stride, the next block's load
+        # software-pipelined STAGES deep.
+        for rb in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
+            _rmsnorm_rows(x_ptr, out_ptr, w, rb, n_rows, n_cols, eps, BLOCK_M, BLOCK_N, EVEN_N,
+                          LOAD_POLICY, STORE_CACHE)
+    else:
+        _rmsnorm_rows(x_ptr, out_ptr, w, tl.program_id(0), n_rows, n_cols, eps, BLOCK_M, BLOCK_N, EVEN_N,
+                      LOAD_POLICY, STORE_CACHE)
 
 
 @triton.jit
@@ -118,8 +156,10 @@ def _kernel(n_cols, config):
     return rmsnorm_kernel if config["BLOCK_N"] >= n_cols else rmsnorm_looped_kernel
 
 
-def _constexprs(consts, n_cols):
-    return dict(consts, EVEN_N=n_cols % consts["BLOCK_N"] == 0)
+def _options(config, backend, shape):
+    rows, cols = shape
+    opts, consts, grid = common.row_options(config, backend, rows, knobs=config["BLOCK_N"] >= cols)
+    return opts, dict(consts, EVEN_N=cols % consts["BLOCK_N"] == 0), grid
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
@@ -147,8 +187,13 @@ def output_like(op, inputs, params):
 def config_space(op, shape, dtype, params, target):
     """One-pass configs (BLOCK_N = row padded to pow2) when it fits, then looped
     configs with BLOCK_N in 512..4096 smaller than the row. Per tile, every
-    warp count that gives each thread 1..64 fp32 values. One row per program
-    comes first (on wide rows, the fastest: Liger-Kernel's choice)."""
+    warp count that gives each thread 1..64 fp32 values.
+
+    One-pass tiles come first, the one that measured best on an H200 for
+    [16384, 4096] bf16 (one row, 8 warps: 0.0696 ms) leading, each with its knob
+    variants (common.row_variants: streaming cache hints, a persistent
+    software-pipelined grid; not yet measured on a GPU). At most MAX_CONFIGS
+    configs before the AMD knobs."""
     _check(op)
     rows, cols = shape
     ws = common.warp_size(target)
@@ -168,16 +213,13 @@ def config_space(op, shape, dtype, params, target):
     for bm, bn in shapes:
         tile = bm * bn
         for warps in [1, 2, 4, 8, 16]:
-            # >= 1 element per thread; <= 64 fp32 values per thread (a 4096-wide
-            # row on 2 warps was the fastest rmsnorm on an H200).
+            # >= 1 element per thread; <= 64 fp32 values per thread.
             if (warps == 1 or warps * ws <= tile) and tile <= warps * ws * 64:
                 base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
-    return common.expand(base, common.amd_knobs(target))
-
-
-def _grid(shape, config):
-    rows, _ = shape
-    return (common.cdiv(rows, config["BLOCK_M"]), 1, 1)
+    one_pass = [(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in base if c["BLOCK_N"] >= cols]
+    tiles = common.prefer(one_pass, _PREFERRED)
+    space = common.row_variants(tiles, target, rows, common.element_bytes(dtype)) + base
+    return common.expand(common.dedupe(space, MAX_CONFIGS), common.amd_knobs(target))
 
 
 def launch(op, inputs, out, config, params):
@@ -185,20 +227,19 @@ def launch(op, inputs, out, config, params):
     x = inputs["x"]
     assert x.is_contiguous() and out.is_contiguous(), "rmsnorm: contiguous rows"
     rows, cols = x.shape
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    _kernel(cols, config)[_grid(x.shape, config)](
-        x, inputs["weight"], out, rows, cols, _eps(params), **_constexprs(consts, cols), **opts)
+    opts, consts, grid = _options(config, common.device_backend(out), x.shape)
+    _kernel(cols, config)[grid](x, inputs["weight"], out, rows, cols, _eps(params), **consts, **opts)
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     rows, cols = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
+    opts, consts, grid = _options(config, common.backend(target), shape)
     ptr = common.pointer_type(dtype)
     args = [("x_ptr", ptr, None), ("w_ptr", ptr, None), ("out_ptr", ptr, None),
             ("n_rows", "i32", rows), ("n_cols", "i32", cols), ("eps", "fp32", _eps(params))]
-    return common.spec(_kernel(cols, config), args, _constexprs(consts, cols), opts, _grid(shape, config))
+    return common.spec(_kernel(cols, config), args, consts, opts, grid)
 
 
 def traffic(op, shape, dtype, params):

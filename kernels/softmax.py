@@ -3,7 +3,10 @@
 Two kernels, picked by the config's BLOCK_N:
 
 * `softmax_kernel` (BLOCK_N >= cols): the whole row sits in registers; one read,
-  one write. BLOCK_M rows per program, which helps short rows.
+  one write. BLOCK_M rows per program, which helps short rows. Two config knobs
+  (common.ROW_KNOBS, absent = off): `stream` (evict-first loads, streaming
+  stores) and `programs` (a persistent grid walking the row blocks, the next
+  block's load software-pipelined num_stages deep).
 * `softmax_online_kernel` (BLOCK_N < cols): the row is walked in BLOCK_N chunks.
   Pass 1 keeps a running max and a running sum of exp rescaled to that max
   ("online softmax", Milakov & Gimelshein 2018); pass 2 re-reads the row and
@@ -17,6 +20,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 from . import common
 
@@ -24,12 +28,18 @@ OPERATORS = ("softmax",)
 
 # Largest row held in registers by the one-pass kernel (elements, padded to pow2).
 MAX_ONE_PASS = 32768
+# Space cap (before the AMD knobs); the order puts the likely-best first.
+MAX_CONFIGS = 48
+# One-pass (BLOCK_M, num_warps) in the order tried first: one row on 4 warps
+# measured best on an H200 ([16384, 4096] bf16), then 8 and 16 warps.
+_PREFERRED = [(1, 4), (1, 8), (1, 16), (2, 8)]
 
 
 @triton.jit
-def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+def _softmax_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+    """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel."""
+    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     # Rows past the end re-read the last row (keeps them finite); they are not stored.
     rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
@@ -37,14 +47,34 @@ def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_
     col_mask = cols < n_cols
 
     x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=col_mask[None, :],
-                other=-float("inf")).to(tl.float32)
+                other=-float("inf"), eviction_policy=LOAD_POLICY).to(tl.float32)
     row_max = tl.max(x, axis=1)
     e = tl.exp(x - row_max[:, None])  # masked columns: exp(-inf) = 0
     denom = tl.sum(e, axis=1)
     out = e / denom[:, None]
     out_offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
     tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
-             mask=row_mask[:, None] & col_mask[None, :])
+             mask=row_mask[:, None] & col_mask[None, :], cache_modifier=STORE_CACHE)
+
+
+# Under TRITON_INTERPRET=1 the helper must be a JITFunction the compiler can
+# inline and that still runs interpreted (as attention.py's _attn_inner).
+if not isinstance(_softmax_rows, JITFunction):
+    _softmax_rows = common.InterpretableJIT(_softmax_rows)
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
+                   LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+    if PERSISTENT:
+        # grid < row blocks: walk them with a stride, the next block's load
+        # software-pipelined STAGES deep.
+        for rb in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
+            _softmax_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M, BLOCK_N, LOAD_POLICY, STORE_CACHE)
+    else:
+        _softmax_rows(x_ptr, out_ptr, tl.program_id(0), n_rows, n_cols, BLOCK_M, BLOCK_N,
+                      LOAD_POLICY, STORE_CACHE)
 
 
 @triton.jit
@@ -92,6 +122,11 @@ def _kernel(n_cols, config):
     return softmax_kernel if config["BLOCK_N"] >= n_cols else softmax_online_kernel
 
 
+def _options(config, backend, shape):
+    rows, cols = shape
+    return common.row_options(config, backend, rows, knobs=config["BLOCK_N"] >= cols)
+
+
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
     rows, cols = shape
@@ -110,7 +145,14 @@ def output_like(op, inputs, params):
 
 def config_space(op, shape, dtype, params, target):
     """One-pass configs when the padded row fits MAX_ONE_PASS, then chunked
-    (online) configs with BLOCK_N in 512..8192 smaller than the row."""
+    (online) configs with BLOCK_N in 512..8192 smaller than the row.
+
+    One-pass tiles: BLOCK_M rows of up to 8192 elements, every warp count giving
+    each thread 1..64 fp32 values. They come first, the one that measured best on
+    an H200 for [16384, 4096] bf16 (one row, 4 warps: 0.0693 ms) leading, each
+    with its knob variants (common.row_variants: streaming cache hints, a
+    persistent software-pipelined grid; not yet measured on a GPU). At most
+    MAX_CONFIGS configs before the AMD knobs."""
     _check(op)
     rows, cols = shape
     ws = common.warp_size(target)
@@ -134,30 +176,28 @@ def config_space(op, shape, dtype, params, target):
             # thread so the tile stays in registers.
             if (warps == 1 or warps * ws <= tile) and tile <= warps * ws * 64:
                 base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
-    return common.expand(base, common.amd_knobs(target))
-
-
-def _grid(shape, config):
-    rows, _ = shape
-    return (common.cdiv(rows, config["BLOCK_M"]), 1, 1)
+    one_pass = [(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in base if c["BLOCK_N"] >= cols]
+    tiles = common.prefer(one_pass, _PREFERRED)
+    space = common.row_variants(tiles, target, rows, common.element_bytes(dtype)) + base
+    return common.expand(common.dedupe(space, MAX_CONFIGS), common.amd_knobs(target))
 
 
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
     rows, cols = x.shape
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    _kernel(cols, config)[_grid(x.shape, config)](x, out, rows, cols, **consts, **opts)
+    opts, consts, grid = _options(config, common.device_backend(out), x.shape)
+    _kernel(cols, config)[grid](x, out, rows, cols, **consts, **opts)
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     rows, cols = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
+    opts, consts, grid = _options(config, common.backend(target), shape)
     ptr = common.pointer_type(dtype)
     args = [("x_ptr", ptr, None), ("out_ptr", ptr, None), ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
-    return common.spec(_kernel(cols, config), args, consts, opts, _grid(shape, config))
+    return common.spec(_kernel(cols, config), args, consts, opts, grid)
 
 
 def traffic(op, shape, dtype, params):

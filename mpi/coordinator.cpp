@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <iomanip>
@@ -10,6 +11,7 @@
 #include <boost/asio/post.hpp>
 
 #include "checkpoint.h"
+#include "explore/explorer.h"
 #include "protocol.h"
 
 namespace kiln::mpi {
@@ -62,6 +64,11 @@ json CoordinatorSummary::to_json() const {
             {"busy_cpu_s", busy_cpu_s},
             {"checkpoints", checkpoints}};
   if (!error.empty()) j["error"] = error;
+  if (gpu_busy_fraction) {
+    j["gpu_busy_fraction"] = *gpu_busy_fraction;
+    j["gpu_ranks"] = gpu_ranks;
+    j["gpu_busy_each_s"] = gpu_busy_each_s;
+  }
   if (candidates > 0 && busy_s > 0) {
     j["ms_per_candidate"] = busy_s * 1000.0 / candidates;
     j["candidates_per_s"] = candidates / busy_s;
@@ -110,6 +117,7 @@ Coordinator::~Coordinator() { *alive_ = false; }
 
 void Coordinator::start() {
   t0_ = Clock::now();
+  t0_epoch_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (auto& [r, p] : peers_) p.last_heard = t0_;
   log_ << "[" << now_hms() << "] kiln-mpi: coordinator on rank 0, " << peers_.size()
        << " evaluating rank(s); waiting for their evaluators" << std::endl;
@@ -213,6 +221,7 @@ void Coordinator::on_result(Peer& p, const json& m) {
   if (ending_) return;  // drained: abandoned, the next run evaluates it
   WorkerOutcome o = outcome_from_json(m.value("outcome", json::object()));
   if (o.kind == WorkerOutcome::Kind::kReply) {
+    record_gpu_spans(p, o.reply);
     try {
       const std::string why = attach_artifact(p, id, o.reply, m);
       if (!why.empty())
@@ -393,8 +402,29 @@ void Coordinator::finish() {
   }
 }
 
+void Coordinator::record_gpu_spans(Peer& p, const json& reply) {
+  auto r = reply.find("result");
+  if (r == reply.end() || !r->is_object()) return;
+  auto t = r->find("timings");
+  if (t == r->end() || !t->is_object()) return;
+  auto spans = t->find("gpu_spans");
+  if (spans == t->end() || !spans->is_array()) return;
+  for (const auto& sp : *spans)
+    if (sp.is_array() && sp.size() >= 2 && sp[0].is_number() && sp[1].is_number())
+      p.gpu_spans.emplace_back(sp[0].get<double>(), sp[1].get<double>());
+}
+
 CoordinatorSummary Coordinator::summary() const {
   CoordinatorSummary s = sum_;
+  const double end_epoch =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  double busy = 0;
+  for (const auto& [rank, p] : peers_) {
+    if (p.gpu_spans.empty()) continue;
+    s.gpu_ranks.push_back("rank " + std::to_string(p.rank) + " on " + p.host + " (" + p.device + ")");
+    s.gpu_busy_each_s.push_back(union_seconds(p.gpu_spans, t0_epoch_, end_epoch));
+    busy += s.gpu_busy_each_s.back();
+  }
   const SchedulerStats& st = scheduler_->stats();
   s.jobs_done = st.jobs_done;
   s.jobs_failed = st.jobs_failed;
@@ -402,6 +432,8 @@ CoordinatorSummary Coordinator::summary() const {
   s.candidate_failures = st.candidate_failures;
   s.wall_s = seconds_since(t0_);
   s.cpu_s = process_cpu_seconds();
+  if (!s.gpu_busy_each_s.empty() && s.wall_s > 0)
+    s.gpu_busy_fraction = std::min(1.0, busy / (s.wall_s * static_cast<double>(s.gpu_busy_each_s.size())));
   return s;
 }
 
@@ -543,8 +575,13 @@ void Coordinator::print_progress(bool final_line) {
        << st.jobs_failed << " failed, " << scheduler_->active_jobs() << " running · candidates " << st.candidates
        << " evaluated, " << st.candidate_failures << " failed · ranks " << live_peers() << "/" << peers_.size();
   if (sum_.items_requeued) line << " · " << sum_.items_requeued << " requeued";
-  if (final_line) line << " · " << std::fixed << std::setprecision(1) << seconds_since(t0_) << " s";
-  else if (!st.last_best.empty()) line << " · last best: " << st.last_best;
+  if (final_line) {
+    line << " · " << std::fixed << std::setprecision(1) << seconds_since(t0_) << " s";
+    const CoordinatorSummary now = summary();
+    if (now.gpu_busy_fraction)
+      line << " · GPUs busy " << std::setprecision(0) << *now.gpu_busy_fraction * 100 << "% ("
+           << now.gpu_busy_each_s.size() << " rank" << (now.gpu_busy_each_s.size() > 1 ? "s" : "") << ")";
+  } else if (!st.last_best.empty()) line << " · last best: " << st.last_best;
   const std::string s = line.str();
   if (s != last_progress_ || final_line) log_ << s << std::endl;
   last_progress_ = s;

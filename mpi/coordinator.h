@@ -20,6 +20,7 @@
 #include <set>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -65,6 +66,11 @@ struct CoordinatorSummary {
   double cpu_s = 0;        // rank 0 user+sys, whole run
   double busy_cpu_s = 0;   // rank 0 user+sys during busy_s
   int checkpoints = 0;
+  // GPU time from the evaluators' own spans (timings.gpu_spans), per
+  // evaluating rank (one GPU each): the union over rank 0's wall time.
+  std::vector<std::string> gpu_ranks;      // "rank R on HOST (DEVICE)" per rank with GPU work
+  std::vector<double> gpu_busy_each_s;
+  std::optional<double> gpu_busy_fraction;  // sum / (wall_s x ranks with GPU work)
   nlohmann::json to_json() const;
 };
 
@@ -98,10 +104,12 @@ class Coordinator {
     std::string host, device;
     long long evaluated = 0;
     std::set<long long> jobs;  // job documents this rank has been sent
+    std::vector<std::pair<double, double>> gpu_spans;  // unix seconds, from its evaluators
   };
   void on_ready(Peer& p, const nlohmann::json& m);
   void on_result(Peer& p, const nlohmann::json& m);
   void on_bye(Peer& p, const nlohmann::json& m);
+  void record_gpu_spans(Peer& p, const nlohmann::json& reply);
   void lose(Peer& p, const std::string& why);
   void pump();
   bool send_one(Peer& p);
@@ -141,6 +149,7 @@ class Coordinator {
   CoordinatorSummary sum_;
   std::string last_progress_;
   std::chrono::steady_clock::time_point t0_, t_first_, t_last_;
+  double t0_epoch_ = 0;  // t0_ in unix seconds (the evaluators' span clock)
   double cpu_first_ = 0, cpu_last_ = 0;
   bool any_dispatched_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -29,7 +29,7 @@
 #include "common/home.h"
 #include "coordinator.h"
 #include "explore/explorer.h"
-#include "gpu_binding.h"
+#include "evaluate/gpu_binding.h"
 #include "manifest/manifest.h"
 #include "transport.h"
 #include "worker_rank.h"

@@ -12,7 +12,6 @@
 
 #include "catalog/catalog.h"
 #include "checkpoint.h"
-#include "gpu_binding.h"
 #include "protocol.h"
 
 namespace fs = std::filesystem;
@@ -110,51 +109,6 @@ TEST(Protocol, OutcomeRoundTrip) {
   // A reply kind without a reply object is a crash, not a silent success.
   back = outcome_from_json({{"kind", "reply"}});
   EXPECT_EQ(back.kind, WorkerOutcome::Kind::kCrash);
-}
-
-TEST(GpuBinding, RanksTakeTheNodesGpusInOrder) {
-  NodeGpus g{"nvidia", {"0", "1", "2", "3"}, "test"};
-  EXPECT_EQ(bind_gpu(g, 0, 4, "auto").env.at("CUDA_VISIBLE_DEVICES"), "0");
-  EXPECT_EQ(bind_gpu(g, 3, 4, "auto").env.at("CUDA_VISIBLE_DEVICES"), "3");
-  EXPECT_TRUE(bind_gpu(g, 3, 4, "auto").note.empty());
-  GpuBinding shared = bind_gpu(g, 5, 6, "auto");
-  EXPECT_EQ(shared.gpu, "1");
-  EXPECT_NE(shared.note.find("share"), std::string::npos);
-  EXPECT_TRUE(bind_gpu(g, 0, 4, "cpu").env.empty());
-  NodeGpus amd{"amd", {"4", "5"}, "test"};
-  GpuBinding b = bind_gpu(amd, 1, 2, "auto");
-  EXPECT_EQ(b.env.at("ROCR_VISIBLE_DEVICES"), "5");
-  EXPECT_EQ(b.env.at("HIP_VISIBLE_DEVICES"), "0");
-  NodeGpus none{"", {}, "none"};
-  EXPECT_TRUE(bind_gpu(none, 0, 1, "auto").gpu.empty());
-  EXPECT_NE(bind_gpu(none, 0, 1, "gpu").note.find("no GPU"), std::string::npos);
-}
-
-TEST(GpuBinding, KilnGpusPerNodeOverridesDetection) {
-  setenv("KILN_GPUS_PER_NODE", "3", 1);
-  setenv("KILN_GPU_VENDOR", "amd", 1);
-  unsetenv("ROCR_VISIBLE_DEVICES");
-  NodeGpus g = detect_node_gpus();
-  EXPECT_EQ(g.vendor, "amd");
-  EXPECT_EQ(g.ids, (std::vector<std::string>{"0", "1", "2"}));
-  setenv("ROCR_VISIBLE_DEVICES", "6,7,8,9", 1);  // a launcher's restriction is honoured
-  g = detect_node_gpus();
-  EXPECT_EQ(g.ids, (std::vector<std::string>{"6", "7", "8"}));
-  setenv("KILN_GPUS_PER_NODE", "0", 1);
-  EXPECT_TRUE(detect_node_gpus().ids.empty());
-  unsetenv("KILN_GPUS_PER_NODE");
-  unsetenv("KILN_GPU_VENDOR");
-  unsetenv("ROCR_VISIBLE_DEVICES");
-}
-
-TEST(GpuBinding, LauncherLocalRank) {
-  unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  setenv("SLURM_LOCALID", "5", 1);
-  EXPECT_EQ(launcher_local_rank(), 5);
-  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);
-  EXPECT_EQ(launcher_local_rank(), 2);
-  unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  unsetenv("SLURM_LOCALID");
 }
 
 TEST(Checkpoint, CopiesAtomicallyAndSelfContained) {

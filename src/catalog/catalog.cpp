@@ -658,7 +658,7 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
       .run();
   Stmt ins(db_, path_,
            "INSERT OR IGNORE INTO jobs (key, op, shape, dtype, params, target, arch, spec, "
-           "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+           "created_at, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   Stmt sel(db_, path_, "SELECT id FROM jobs WHERE key = ?");
   Stmt link(db_, path_, "INSERT OR IGNORE INTO batch_jobs (batch_id, job_id) VALUES (?, ?)");
   std::set<std::string> seen;
@@ -674,6 +674,7 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
         .bind(7, j.arch)
         .bind(8, canonical_json(j.spec))
         .bind(9, t)
+        .bind(10, j.priority)
         .run();
     if (sqlite3_changes(db_) == 1) ++r.new_jobs;
     sqlite3_reset(sel.get());
@@ -702,7 +703,9 @@ std::optional<JobRow> Catalog::claim_job(const std::string& owner, double lease_
       "WHERE state IN ('queued', 'running')";
   if (batch_id) sql += " AND id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)";
   if (shard) sql += " AND id % ?2 = ?3";
-  sql += " ORDER BY id";
+  // Most expensive first (jobs.priority: the roofline ms set at submit), so
+  // the cheap jobs fill the last slots instead of a big one running alone.
+  sql += " ORDER BY priority DESC, id";
   Stmt st(db_, path_, sql.c_str());
   if (batch_id) st.bind(1, *batch_id);
   if (shard) st.bind(2, (long long)shard->count).bind(3, (long long)shard->index);

@@ -26,6 +26,7 @@ struct NewJob {
   std::string key;
   std::string op, dtype, target, arch;
   nlohmann::json shape, params, spec;
+  double priority = 0;       // claim order, bigger first (roofline ms; 0: unknown)
 };
 
 struct SubmitResult {

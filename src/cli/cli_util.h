@@ -15,6 +15,7 @@
 
 #include "catalog/catalog.h"
 #include "catalog/job_key.h"
+#include "evaluate/estimate.h"
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
 #include "cli/commands.h"
@@ -134,21 +135,38 @@ struct Stmt {
 // The worker's hello on the CPU: Python, torch and Triton versions and the
 // template versions that go into job keys. Throws when the evaluator cannot
 // start (a missing package: the caller exits 3).
-inline json worker_hello() {
-  json reply = call_worker_once(evaluator_options("cpu", {}, false), {{"method", "hello"}},
-                                std::chrono::seconds(180));
-  if (!reply.value("ok", false)) throw std::runtime_error("worker hello failed: " + reply.value("error", ""));
-  return reply["result"];
+// Starts one evaluator: its hello (template versions, Triton version), with
+// "job_traffic" added: the minimum traffic of each of m's jobs, in m.jobs'
+// order (null where the library cannot size one), for the claim order.
+inline json worker_hello(const Manifest& m, const Knowledge& knowledge) {
+  json specs = json::array();
+  for (const JobSpec& js : m.jobs) {
+    const Target* t = knowledge.targets.find(js.target);
+    specs.push_back(t ? js.to_json(*t) : json::object());
+  }
+  std::vector<json> replies =
+      call_worker(evaluator_options("cpu", {}, false),
+                  {{{"method", "hello"}}, {{"method", "traffic"}, {"jobs", specs}}}, std::chrono::seconds(180));
+  if (!replies[0].value("ok", false))
+    throw std::runtime_error("worker hello failed: " + replies[0].value("error", ""));
+  json hello = replies[0]["result"];
+  hello["job_traffic"] = replies[1].value("ok", false) ? replies[1]["result"].value("traffic", json::array())
+                                                        : json::array();
+  return hello;
 }
 
 // A validated manifest's jobs as catalog rows, keyed by content (spec,
-// template version, Triton version); duplicate keys are kept once.
+// template version, Triton version); duplicate keys are kept once. Each job's
+// priority (the claim order) is its roofline time on its target, from the
+// hello's job_traffic; 0 where unknown.
 inline std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowledge, const json& hello) {
   const json templates = hello.value("templates", json::object());
   const std::string triton = hello.value("triton", "");
+  const json traffic = hello.value("job_traffic", json::array());
   std::vector<NewJob> jobs;
   std::set<std::string> seen;
-  for (const JobSpec& js : m.jobs) {
+  for (size_t i = 0; i < m.jobs.size(); ++i) {
+    const JobSpec& js = m.jobs[i];
     const Target* t = knowledge.targets.find(js.target);
     const OperatorSpec* op = knowledge.operators.find(js.op);
     NewJob j;
@@ -160,6 +178,13 @@ inline std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowl
     j.params = js.params;
     j.spec = js.to_json(*t);
     j.key = job_key(j.spec, templates.value(op ? op->module : std::string(), ""), triton);
+    if (i < traffic.size() && traffic[i].is_object()) {
+      try {
+        j.priority = roofline_ms(*t, js.dtype, Traffic::from_json(traffic[i]));
+      } catch (const std::exception&) {
+        j.priority = 0;  // a target without bandwidth / compute units: unsized
+      }
+    }
     if (seen.insert(j.key).second) jobs.push_back(std::move(j));
   }
   return jobs;

@@ -333,7 +333,7 @@ int cmd_nightly(const Args& args) {
     const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
     json hello;
     try {
-      hello = worker_hello();
+      hello = worker_hello(m, knowledge);
     } catch (const std::exception& e) {
       std::cerr << "kiln nightly: cannot start the Python evaluator: " << e.what() << "\n";
       return 3;

@@ -51,7 +51,7 @@ int cmd_submit(const Args& args) {
     const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
     json hello;
     try {
-      hello = worker_hello();
+      hello = worker_hello(m, knowledge);
     } catch (const std::exception& e) {
       std::cerr << "kiln submit: cannot start the Python evaluator: " << e.what() << "\n";
       return 3;
@@ -99,7 +99,9 @@ int cmd_run(const Args& args) {
     add_common(d, true);
     d.add_options()("batch", po::value<std::string>(), "only this batch's jobs")(
         "workers", po::value<int>(),
-        "evaluator processes in parallel (default: min(cores, 8) with --device gpu, else 1)")(
+        "evaluator processes in parallel (default on GPUs: cores - 1, at most 12 per GPU; on the CPU: 1)")(
+        "gpus", po::value<std::string>()->default_value("all"),
+        "all | N | ID,ID...: the GPUs the workers are spread over (worker i on GPU i mod G)")(
         "device", po::value<std::string>()->default_value("auto"),
         "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
         "lease", po::value<double>()->default_value(120), "job lease in seconds")(
@@ -113,15 +115,25 @@ int cmd_run(const Args& args) {
     if (!vm) return 0;
     RunOptions o;
     o.device = (*vm)["device"].as<std::string>();
-    // On a GPU, compiles and checks of several workers overlap the benchmarks;
-    // more workers than cores would starve the one holding the GPU.
-    o.workers = vm->count("workers")
-                    ? (*vm)["workers"].as<int>()
-                    : (o.device == "gpu" ? std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 8) : 1);
-    o.lease_s = (*vm)["lease"].as<double>();
-    if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
       throw UsageError("--device must be auto, cpu or gpu");
+    if (o.device != "cpu") {
+      try {
+        o.gpus = select_gpus(detect_node_gpus(), (*vm)["gpus"].as<std::string>());
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
+    }
+    // On a GPU, compiles (one core each) and checks of several workers overlap
+    // the benchmarks: a core per worker, one left for kiln itself; more
+    // workers than cores would starve the one holding a GPU.
+    const bool on_gpus = o.device == "gpu" || !o.gpus.ids.empty();
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int gpu_count = std::max<int>(1, static_cast<int>(o.gpus.ids.size()));
+    o.workers = vm->count("workers") ? (*vm)["workers"].as<int>()
+                                     : (on_gpus ? std::clamp(cores - 1, 1, 12 * gpu_count) : 1);
+    o.lease_s = (*vm)["lease"].as<double>();
+    if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
     if (vm->count("shard")) o.shard = parse_shard((*vm)["shard"].as<std::string>());
@@ -134,7 +146,8 @@ int cmd_run(const Args& args) {
                         {"candidates", s.candidates}, {"candidate_failures", s.candidate_failures},
                         {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"device", s.device},
                         {"gpu_busy_s", s.gpu_busy_s}, {"gpu_bench_s", s.gpu_bench_s},
-                        {"gpu_busy_fraction", s.gpu_busy_fraction ? json(*s.gpu_busy_fraction) : json(nullptr)}}.dump()
+                        {"gpu_busy_fraction", s.gpu_busy_fraction ? json(*s.gpu_busy_fraction) : json(nullptr)},
+                        {"gpus", s.gpu_ids}, {"gpu_busy_each_s", s.gpu_busy_each_s}}.dump()
                 << "\n";
     return s.interrupted ? 130 : 0;
   });

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
+#include <utility>
 
 namespace kiln {
 
@@ -54,18 +56,32 @@ nlohmann::json Estimate::to_json() const {
           {"utilisation", utilisation}, {"spill_ms", spill_ms}};
 }
 
-Estimate estimate_latency(const Target& t, const std::string& dtype, const Traffic& traffic,
-                          const KernelResources& k) {
+namespace {
+
+// The memory and compute terms of the roofline (ms at the model's efficiencies).
+std::pair<double, double> roofline_terms(const Target& t, const std::string& dtype, const Traffic& traffic) {
   if (t.memory_bandwidth_gbs <= 0 || t.compute_units <= 0)
     throw std::invalid_argument("target " + t.name + " lacks memory_bandwidth_gbs or compute_units");
-  Estimate e;
   const double bw = t.memory_bandwidth_gbs * 1e9 * kBandwidthEfficiency;  // bytes/s
-  e.memory_ms = traffic.bytes / bw * 1e3;
   double peak = 0;
   if (auto it = t.peak_tflops.find(dtype); it != t.peak_tflops.end()) peak = it->second;
   if (peak <= 0)
     if (auto it = t.peak_tflops.find("fp32"); it != t.peak_tflops.end()) peak = it->second;
-  e.compute_ms = peak > 0 ? traffic.flops / (peak * 1e12 * kComputeEfficiency) * 1e3 : 0;
+  return {traffic.bytes / bw * 1e3, peak > 0 ? traffic.flops / (peak * 1e12 * kComputeEfficiency) * 1e3 : 0};
+}
+
+}  // namespace
+
+double roofline_ms(const Target& t, const std::string& dtype, const Traffic& traffic) {
+  const auto [memory_ms, compute_ms] = roofline_terms(t, dtype, traffic);
+  return std::max(memory_ms, compute_ms);
+}
+
+Estimate estimate_latency(const Target& t, const std::string& dtype, const Traffic& traffic,
+                          const KernelResources& k) {
+  Estimate e;
+  std::tie(e.memory_ms, e.compute_ms) = roofline_terms(t, dtype, traffic);
+  const double bw = t.memory_bandwidth_gbs * 1e9 * kBandwidthEfficiency;  // bytes/s
 
   // How much of the machine the launch keeps busy. Blocks resident per CU come
   // from the compiler's occupancy (waves per SIMD on AMD, warps per SM on

@@ -40,6 +40,11 @@ struct Estimate {
   nlohmann::json to_json() const;
 };
 
+// The roofline: max(memory_ms, compute_ms) at the model's efficiencies, no
+// launch or occupancy terms. The explorer's claim order uses it (bigger first).
+// Throws std::invalid_argument if the target lacks bandwidth or compute units.
+double roofline_ms(const Target& target, const std::string& dtype, const Traffic& traffic);
+
 // Throws std::invalid_argument if the target lacks bandwidth or compute units.
 Estimate estimate_latency(const Target& target, const std::string& dtype, const Traffic& traffic,
                           const KernelResources& kernel);

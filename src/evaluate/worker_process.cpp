@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -743,25 +744,44 @@ int WorkerProcess::pid() const { return impl_->pid; }
 bool WorkerProcess::busy() const { return impl_->state != Impl::State::kIdle; }
 const std::string& WorkerProcess::stderr_tail() const { return impl_->tail; }
 
-json call_worker_once(const WorkerOptions& options, json req, milliseconds timeout) {
+std::vector<json> call_worker(const WorkerOptions& options, std::vector<json> reqs, milliseconds timeout) {
   asio::io_context io;
   WorkerProcess worker(io, options);
   worker.start();
-  std::optional<WorkerOutcome> outcome;
-  worker.request(std::move(req), timeout, [&](WorkerOutcome o) {
-    outcome = std::move(o);
-    io.stop();  // the stderr watch would keep run() going
-  });
-  io.run();
-  worker.kill();
-  if (!outcome) throw std::runtime_error("worker: no answer (io_context stopped)");
-  switch (outcome->kind) {
-    case WorkerOutcome::Kind::kReply: return std::move(outcome->reply);
-    case WorkerOutcome::Kind::kTimeout:
-      throw std::runtime_error("worker timed out: " + outcome->detail);
-    case WorkerOutcome::Kind::kCrash:
-    default: throw std::runtime_error("worker crashed: " + outcome->detail);
+  std::vector<json> replies;
+  std::optional<WorkerOutcome> failure;
+  // Each answer sends the next request; the last (or a failure) stops the loop
+  // (the stderr watch would keep run() going).
+  std::function<void(size_t)> send = [&](size_t i) {
+    worker.request(std::move(reqs[i]), timeout, [&, i](WorkerOutcome o) {
+      if (o.kind != WorkerOutcome::Kind::kReply) {
+        failure = std::move(o);
+        io.stop();
+        return;
+      }
+      replies.push_back(std::move(o.reply));
+      if (i + 1 < reqs.size()) send(i + 1);
+      else io.stop();
+    });
+  };
+  if (!reqs.empty()) {
+    send(0);
+    io.run();
   }
+  worker.kill();
+  if (failure) {
+    if (failure->kind == WorkerOutcome::Kind::kTimeout)
+      throw std::runtime_error("worker timed out: " + failure->detail);
+    throw std::runtime_error("worker crashed: " + failure->detail);
+  }
+  if (replies.size() != reqs.size()) throw std::runtime_error("worker: no answer (io_context stopped)");
+  return replies;
+}
+
+json call_worker_once(const WorkerOptions& options, json req, milliseconds timeout) {
+  std::vector<json> reqs;
+  reqs.push_back(std::move(req));
+  return std::move(call_worker(options, std::move(reqs), timeout).front());
 }
 
 }  // namespace kiln

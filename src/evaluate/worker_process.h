@@ -108,4 +108,9 @@ class WorkerProcess {
 nlohmann::json call_worker_once(const WorkerOptions& options, nlohmann::json req,
                                 std::chrono::milliseconds timeout);
 
+// The same with several requests, sent one after the other to one worker (each
+// with `timeout`); the replies in order. Throws as call_worker_once.
+std::vector<nlohmann::json> call_worker(const WorkerOptions& options, std::vector<nlohmann::json> reqs,
+                                        std::chrono::milliseconds timeout);
+
 }  // namespace kiln

@@ -88,6 +88,7 @@ std::string now_hms() {
 
 struct Slot {
   std::unique_ptr<WorkerProcess> worker;
+  size_t gpu = 0;                    // index into RunOptions::gpus.ids (0 when unbound)
   bool ready = false;                // hello answered
   bool busy = false;
 };
@@ -121,6 +122,7 @@ class Explorer {
     io_.run();
     for (auto& s : slots_) s.worker->kill();
     summary_.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    summary_.gpu_ids = opts_.gpus.ids;
     gpu_busy(epoch_now());
     const SchedulerStats& st = scheduler_->stats();
     summary_.jobs_done = st.jobs_done;
@@ -161,11 +163,25 @@ class Explorer {
     const std::string threads = std::to_string(std::max(1, cores / n));
     for (const char* var : {"OMP_NUM_THREADS", "MKL_NUM_THREADS"})
       if (!std::getenv(var)) wo.env[var] = threads;
+    const auto& ids = opts_.gpus.ids;
+    gpu_spans_.assign(std::max<size_t>(1, ids.size()), {});
+    bench_spans_.assign(gpu_spans_.size(), {});
     for (int i = 0; i < n; ++i) {
       Slot s;
-      s.worker = std::make_unique<WorkerProcess>(io_, wo);
+      WorkerOptions slot_wo = wo;
+      if (!ids.empty()) {
+        // Slot i on GPU i mod G: consecutive slots alternate GPUs, so a job's
+        // first candidates already spread over all of them.
+        s.gpu = static_cast<size_t>(i) % ids.size();
+        const GpuBinding b = bind_gpu(opts_.gpus, static_cast<int>(s.gpu), static_cast<int>(ids.size()), opts_.device);
+        for (const auto& [k, v] : b.env) slot_wo.env[k] = v;
+      }
+      s.worker = std::make_unique<WorkerProcess>(io_, slot_wo);
       slots_.push_back(std::move(s));
     }
+    if (ids.size() > 1)
+      out_ << "[" << now_hms() << "] " << n << " workers over " << ids.size() << " GPUs ("
+           << opts_.gpus.source << ")" << std::endl;
     for (size_t i = 0; i < slots_.size(); ++i) start_slot(i);
   }
 
@@ -197,6 +213,17 @@ class Explorer {
       return;
     }
     const json& r = o.reply["result"];
+    if (!opts_.gpus.ids.empty()) {
+      // The binding must have reached the worker (a wrapper script that resets
+      // CUDA_VISIBLE_DEVICES would put every slot on one GPU, silently).
+      const std::string var = opts_.gpus.vendor == "amd" ? "rocr_visible_devices" : "cuda_visible_devices";
+      const std::string want = opts_.gpus.ids[s.gpu];
+      const std::string got = r.contains("device") ? r["device"].value(var, std::string("(unset)")) : "(unset)";
+      if (got != want) {
+        stop("worker " + std::to_string(i) + " was bound to GPU " + want + " but reports " + var + "=" + got);
+        return;
+      }
+    }
     if (summary_.device.empty()) {
       summary_.device = r["device"].value("name", "unknown");
       scheduler_->set_device(summary_.device);
@@ -227,7 +254,7 @@ class Explorer {
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(item->timeout_s * 1000));
       s.worker->request(item->request, timeout, [this, i, w = *item](WorkerOutcome o) {
         slots_[i].busy = false;
-        if (o.kind == WorkerOutcome::Kind::kReply) record_gpu_spans(o.reply);
+        if (o.kind == WorkerOutcome::Kind::kReply) record_gpu_spans(slots_[i].gpu, o.reply);
         const std::string who = "pid " + std::to_string(slots_[i].worker->pid());
         if (o.kind != WorkerOutcome::Kind::kReply) restart_slot(i);
         scheduler_->complete(w, o, who);
@@ -246,7 +273,7 @@ class Explorer {
 
   // The spans during which the worker held the GPU for this evaluation
   // (timings.gpu_spans: [start, end, "bench" | "check"] in unix seconds).
-  void record_gpu_spans(const json& reply) {
+  void record_gpu_spans(size_t gpu, const json& reply) {
     const json* r = reply.contains("result") ? &reply["result"] : nullptr;
     if (!r || !r->is_object() || !r->contains("timings") || !(*r)["timings"].is_object()) return;
     const json& t = (*r)["timings"];
@@ -255,17 +282,25 @@ class Explorer {
     for (const auto& sp : *it) {
       if (!sp.is_array() || sp.size() < 2 || !sp[0].is_number() || !sp[1].is_number()) continue;
       const std::pair<double, double> span{sp[0].get<double>(), sp[1].get<double>()};
-      gpu_spans_.push_back(span);
-      if (sp.size() > 2 && sp[2] == "bench") bench_spans_.push_back(span);
+      gpu_spans_[gpu].push_back(span);
+      if (sp.size() > 2 && sp[2] == "bench") bench_spans_[gpu].push_back(span);
     }
   }
 
-  // The run's GPU busy time: the union of every worker's spans over the run.
+  // The run's GPU busy time: per GPU, the union of its workers' spans over
+  // the run; summed over the GPUs, and the mean fraction.
   void gpu_busy(double end_epoch) {
-    if (gpu_spans_.empty()) return;
-    summary_.gpu_busy_s = union_seconds(gpu_spans_, start_epoch_, end_epoch);
-    summary_.gpu_bench_s = union_seconds(bench_spans_, start_epoch_, end_epoch);
-    if (summary_.wall_s > 0) summary_.gpu_busy_fraction = std::min(1.0, summary_.gpu_busy_s / summary_.wall_s);
+    bool any = false;
+    for (const auto& g : gpu_spans_) any = any || !g.empty();
+    if (!any) return;
+    for (size_t g = 0; g < gpu_spans_.size(); ++g) {
+      const double busy = union_seconds(gpu_spans_[g], start_epoch_, end_epoch);
+      summary_.gpu_busy_each_s.push_back(busy);
+      summary_.gpu_busy_s += busy;
+      summary_.gpu_bench_s += union_seconds(bench_spans_[g], start_epoch_, end_epoch);
+    }
+    const double capacity = summary_.wall_s * static_cast<double>(gpu_spans_.size());
+    if (capacity > 0) summary_.gpu_busy_fraction = std::min(1.0, summary_.gpu_busy_s / capacity);
   }
 
   void arm_lease_timer() {
@@ -296,11 +331,19 @@ class Explorer {
     line << "[" << now_hms() << "] " << (final_line ? "finished: " : "") << "jobs " << st.jobs_done
          << " done, " << st.jobs_failed << " failed, " << scheduler_->active_jobs() << " running · candidates "
          << st.candidates << " evaluated, " << st.candidate_failures << " failed";
-    if (final_line && summary_.gpu_busy_fraction)
-      line << " · GPU busy " << std::fixed << std::setprecision(0) << *summary_.gpu_busy_fraction * 100
-           << "% of " << std::setprecision(1) << summary_.wall_s << " s (timed runs alone "
-           << std::setprecision(0) << (summary_.wall_s > 0 ? summary_.gpu_bench_s / summary_.wall_s * 100 : 0)
-           << "%)";
+    if (final_line && summary_.gpu_busy_fraction) {
+      const double capacity = summary_.wall_s * static_cast<double>(summary_.gpu_busy_each_s.size());
+      line << " · GPU" << (summary_.gpu_busy_each_s.size() > 1 ? "s" : "") << " busy " << std::fixed
+           << std::setprecision(0) << *summary_.gpu_busy_fraction * 100 << "% of " << std::setprecision(1)
+           << summary_.wall_s << " s (timed runs alone " << std::setprecision(0)
+           << (capacity > 0 ? summary_.gpu_bench_s / capacity * 100 : 0) << "%)";
+      if (summary_.gpu_busy_each_s.size() > 1) {
+        line << "; per GPU";
+        for (size_t g = 0; g < summary_.gpu_busy_each_s.size(); ++g)
+          line << " " << summary_.gpu_ids[g] << ": "
+               << (summary_.wall_s > 0 ? summary_.gpu_busy_each_s[g] / summary_.wall_s * 100 : 0) << "%";
+      }
+    }
     else if (final_line) line << " · " << std::fixed << std::setprecision(1) << summary_.wall_s << " s";
     else if (!st.last_best.empty()) line << " · last best: " << st.last_best;
     const std::string s = line.str();
@@ -346,7 +389,7 @@ class Explorer {
   bool stopping_ = false;
   RunSummary summary_;
   double start_epoch_ = 0;
-  std::vector<std::pair<double, double>> gpu_spans_, bench_spans_;
+  std::vector<std::vector<std::pair<double, double>>> gpu_spans_, bench_spans_;  // per GPU
   std::string fatal_, last_progress_;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "evaluate/gpu_binding.h"
 #include "evaluate/worker_process.h"
 #include "manifest/manifest.h"
 
@@ -22,6 +23,10 @@ namespace kiln {
 struct RunOptions {
   int workers = 1;
   std::string device = "auto";              // auto | cpu | gpu (KILN_DEVICE for workers)
+  // The GPUs the slots are spread over (slot i on gpus.ids[i % G], bound
+  // through CUDA_/ROCR_VISIBLE_DEVICES, see gpu_binding.h); no ids: the
+  // evaluators see whatever this process sees (and use its first GPU).
+  NodeGpus gpus;
   std::optional<std::string> batch;         // only this batch's jobs
   std::optional<std::pair<int, int>> shard; // (I, N): only jobs with id % N == I (kiln run --shard I/N)
   double lease_s = 120;                     // job lease, renewed every lease_s / 3
@@ -40,8 +45,11 @@ struct RunSummary {
   // Time the GPU was held by some worker (benchmarks exclusively, correctness
   // checks shared), from the workers' own timestamps (timings.gpu_spans), as
   // the union of those spans over the run; unset when nothing ran on a GPU.
+  // With several GPUs: each GPU's union, and the sums / the mean fraction.
   double gpu_busy_s = 0, gpu_bench_s = 0;   // all GPU work; timed benchmark runs alone
-  std::optional<double> gpu_busy_fraction;  // gpu_busy_s / wall_s
+  std::optional<double> gpu_busy_fraction;  // gpu_busy_s / (wall_s x GPUs)
+  std::vector<std::string> gpu_ids;         // the bound GPUs ({} when unbound)
+  std::vector<double> gpu_busy_each_s;      // per bound GPU (one entry when unbound)
 };
 
 // Runs until the queue is empty or a signal asks to stop. Throws

@@ -351,6 +351,10 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
     }
   }
   p.registers = kBaseRegisters + tile / threads + (bk ? dims_sum * *bk / threads * eb / 4.0 : 0.0);
+  // A template that knows better says so (conv2d: BLOCK_P is walked, not held).
+  if (hint.is_object())
+    if (auto r = hint.find("registers"); r != hint.end() && r->is_number() && r->get<double>() > 0)
+      p.registers = r->get<double>();
   const double max_regs = max_registers_per_thread(t);
   p.spills = p.registers > max_regs;
   const double alloc = std::min(p.registers, max_regs);

@@ -63,7 +63,8 @@ Plan plan_candidates(const std::vector<nlohmann::json>& space,
 //
 //   registers  ≈ 24 + tile/threads + (Σ tile dims)·BLOCK_K/threads·bytes/4
 //                (accumulator + operand fragments per thread; tile = product of
-//                the BLOCK_* knobs other than BLOCK_K)
+//                the BLOCK_* knobs other than BLOCK_K), or the template's own
+//                estimate when its hints carry `registers` (conv2d)
 //   blocks/CU  = min(warp slots / num_warps, LDS / shared_bytes,
 //                    register file / (registers · threads)), at least 1
 //   tail       = blocks / (⌈blocks / slots⌉ · slots), slots = blocks/CU · CUs;

@@ -155,6 +155,21 @@ class CatalogTest : public ::testing::Test {
 
 // ---- open and migrations ----------------------------------------------------
 
+TEST_F(CatalogTest, ClaimsTheMostExpensiveJobFirst) {
+  Catalog cat = open();
+  std::vector<NewJob> jobs;
+  for (double p : {0.1, 5.0, 0.0, 1.0, 5.0}) {
+    jobs.push_back(make_job("p" + std::to_string(jobs.size())));
+    jobs.back().priority = p;
+  }
+  cat.submit("b", "m", "", jobs);
+  EXPECT_EQ(cat.query("SELECT priority FROM jobs ORDER BY id").rows[1][0], 5.0);
+  std::vector<std::string> order;
+  while (auto j = cat.claim_job("h:1", 60)) order.push_back(j->spec["tag"].get<std::string>());
+  // Highest priority first; equal priorities in id order; unknown (0) last.
+  EXPECT_EQ(order, (std::vector<std::string>{"p1", "p4", "p3", "p0", "p2"}));
+}
+
 TEST_F(CatalogTest, MigrationsAppliedOnceAndTracked) {
   auto migs = find_migrations(kMigrations);
   ASSERT_FALSE(migs.empty());
@@ -1046,7 +1061,7 @@ TEST_F(CatalogTest, QueryReturnsRows) {
   EXPECT_EQ(r.rows[0][4], "<blob 4 bytes>");
 
   EXPECT_TRUE(cat.query("SELECT * FROM jobs WHERE 0").rows.empty());
-  EXPECT_EQ(cat.query("SELECT * FROM jobs WHERE 0").columns.size(), 17u);
+  EXPECT_EQ(cat.query("SELECT * FROM jobs WHERE 0").columns.size(), 18u);
   // Several read statements: the last one's rows.
   auto multi = cat.query("SELECT 1; SELECT 2 AS two;  -- trailing comment\n");
   EXPECT_EQ(multi.columns, std::vector<std::string>{"two"});

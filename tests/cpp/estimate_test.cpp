@@ -39,6 +39,17 @@ TEST(Estimate, MemoryBoundTimeIsBytesOverBandwidth) {
   EXPECT_NEAR(e.ms, e.memory_ms + 0.004, 1e-9);
 }
 
+TEST(Estimate, RooflineIsTheLargerTermWithoutLaunchOrOccupancy) {
+  const Traffic memory_bound{1e9, 1e9}, compute_bound{1e6, 1e13};
+  EXPECT_NEAR(roofline_ms(mi300x(), "fp16", memory_bound), 1e9 / (5300e9 * 0.85) * 1e3, 1e-9);
+  const Estimate e = estimate_latency(mi300x(), "fp16", compute_bound, kernel(1, 4, 8));
+  EXPECT_DOUBLE_EQ(roofline_ms(mi300x(), "fp16", compute_bound), e.compute_ms);
+  EXPECT_GT(e.ms, e.compute_ms);  // the estimate adds the one-block grid's idle machine
+  Target bare = mi300x();
+  bare.memory_bandwidth_gbs = 0;
+  EXPECT_THROW(roofline_ms(bare, "fp16", memory_bound), std::invalid_argument);
+}
+
 TEST(Estimate, ComputeBoundUsesTheDtypePeak) {
   Traffic tr{1e6, 1e12};
   Estimate fp16 = estimate_latency(mi300x(), "fp16", tr, kernel(304 * 16, 4, 8));

@@ -1,6 +1,7 @@
 // Retrieval: tokenisation, BM25 cosine scores in [0, 1], the threshold, and the
 // corpus built from kernels/ and the catalog.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <filesystem>
 
@@ -293,13 +294,18 @@ TEST(CatalogLlm, MigrationKeepsEvaluationsAndAddsLlmCalls) {
   fs::remove_all(dir);
   fs::create_directories(dir / "m1");
   fs::copy_file(home / "db/migrations/0001_initial.sql", dir / "m1/0001_initial.sql");
-  const json spec = {{"op", "add"}};
   long long cand = 0, job = 0;
   {
     Catalog v1 = Catalog::open(dir / "k.db", false, dir / "m1");
     ASSERT_EQ(v1.schema_version(), 1);
-    v1.submit("b", "m", "", {NewJob{"k1", "add", "fp32", "H200", "sm_90", json::array({8}), json::object(), spec}});
-    job = v1.claim_job("h:1", 60)->id;
+    // Raw SQL: this build's submit and claim_job use columns of later schemas.
+    ASSERT_EQ(sqlite3_exec(v1.handle(),
+                           "INSERT INTO jobs (key, op, shape, dtype, params, target, arch, spec, state, "
+                           "lease_owner, lease_expires, attempts, created_at) VALUES ('k1', 'add', '[8]', "
+                           "'fp32', '{}', 'H200', 'sm_90', '{\"op\":\"add\"}', 'running', 'h:1', 1e12, 1, 0)",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    job = sqlite3_last_insert_rowid(v1.handle());
     CandidateRow c;
     c.job_id = job;
     c.generator = "template";

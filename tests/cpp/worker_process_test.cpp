@@ -515,5 +515,17 @@ TEST(WorkerProcess, CallWorkerOnce) {
   }
 }
 
+TEST(WorkerProcess, CallWorkerSendsRequestsInOrderToOneProcess) {
+  auto replies = call_worker(fake_options(), {{{"method", "echo"}, {"v", 1}}, {{"method", "echo"}, {"v", 2}}},
+                             milliseconds(5000));
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[0]["result"]["v"], 1);
+  EXPECT_EQ(replies[1]["result"]["v"], 2);
+  EXPECT_EQ(replies[0]["result"]["pid"], replies[1]["result"]["pid"]);
+  // A crash in the second request fails the whole call.
+  EXPECT_THROW(call_worker(fake_options(), {{{"method", "echo"}}, {{"method", "crash"}}}, milliseconds(5000)),
+               std::runtime_error);
+}
+
 }  // namespace
 }  // namespace kiln

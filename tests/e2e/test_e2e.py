@@ -271,3 +271,49 @@ def test_missing_python_dependency_says_how_to_install(binary, tmp_path):
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert "pip install" in r.stderr
     assert not (tmp_path / "kiln.db").exists()
+
+
+# --- claim order and GPU spreading ---------------------------------------------
+
+def test_jobs_are_claimed_most_expensive_first(binary, tmp_path):
+    """submit sizes every job (roofline ms on its target); run claims the
+    biggest first, so a batch does not end with a big job running alone."""
+    m = tmp_path / "order.yaml"
+    m.write_text("name: order\ntargets: [H200]\n"
+                 "defaults:\n  exploration: {strategy: exhaustive, max_candidates: 1}\n"
+                 "operators:\n"
+                 "  - {op: add, input_shape: [64], dtype: fp32}\n"
+                 "  - {op: matmul, input_shape: [64, 64, 64], dtype: fp16}\n"
+                 "  - {op: softmax, input_shape: [16, 64], dtype: fp32}\n")
+    catalog = tmp_path / "kiln.db"
+    kiln("submit", m, catalog=catalog)
+    rows = db_rows(catalog, "SELECT op, priority FROM jobs ORDER BY id")
+    prio = dict(rows)
+    assert all(p > 0 for p in prio.values()), rows
+    # bytes / bandwidth vs flops / peak on an H200: the matmul is the biggest
+    assert prio["matmul"] > prio["softmax"] > prio["add"], rows
+    kiln("run", "--workers", "1", "--device", "cpu", catalog=catalog, timeout=600)
+    started = [op for op, in db_rows(catalog, "SELECT op FROM jobs ORDER BY started_at")]
+    assert started == ["matmul", "softmax", "add"]
+
+
+def test_gpus_spread_workers_and_reach_them(binary, tmp_path):
+    """--gpus 2 on a node that says it has two GPUs: worker i is bound to GPU
+    i mod 2 (the workers report what they were given; a mismatch stops the
+    run), and the summary names both GPUs. On this CPU machine the workers
+    still run the interpreter."""
+    m = tmp_path / "two.yaml"
+    m.write_text("name: two\ntargets: [MI300X]\n"
+                 "defaults:\n  exploration: {strategy: exhaustive, max_candidates: 2}\n"
+                 "operators:\n  - {op: add, shapes: [[64], [96]], dtype: fp32}\n")
+    catalog = tmp_path / "kiln.db"
+    kiln("submit", m, catalog=catalog)
+    env = {"KILN_GPUS_PER_NODE": "2", "KILN_GPU_VENDOR": "nvidia", "CUDA_VISIBLE_DEVICES": "4,7"}
+    r = kiln("run", "--gpus", "2", "--workers", "2", "--json", catalog=catalog, env=env, timeout=600)
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["jobs_done"] == 2 and summary["gpus"] == ["4", "7"], summary
+    assert "2 workers over 2 GPUs" in r.stderr
+    # a count above the node's GPUs, or an id it does not have: usage errors
+    for bad, why in (("3", "has 2 GPU"), ("4,5", "no GPU 5")):
+        r = kiln("run", "--gpus", bad, catalog=catalog, env=env, check=False)
+        assert r.returncode == 2 and why in r.stderr, (bad, r.stderr)

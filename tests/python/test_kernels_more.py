@@ -551,3 +551,378 @@ def test_worker_end_to_end_new_ops(tmp_path):
                                                                  configs[0], target)["grid"])
     finally:
         assert w.close() == 0, w.stderr[-3000:]
+
+
+# conv2d variants (one K step only): shape baked in (spec), [oc, pixels] product
+# (transpose), next chunk's gather before the store (prefetch), persistent grid
+# (programs), streaming stores (stream); uneven pixel / channel counts, stride 2,
+# 1x1 with K == BLOCK_K (no K mask).
+_CONV_VARIANTS = [
+    {"spec": 1},
+    {"transpose": 1, "prefetch": 1},
+    {"spec": 1, "transpose": 1, "prefetch": 1, "stream": 1},
+    {"spec": 1, "programs": 5},
+    {"spec": 1, "transpose": 1, "programs": 3},
+]
+_CONV_VARIANT_SHAPES = [
+    ([2, 3, 9, 11], {"out_channels": 5, "kernel_size": 3, "padding": 1}),
+    ([1, 3, 8, 9], {"out_channels": 20, "kernel_size": 3, "padding": 1, "stride": 2}),
+    ([2, 32, 5, 6], {"out_channels": 16, "kernel_size": 1}),
+]
+
+
+@pytest.mark.parametrize("knobs", _CONV_VARIANTS, ids=lambda k: "-".join(f"{a}{b}" for a, b in k.items()))
+def test_conv2d_variants_interpreted(knobs):
+    for i, (shape, params) in enumerate(_CONV_VARIANT_SHAPES):
+        params = defaults("conv2d", params)
+        config = dict({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "BLOCK_P": 32,
+                       "num_warps": 4, "num_stages": 2}, **knobs)
+        out, ref = run_case("conv2d", shape, "fp16" if i % 2 == 0 else "fp32", params, config, seed=i)
+        check_close("conv2d", out, ref, "fp16" if i % 2 == 0 else "fp32")
+
+
+def test_conv2d_variant_knobs_need_one_k_step():
+    mod = module_for("conv2d")
+    params = defaults("conv2d", {"out_channels": 8, "kernel_size": 3})
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "BLOCK_P": 16, "num_warps": 4, "num_stages": 2, "spec": 1}
+    with pytest.raises(ValueError):
+        mod.compile_spec("conv2d", [1, 40, 9, 9], "fp16", params, cfg, TARGETS["sm_90"])
+
+
+def test_conv2d_seed_space_variants_and_hints():
+    shape, params = [64, 3, 224, 224], defaults("conv2d", {"out_channels": 64, "kernel_size": 3, "padding": 1})
+    mod = module_for("conv2d")
+    tg = dict(TARGETS["sm_90"], compute_units=132)
+    space = mod.config_space("conv2d", shape, "fp16", params, tg)
+    assert len(space) <= 48
+    # the best measured config so far stays in the space
+    assert {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "BLOCK_P": 512, "num_warps": 4, "num_stages": 2} in space
+    assert space[0].get("spec") and space[0].get("transpose") and space[0].get("prefetch")
+    persistent = [c for c in space if c.get("programs")]
+    assert persistent and persistent[0]["programs"] == 4 * 132
+    assert mod.compile_spec("conv2d", shape, "fp16", params, persistent[0], tg)["grid"] == (528, 1, 1)
+    # AMD spaces have no variant knobs
+    for name in ("gfx942", "gfx1100"):
+        assert not any(set(mod.KNOBS) & c.keys() for c in mod.config_space("conv2d", shape, "fp16", params,
+                                                                            TARGETS[name]))
+    h = [mod.hints("conv2d", shape, "fp16", params, c, tg) for c in space]
+    assert all({"instr_per_output", "registers", "store_run_bytes", "programs_per_sm"} <= x.keys() for x in h)
+    plain = space.index({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "BLOCK_P": 512,
+                         "num_warps": 4, "num_stages": 2})
+    assert h[0]["instr_per_output"] < 0.8 * h[plain]["instr_per_output"]
+
+
+def test_conv2d_variants_cross_compile_sm90():
+    # the seed shape's first variants: fewer SASS instructions per output than
+    # the plain config (6.4 measured), vector stores, streaming stores marked .cs
+    shape, params = [64, 3, 224, 224], defaults("conv2d", {"out_channels": 64, "kernel_size": 3, "padding": 1})
+    mod = module_for("conv2d")
+    tg = dict(TARGETS["sm_90"], compute_units=132)
+    space = mod.config_space("conv2d", shape, "fp16", params, tg)
+    for config in space[:4]:
+        compiled = common.cross_compile(mod.compile_spec("conv2d", shape, "fp16", params, config, tg), tg)
+        ptx = compiled.asm["ptx"]
+        assert ("st.global.cs.v4.b32" if config.get("stream") else "st.global.v4.b32") in ptx
+        # K = 27 baked in: the 5 padding k of the gather are never loaded (27 per
+        # chunk, twice with the prefetch's prologue), plus the weight tile once
+        threads = config["num_warps"] * 32
+        loads = 27 * (2 if config.get("prefetch") or config.get("programs") else 1) \
+            + 2 * config["BLOCK_N"] * config["BLOCK_K"] // threads
+        assert ptx.count("ld.global.b16") + ptx.count("ld.global.u16") <= loads
+
+
+# ---------------------------------------------------------------------------
+# row kernels: the `stream` and `programs` (persistent grid) knobs
+# ---------------------------------------------------------------------------
+
+ROW_OPS = {"softmax": "bf16", "layernorm": "bf16", "rmsnorm": "bf16", "row_sum": "fp32"}
+H200_FULL = dict(TARGETS["sm_90"], compute_units=132, simds_per_cu=4, max_waves_per_simd=16,
+                 lds_bytes_per_cu=233472, max_shared_per_block=232448)
+
+
+def _knobbed(config):
+    return "programs" in config or "stream" in config
+
+
+@pytest.mark.parametrize("op,shape,config", [
+    # 3 programs walking 7 blocks of 2 rows (the last block half empty), pipelined
+    ("softmax", [13, 33], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 1, "num_stages": 2, "programs": 3, "stream": 1}),
+    ("softmax", [5, 40], {"BLOCK_M": 1, "BLOCK_N": 64, "num_warps": 2, "num_stages": 1, "stream": 1}),
+    ("layernorm", [13, 33], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 3, "programs": 4, "stream": 1}),
+    ("rmsnorm", [13, 33], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 1, "num_stages": 2, "programs": 3, "stream": 1}),
+    ("rmsnorm", [9, 64], {"BLOCK_M": 1, "BLOCK_N": 64, "num_warps": 2, "num_stages": 1, "programs": 4}),  # EVEN_N
+    ("row_sum", [13, 33], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2, "programs": 3, "stream": 1}),
+    ("row_sum", [5, 1100], {"BLOCK_M": 1, "BLOCK_N": 512, "num_warps": 2, "num_stages": 1, "stream": 1}),  # looped
+    ("row_max", [13, 64], {"BLOCK_M": 4, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2, "programs": 2, "stream": 1}),
+    ("row_mean", [7, 33], {"BLOCK_M": 1, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1, "programs": 5}),
+])
+def test_row_knobs_match_reference(op, shape, config):
+    params = defaults(op, {})
+    dtype = "fp16" if op == "row_max" else ROW_OPS.get(op, "bf16")
+    out, ref = run_case(op, shape, dtype, params, config)
+    check_close(op, out, ref, dtype)
+    spec = module_for(op).compile_spec(op, shape, dtype, params, config, TARGETS["sm_90"])
+    assert spec["grid"][0] == min(config.get("programs", shape[0]), -(-shape[0] // config["BLOCK_M"]))
+    assert spec["constexprs"]["PERSISTENT"] == ("programs" in config)
+    assert spec["constexprs"]["LOAD_POLICY"] == ("evict_first" if config.get("stream") else "")
+
+
+def test_row_knobs_refused_on_looped_kernels():
+    cfg = {"BLOCK_M": 1, "BLOCK_N": 512, "num_warps": 4, "num_stages": 2, "programs": 8}
+    for op in ("softmax", "layernorm", "rmsnorm", "row_sum"):
+        with pytest.raises(ValueError):
+            module_for(op).compile_spec(op, [64, 1100], "fp16", defaults(op, {}), cfg, TARGETS["sm_90"])
+
+
+def test_row_anchor_spaces():
+    best = {"softmax": (1, 4096, 4), "layernorm": (2, 4096, 8), "rmsnorm": (1, 4096, 8), "row_sum": (1, 1024, 8)}
+    for op, dtype in ROW_OPS.items():
+        mod, params = module_for(op), defaults(op, {})
+        for tg in (TARGETS["sm_90"], H200_FULL):  # compute_units from the target, or by arch
+            space = mod.config_space(op, [16384, 4096], dtype, params, tg)
+            assert 24 <= len(space) <= 48, (op, len(space))
+            # the measured best leads, exactly as before (no knobs), its streaming twin next
+            assert space[0] == dict(zip(("BLOCK_M", "BLOCK_N", "num_warps"), best[op]), num_stages=1)
+            assert space[1] == dict(space[0], stream=1)
+            persistent = [c for c in space if "programs" in c]
+            assert len(persistent) >= 6 and persistent[0]["num_stages"] == 2 and persistent[0] in space[:6]
+            assert all(c["BLOCK_N"] >= 4096 and c["programs"] <= 132 * 16 for c in persistent)
+    # no SM count known: no persistent configs, the rest unchanged
+    unknown = {"backend": "cuda", "arch": "sm_100", "warp_size": 32}
+    space = module_for("rmsnorm").config_space("rmsnorm", [16384, 4096], "bf16", {}, unknown)
+    assert space and not any("programs" in c for c in space)
+    # the grid of a persistent config splits the row blocks evenly
+    c = next(c for c in module_for("rmsnorm").config_space("rmsnorm", [16384, 4096], "bf16", {}, H200_FULL)
+             if "programs" in c)
+    assert 16384 % c["programs"] == 0 and c["programs"] <= 132 * 4
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_row_knobs_cross_compile(target):
+    # one persistent + streaming config per op on sm_90 (cp.async row pipeline,
+    # streaming stores); one op per AMD target
+    tg = TARGETS[target]
+    ops = list(ROW_OPS) if target == "sm_90" else \
+        [{"gfx90a": "softmax", "gfx942": "layernorm", "gfx950": "rmsnorm", "gfx1100": "row_sum"}[target]]
+    for op in ops:
+        dtype, mod, params = ROW_OPS[op], module_for(op), defaults(op, {})
+        config = next(c for c in mod.config_space(op, [16384, 4096], dtype, params, tg)
+                      if "programs" in c and c["num_stages"] == 2)
+        spec = mod.compile_spec(op, [16384, 4096], dtype, params, config, tg)
+        assert spec["grid"][0] == config["programs"] < 16384
+        compiled = common.cross_compile(spec, tg)
+        assert compiled.metadata.num_warps == config["num_warps"]
+        assert compiled.metadata.shared <= common.shared_limit(tg)
+        if tg["backend"] == "hip":
+            _, machine, flags = elf_header(compiled.asm["hsaco"])
+            assert machine == 224 and flags & 0xFF == GFX_MACH[target]
+        else:
+            ptx = compiled.asm["ptx"]
+            assert "cp.async" in ptx, "row loop not software-pipelined"
+            if op != "row_sum":
+                assert "st.global.cs" in ptx
+    if target == "sm_90":  # streaming, not persistent: evict-first loads
+        cfg = {"BLOCK_M": 1, "BLOCK_N": 4096, "num_warps": 8, "num_stages": 1, "stream": 1}
+        spec = module_for("rmsnorm").compile_spec("rmsnorm", [16384, 4096], "bf16", {}, cfg, tg)
+        assert "evict_first" in common.cross_compile(spec, tg).asm["ptx"]
+
+
+# ---------------------------------------------------------------------------
+# matmul / gemm_bias_act: the persistent variant (config knob `persistent`,
+# programs per SM; proposed on sm_90 only)
+# ---------------------------------------------------------------------------
+
+_H200_FULL = dict(TARGETS["sm_90"], compute_units=132, lds_bytes_per_cu=233472,
+                  max_shared_per_block=232448, registers_per_cu=65536)
+_GEMM_ANCHORS = {"matmul": [([4096, 4096, 4096], {}), ([8192, 8192, 8192], {})],
+                 "gemm_bias_act": [([8192, 4096, 4096], {"activation": "gelu"})]}
+
+
+# (op, shape, dtype, params): K % BLOCK_K != 0 and EVEN_K, several tile-row
+# groups (GROUP_M 2), more tiles than programs (the interpreter launches 2 x
+# `persistent` programs), so every program walks several tiles.
+_PERSISTENT_CASES = [
+    ("matmul", [37, 45, 50], "bf16", {}),
+    ("matmul", [40, 24, 64], "fp16", {}),
+    ("gemm_bias_act", [37, 45, 50], "bf16", {"activation": "gelu"}),
+    ("gemm_bias_act", [33, 70, 32], "fp16", {"activation": "silu"}),
+]
+
+
+@pytest.mark.parametrize("op,shape,dtype,params", _PERSISTENT_CASES,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, list) else str(v))
+def test_gemm_persistent_interpreted(op, shape, dtype, params):
+    params = defaults(op, params)
+    for i, per_sm in enumerate((1, 2)):
+        config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2, "num_warps": 4,
+                  "num_stages": 3, "persistent": per_sm}
+        out, ref = run_case(op, shape, dtype, params, config, seed=i)
+        check_close(op, out, ref, dtype)
+    # the same numbers as the classic kernel (same tiles, same K order)
+    mod = module_for(op)
+    inputs = mod.make_inputs(op, shape, dtype, params, 0, "cpu")
+    outs = []
+    for extra in ({}, {"persistent": 1}):
+        out = mod.output_like(op, inputs, params).fill_(float("nan"))
+        mod.launch(op, inputs, out, dict({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2,
+                                          "num_warps": 4, "num_stages": 3}, **extra), params)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_gemm_persistent_only_on_sm90_and_spaces():
+    for op, cases in _GEMM_ANCHORS.items():
+        mod = module_for(op)
+        for shape, params in cases:
+            params = defaults(op, params)
+            for name, tg in TARGETS.items():
+                space = mod.config_space(op, shape, "bf16", params, tg)
+                persistent = [c for c in space if c.get("persistent")]
+                if name != "sm_90":
+                    assert not persistent, (op, name)
+                    continue
+                for t in (tg, _H200_FULL):
+                    space = mod.config_space(op, shape, "bf16", params, t)
+                    assert len(space) <= 64, (op, len(space))
+                    persistent = [c for c in space if c.get("persistent")]
+                    assert len(persistent) >= 8, (op, len(persistent))
+                    # the measured best leads; its persistent twin right after
+                    group = 16 if op == "gemm_bias_act" else 8
+                    best = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": group,
+                            "num_warps": 8, "num_stages": 3}
+                    assert space[0] == best and dict(best, num_stages=4) in space[:2]
+                    assert dict(best, persistent=1) in space[2:4]
+                    for c in persistent:
+                        assert mod.shared_bytes(c, "bf16", t) <= common.shared_limit(t)
+                        spec = mod.compile_spec(op, shape, "bf16", params, c, t)
+                        assert spec["fn"].__name__.endswith("_persistent_kernel")
+                        assert spec["grid"] == (132 * c["persistent"], 1, 1)
+                        assert "persistent" not in spec["constexprs"]
+    # no persistent configs where every program would get a single tile
+    space = module_for("matmul").config_space("matmul", [512, 512, 512], "fp16", {}, _H200_FULL)
+    assert space and not any(c.get("persistent") for c in space)
+    # nor where K or N lacks 16-element alignment (no async copies: unpipelined)
+    for shape in ([4096, 4096, 4000 + 8], [4096, 4096 + 8, 4096]):
+        space = module_for("gemm_bias_act").config_space("gemm_bias_act", shape, "fp16", {}, _H200_FULL)
+        assert space and not any(c.get("persistent") for c in space)
+    # the grid follows the target's SM count
+    c = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+         "persistent": 1}
+    spec = module_for("matmul").compile_spec("matmul", [4096] * 3, "bf16", {}, c, dict(_H200_FULL, compute_units=114))
+    assert spec["grid"] == (114, 1, 1)
+
+
+def test_gemm_persistent_cross_compile_sm90():
+    # the first persistent config of each anchor space, and an odd shape (K
+    # masked): a cubin, the classic kernel's arguments and no hidden scratch
+    # (so the package launch ABI is unchanged), shared memory within the
+    # estimate, A and B both pipelined num_stages deep across the flattened loop.
+    cases = [(op, shape, params) for op, c in _GEMM_ANCHORS.items() for shape, params in c[:1]]
+    cases.append(("gemm_bias_act", [2000, 3072, 1008], {"activation": "relu"}))
+    for op, shape, params in cases:
+        mod = module_for(op)
+        params = defaults(op, params)
+        dtype = "bf16" if shape[0] > 2000 else "fp16"
+        space = mod.config_space(op, shape, dtype, params, _H200_FULL)
+        config = next(c for c in space if c.get("persistent"))
+        spec = mod.compile_spec(op, shape, dtype, params, config, _H200_FULL)
+        classic = mod.compile_spec(op, shape, dtype, params,
+                                   {k: v for k, v in config.items() if k != "persistent"}, _H200_FULL)
+        assert [t for t in spec["signature"].values() if t != "constexpr"] == \
+            [t for t in classic["signature"].values() if t != "constexpr"]
+        compiled = common.cross_compile(spec, _H200_FULL)
+        assert compiled.metadata.name == spec["fn"].__name__
+        _, machine, _ = elf_header(compiled.asm["cubin"])
+        assert machine == 190
+        assert compiled.metadata.global_scratch_size == 0 and compiled.metadata.profile_scratch_size == 0
+        assert compiled.metadata.shared <= mod.shared_bytes(config, dtype, _H200_FULL)
+        stages = config["num_stages"]
+        assert compiled.asm["ttgir"].count(f"memdesc<{stages}x") >= 2, "A and B not both pipelined"
+
+
+# ---------------------------------------------------------------------------
+# attention: the sm_90 knobs q_regs (Q kept in registers) and maxnreg
+# ---------------------------------------------------------------------------
+
+def _attention_run(shape, dtype, params, config, seed=0):
+    mod = module_for("attention")
+    inputs = mod.make_inputs("attention", shape, dtype, params, seed, "cpu")
+    out = mod.output_like("attention", inputs, params).fill_(float("nan"))
+    mod.launch("attention", inputs, out, config, params)
+    return out, mod.reference("attention", upcast(inputs, dtype), params)
+
+
+@pytest.mark.parametrize("shape,causal,dtype", [([1, 2, 37, 16], True, "bf16"), ([1, 2, 37, 16], False, "fp16"),
+                                                ([2, 1, 50, 32], True, "fp16"), ([2, 1, 50, 32], False, "bf16")])
+def test_attention_nv_knobs_match_plain(shape, causal, dtype):
+    # q_regs is an exact no-op on Q (bit-identical output); maxnreg is a compile
+    # option the interpreter never sees. Odd S: masked rows / keys in both stages.
+    params = defaults("attention", {"causal": causal})
+    plain = {"BLOCK_M": 32, "BLOCK_N": 16, "GROUP_H": 8, "num_warps": 4, "num_stages": 2}
+    out0, ref = _attention_run(shape, dtype, params, plain)
+    out1, _ = _attention_run(shape, dtype, params, dict(plain, q_regs=1, maxnreg=128))
+    check_close("attention", out1, ref, dtype)
+    assert torch.equal(out0, out1)
+
+
+def test_attention_anchor_spaces_with_knobs():
+    mod = module_for("attention")
+    shape, dtype, params = ANCHORS["attention"]
+    params = defaults("attention", params)
+    h200 = mod.config_space("attention", shape, dtype, params, TARGETS["sm_90"])
+    assert 12 <= len(h200) <= 32
+    tile = lambda c: (c["BLOCK_M"], c["BLOCK_N"], c["num_warps"], c["num_stages"])  # noqa: E731
+    # the measured best (64 x 64 / 4 warps / 3 stages) right after its Q-in-registers variant
+    assert tile(h200[0]) == tile(h200[1]) == (64, 64, 4, 3)
+    assert h200[0].get("q_regs") == 1 and set(h200[1]) == {"BLOCK_M", "BLOCK_N", "GROUP_H", "num_warps",
+                                                            "num_stages"}
+    knobbed = [c for c in h200 if {"q_regs", "maxnreg"} & c.keys()]
+    assert 3 <= len(knobbed) <= 8 and all(h200.index(c) < 8 for c in knobbed)
+    assert not any(c.get("q_regs") and c.get("maxnreg") for c in h200)  # that pair spills
+    for target in ("gfx942", "gfx90a", "gfx1100"):
+        for c in mod.config_space("attention", shape, dtype, params, TARGETS[target]):
+            assert not {"q_regs", "maxnreg"} & c.keys()
+    assert len(mod.config_space("attention", shape, dtype, params, TARGETS["gfx942"])) == 128
+    # other NVIDIA archs / D = 256: no knobs
+    sm80 = dict(TARGETS["sm_90"], arch="sm_80")
+    for tg, shp in ((sm80, shape), (TARGETS["sm_90"], [1, 4, 2048, 256])):
+        assert not any({"q_regs", "maxnreg"} & c.keys() for c in mod.config_space("attention", shp, dtype, params, tg))
+    # options / constexprs: maxnreg only on cuda, q_regs -> Q_REGS
+    cfg = dict(h200[0], maxnreg=128)
+    spec_nv = mod.compile_spec("attention", shape, dtype, params, cfg, TARGETS["sm_90"])
+    assert spec_nv["options"]["maxnreg"] == 128 and spec_nv["constexprs"]["Q_REGS"] is True
+    assert "q_regs" not in spec_nv["constexprs"] and "maxnreg" not in spec_nv["constexprs"]
+    spec_amd = mod.compile_spec("attention", shape, dtype, params, cfg, TARGETS["gfx942"])
+    assert "maxnreg" not in spec_amd["options"]
+    assert mod.compile_spec("attention", shape, dtype, params, h200[1], TARGETS["sm_90"])["constexprs"]["Q_REGS"] is False
+
+
+def test_attention_nv_knobs_cross_compile_sm90():
+    # Q in registers: q @ k^T is a register-A wgmma (m64n64k16 with {a0..a3});
+    # maxnreg reaches ptxas (.maxnreg); no global scratch (the packaged launch
+    # passes 0); shared memory as estimated. ptxas -v (the worker's resource
+    # report): no spills.
+    import re
+    sys.path.insert(0, os.path.join(ROOT, "worker"))
+    from kiln_worker import resources
+    mod = module_for("attention")
+    shape, dtype, params = ANCHORS["attention"]
+    params = defaults("attention", params)
+    tg = TARGETS["sm_90"]
+    space = mod.config_space("attention", shape, dtype, params, tg)
+    q_regs = next(c for c in space if c.get("q_regs") and c["BLOCK_N"] == 64)
+    capped = next(c for c in space if c.get("maxnreg"))
+    for config in (q_regs, capped):
+        compiled = common.cross_compile(mod.compile_spec("attention", shape, dtype, params, config, tg), tg)
+        md, ptx = compiled.metadata, compiled.asm["ptx"]
+        assert md.global_scratch_size == 0 and md.profile_scratch_size == 0
+        assert md.shared <= mod.shared_estimate(config, dtype, shape[-1], tg)
+        qk = [l for l in ptx.splitlines() if f"wgmma.mma_async.sync.aligned.m64n{config['BLOCK_N']}k16" in l]
+        assert qk
+        a_in_regs = [re.search(r"\}, \{%r", l) is not None for l in qk]
+        assert all(a_in_regs) == bool(config.get("q_regs")) and any(a_in_regs) == bool(config.get("q_regs"))
+        assert (f".maxnreg {config.get('maxnreg')}\n" in ptx) == bool(config.get("maxnreg"))
+        rep = resources.cubin_report(compiled.asm["cubin"], md.name, ptx=ptx, arch="sm_90")
+        if rep.get("spills") is not None:
+            assert rep["spills"] == 0, (config, rep)
+            assert rep["registers"] <= config.get("maxnreg", 255)

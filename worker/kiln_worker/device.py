@@ -34,6 +34,10 @@ class Device:
         d = {"kind": self.kind, "name": self.name}
         if self.arch:
             d["arch"] = self.arch
+        # What the engine bound this worker to (kiln run --gpus, kiln-mpi ranks).
+        for var in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+            if os.environ.get(var) is not None:
+                d[var.lower()] = os.environ[var]
         return d
 
 

@@ -66,10 +66,12 @@ def space(lib: Library, job: Any) -> dict:
 def space_hints(mod, op, shape, dtype, params, configs, target) -> list | None:
     """Per config, what the engine's config model needs before any compile: the
     launch grid (from the template's compile_spec) and, where the template has
-    one, its shared-memory estimate. Optional: any failure leaves the space
-    answer without hints (the model then assumes full waves)."""
+    them, its shared-memory estimate and its own `hints(...)` (e.g. conv2d's
+    registers and instructions per output). Optional: any failure leaves the
+    space answer without hints (the model then assumes full waves)."""
     try:
         shared = getattr(mod, "shared_bytes", None)
+        extra = getattr(mod, "hints", None)
         hints = []
         for c in configs:
             grid = [int(x) for x in mod.compile_spec(op, shape, dtype, params, c, target)["grid"]]
@@ -77,6 +79,11 @@ def space_hints(mod, op, shape, dtype, params, configs, target) -> list | None:
             if shared is not None:
                 try:
                     hint["shared_bytes"] = int(shared(c, dtype, target))
+                except Exception:
+                    pass
+            if extra is not None:
+                try:
+                    hint.update(json_safe(extra(op, shape, dtype, params, c, target)))
                 except Exception:
                     pass
             hints.append(hint)

@@ -76,11 +76,11 @@ class Server:
                 continue
             method = req.get("method")
             handler = {"hello": self.hello, "space": self.space, "evaluate": self.evaluate,
-                       "reference_info": self.reference_info}.get(method) \
+                       "reference_info": self.reference_info, "traffic": self.traffic}.get(method) \
                 if isinstance(method, str) else None
             if handler is None:
                 self.error(rid, f"unknown method {method!r} "
-                                "(expected hello, space, evaluate or reference_info)")
+                                "(expected hello, space, evaluate, reference_info or traffic)")
                 continue
             try:
                 result = handler(req)
@@ -136,6 +136,24 @@ class Server:
         self.require_device()
         from .evaluate import space
         return space(self.lib, req.get("job"))
+
+    def traffic(self, req: dict) -> dict:
+        """The minimum traffic of each job in req["jobs"] (null for one the
+        library cannot size: a reference module, a bad spec); for the engine's
+        claim order, so it never fails as a whole."""
+        from .evaluate import job_fields
+        jobs = req.get("jobs")
+        if not isinstance(jobs, list):
+            from .evaluate import BadRequest
+            raise BadRequest("traffic: 'jobs' must be a list")
+        out = []
+        for job in jobs:
+            try:
+                op, shape, dtype, params, _ = job_fields(self.lib, job)
+                out.append(self.lib.launch_module(op).traffic(op, shape, dtype, params))
+            except Exception:  # noqa: BLE001 - a job we cannot size gets no priority
+                out.append(None)
+        return {"traffic": out}
 
     def generated(self):
         if self._generated is None:

@@ -1,4 +1,6 @@
-// Which GPU a worker rank's evaluators use.
+// Which GPU an evaluator uses: a `kiln run` spreads its slots over the node's
+// GPUs (select_gpus, slot i on GPU i mod G); a `kiln-mpi` worker rank binds
+// all its slots to one GPU by its node-local rank.
 //
 // A node's GPUs: KILN_GPUS_PER_NODE when set (0 forces CPU slots), else the
 // devices a launcher already made visible (CUDA_VISIBLE_DEVICES /
@@ -16,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::mpi {
+namespace kiln {
 
 struct NodeGpus {
   std::string vendor;                 // "nvidia", "amd", or "" (none found)
@@ -37,8 +39,14 @@ struct GpuBinding {
   std::string note;                               // a warning (sharing, --device gpu without GPUs)
 };
 
+// The GPUs `kiln run --gpus SPEC` uses, from the node's: "all" (every one),
+// a count N (the first N), or a comma list of ids (each must be one of the
+// node's). Throws std::invalid_argument naming the problem (a count above the
+// node's GPUs, an id it does not have, a malformed spec).
+NodeGpus select_gpus(const NodeGpus& node, const std::string& spec);
+
 // `index`: this rank's position among the node's GPU-using ranks. `device`:
 // auto | cpu | gpu (the --device option); cpu never binds.
 GpuBinding bind_gpu(const NodeGpus& gpus, int index, int users_on_node, const std::string& device);
 
-}  // namespace kiln::mpi
+}  // namespace kiln

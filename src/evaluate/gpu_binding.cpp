@@ -1,14 +1,16 @@
-#include "gpu_binding.h"
+#include "evaluate/gpu_binding.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
-namespace kiln::mpi {
+namespace kiln {
 
 namespace {
 
@@ -143,6 +145,29 @@ NodeGpus detect_node_gpus() {
   return g;
 }
 
+NodeGpus select_gpus(const NodeGpus& node, const std::string& spec) {
+  if (spec == "all" || spec.empty()) return node;
+  NodeGpus out = node;
+  const bool count = spec.find_first_not_of("0123456789") == std::string::npos;
+  if (count) {
+    const long n = std::strtol(spec.c_str(), nullptr, 10);
+    if (n < 1) throw std::invalid_argument("--gpus " + spec + ": at least 1 (or --device cpu)");
+    if (static_cast<size_t>(n) > node.ids.size())
+      throw std::invalid_argument("--gpus " + spec + ": this node has " + std::to_string(node.ids.size()) +
+                                  " GPU(s) (" + node.source + ")");
+    out.ids.resize(static_cast<size_t>(n));
+    return out;
+  }
+  out.ids = split_list(spec);
+  if (out.ids.empty()) throw std::invalid_argument("--gpus '" + spec + "': expected all, a count or a list of ids");
+  for (const auto& id : out.ids)
+    if (std::find(node.ids.begin(), node.ids.end(), id) == node.ids.end())
+      throw std::invalid_argument("--gpus " + spec + ": no GPU " + id + " on this node (found " +
+                                  std::to_string(node.ids.size()) + " by " + node.source + ")");
+  out.source = "--gpus " + spec;
+  return out;
+}
+
 GpuBinding bind_gpu(const NodeGpus& gpus, int index, int users_on_node, const std::string& device) {
   GpuBinding b;
   if (device == "cpu") return b;
@@ -165,4 +190,4 @@ GpuBinding bind_gpu(const NodeGpus& gpus, int index, int users_on_node, const st
   return b;
 }
 
-}  // namespace kiln::mpi
+}  // namespace kiln
