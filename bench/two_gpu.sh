@@ -14,6 +14,7 @@
 #   MANIFEST  default jobs/examples/cluster_h200.yaml (26 jobs)
 #   W         workers per GPU (default 12; the machine has 16 cores per GPU)
 #   MODES     default "run-1 run-2 mpi-1 mpi-2" (mpi-* need mpirun)
+#   RUN_TIMEOUT  seconds per run (default 300); on expiry it drains (rc 130)
 # Prints a table and the 2-GPU / 1-GPU throughput ratios; logs and JSON go
 # under $OUT (default ./out).
 set -uo pipefail
@@ -44,7 +45,7 @@ for mode in $MODES; do
            --catalog "$d/k.db" --scratch "$d/s" --json) ;;
   esac
   t0=$(now)
-  "${cmd[@]}" >"$OUT/$mode.json" 2>"$OUT/$mode.log"
+  timeout -s TERM "${RUN_TIMEOUT:-300}" "${cmd[@]}" >"$OUT/$mode.json" 2>"$OUT/$mode.log"
   rc=$?
   t1=$(now)
   echo "$mode rc=$rc wall=$(python3 -c "print(round($t1 - $t0, 1))") s"
