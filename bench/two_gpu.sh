@@ -59,7 +59,13 @@ except Exception:
 con = sqlite3.connect(db)
 done = con.execute("SELECT COUNT(*) FROM jobs WHERE state = 'done'").fetchone()[0]
 evals = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
-rec = {"mode": mode, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
+fails = con.execute("SELECT j.op, e.status, COUNT(*), MIN(substr(e.message, 1, 300)) FROM evaluations e "
+                    "JOIN candidates c ON c.id = e.candidate_id JOIN jobs j ON j.id = c.job_id "
+                    "WHERE e.status != 'ok' GROUP BY j.op, e.status ORDER BY 3 DESC").fetchall()
+for f in fails:
+    print(f"  {mode} failures: {f[0]} {f[1]} x{f[2]}: {f[3]!r}")
+con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+rec = {"mode": mode, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
        "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),
        "gpu_busy_each_s": s.get("gpu_busy_each_s"), "summary": s}
 with open(f"{out}/results.jsonl", "a") as f:

@@ -170,6 +170,11 @@ void Coordinator::on_ready(Peer& p, const json& m) {
   if (p.state != Peer::State::kStarting || ending_) return;
   p.state = Peer::State::kReady;
   p.slots = std::max(1, m.value("slots", 1));
+  // Claim ahead of the ready ranks' slots (scheduler lookahead).
+  int slots = 0;
+  for (const auto& [r, q] : peers_)
+    if (q.state == Peer::State::kReady) slots += q.slots;
+  scheduler_->set_lookahead(slots);
   p.host = m.value("host", "");
   p.device = m.value("device", "unknown");
   ++sum_.ranks_ready;

@@ -105,6 +105,7 @@ class Explorer {
     SchedulerOptions so;
     so.owner = owner_;
     so.lease_s = options.lease_s;
+    so.lookahead = std::max(1, options.workers);
     so.batch = options.batch;
     if (options.shard) so.shard = JobShard{options.shard->first, options.shard->second};
     so.artifact_dir = artifact_dir_;

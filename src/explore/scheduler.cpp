@@ -90,6 +90,19 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       w.label = job->label();
       return w;
     }
+    // Claim ahead: when the candidates ready to hand out would not fill the
+    // executor's slots, and no active job is still being planned, claim the
+    // next job now, so its space request and plan overlap the evaluations in
+    // flight instead of leaving slots idle when the current jobs run dry.
+    if (opts_.lookahead > 0 && !draining_ && !queue_empty_) {
+      size_t ready = 0;
+      bool planning = false;
+      for (const auto& [jid, j] : active_) {
+        ready += j->pending.size();
+        planning = planning || !j->space_known || j->proposing;
+      }
+      if (!planning && ready < static_cast<size_t>(opts_.lookahead) && claim()) continue;
+    }
     for (auto& [id, job] : active_) {
       if (job->pending.empty()) continue;
       CandidateRow c = job->pending.front();

@@ -48,6 +48,10 @@ struct SchedulerOptions {
   // buffered ones are written by flush(), before selection and on drain. The
   // MPI coordinator uses it; 1 writes each evaluation at once.
   int record_batch = 1;
+  // > 0: claim the next job ahead, as soon as fewer than this many candidates
+  // are ready to hand out (and no active job is being planned), instead of
+  // only when none is; executors pass their slot count. 0: claim on empty.
+  int lookahead = 0;
   // Reads a code object the worker reported at `path` (default: the file).
   std::function<std::string(const std::filesystem::path&)> read_artifact;
 };
@@ -68,6 +72,9 @@ class Scheduler {
   // latencies count as measured (device of the target's kind) and so whether
   // the worker benchmarks at all.
   void set_device(const std::string& device_name);
+  // SchedulerOptions::lookahead, for executors that learn their slots late
+  // (MPI ranks report theirs when ready).
+  void set_lookahead(int candidates) { opts_.lookahead = candidates; }
 
   // Called whenever new work may have become available (a generator answered
   // asynchronously); the executor then calls next() for its idle slots.

@@ -95,3 +95,58 @@ def test_space_answer_has_grid_hints():
     for c, h in zip(r["configs"], r["hints"]):
         assert h["grid"] == [(256 // c["BLOCK_M"]) * (256 // c["BLOCK_N"]), 1, 1]
         assert h["shared_bytes"] > 0
+
+
+def test_a_lock_nested_in_an_exclusive_one_is_a_no_op():
+    with bench.gpu_lock():
+        assert bench._HELD == "exclusive"
+        with bench.gpu_lock(shared=True):   # would deadlock on a second flock
+            with bench.gpu_lock():
+                pass
+    assert bench._HELD is None
+    kinds = [k for _, _, k in bench.take_spans()]
+    assert kinds == ["bench"]               # one span: the outer lock's
+
+
+def test_out_of_memory_is_retried_alone_with_memory_freed(monkeypatch):
+    """An OOM in a check or benchmark is the shared GPU's, not the kernel's:
+    the evaluation frees the worker's inputs and runs again holding the GPU
+    lock exclusively; a second OOM is reported as such, not as a bad kernel."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+    from kiln_worker import evaluate
+    from kiln_worker.device import select_device
+    from kiln_worker.templates import Library
+    ev = evaluate.Evaluation(Library(), select_device())
+    ev.inputs.entries[("x", 0)] = {"pristine": None, "ref": None}
+    ev.inputs.jobs.append(("x",))
+    seen = []
+
+    def flaky(job, config, artifact_dir):
+        seen.append(bench._HELD)
+        if len(seen) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return {"status": "ok", "timings": {}}
+
+    monkeypatch.setattr(ev, "_run", flaky)
+    assert ev.run({}, {}, None)["status"] == "ok"
+    assert seen == [None, "exclusive"] and not ev.inputs.entries
+
+    def always(job, config, artifact_dir):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(ev, "_run", always)
+    r = ev.run({}, {}, None)
+    assert r["status"] == "crash" and "out of GPU memory twice" in r["message"]
+
+
+def test_space_answer_carries_a_templates_own_hints():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    from kiln_worker.evaluate import space
+    from kiln_worker.templates import Library
+    target = {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32, "compute_units": 132,
+              "max_shared_per_block": 232448}
+    r = space(Library(), {"op": "conv2d", "shape": [2, 3, 16, 16], "dtype": "fp16",
+                          "params": {"out_channels": 8, "kernel_size": 3, "padding": 1}, "target": target})
+    assert len(r["hints"]) == len(r["configs"])
+    assert all(h["registers"] > 0 and h["instr_per_output"] > 0 for h in r["hints"])

@@ -75,6 +75,9 @@ class _Cuda:
 # per evaluation (take_spans) and reports them in timings.gpu_spans; the engine
 # merges every worker's spans into the run's GPU busy fraction.
 _SPANS: list[tuple[float, float, str]] = []
+# The mode in which this process holds the GPU lock now ("shared", "exclusive")
+# or None: a nested gpu_lock() inside an exclusive one is a no-op.
+_HELD: str | None = None
 
 
 def take_spans() -> list[tuple[float, float, str]]:
@@ -109,6 +112,10 @@ def gpu_lock(shared: bool = False):
     checks in progress to finish, so a stream of checks from several workers
     cannot starve it (flock alone does not order waiters).
     """
+    global _HELD
+    if _HELD is not None and (_HELD == "exclusive" or shared):
+        yield  # nested in a lock this process holds already (an OOM retry holds it whole)
+        return
     path = lock_path()
     with open(path + ".turn", "a") as turn, open(path, "a") as f:
         fcntl.flock(turn, fcntl.LOCK_EX)
@@ -117,9 +124,11 @@ def gpu_lock(shared: bool = False):
         finally:
             fcntl.flock(turn, fcntl.LOCK_UN)
         t0 = time.time()
+        _HELD = "shared" if shared else "exclusive"
         try:
             yield
         finally:
+            _HELD = None
             _SPANS.append((t0, time.time(), "check" if shared else "bench"))
             fcntl.flock(f, fcntl.LOCK_UN)
 

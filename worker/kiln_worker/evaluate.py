@@ -112,7 +112,26 @@ class Evaluation:
 
     def run(self, job: Any, config: Any, artifact_dir: Any) -> dict:
         bench.take_spans()
-        res = self._run(job, config, artifact_dir)
+        try:
+            res = self._attempt(job, config, artifact_dir)
+        except _OutOfMemory:
+            # Several workers share the GPU, each holding its job's inputs and
+            # its allocator's cached blocks: a check or benchmark can run out
+            # of memory through no fault of the kernel. Free everything this
+            # worker holds and run the candidate again holding the GPU lock
+            # exclusively (no other worker's check allocates meanwhile).
+            self._free_gpu_memory()
+            try:
+                with bench.gpu_lock():
+                    res = self._attempt(job, config, artifact_dir)
+            except _OutOfMemory as oom:
+                self._free_gpu_memory()
+                res = {"status": "crash", "exec_device": self.dev.name,
+                       "message": f"out of GPU memory twice, the second time holding the GPU alone "
+                                  f"(other workers' cached memory still counts; use fewer "
+                                  f"--workers per GPU): {oom}",
+                       "correctness": None, "latency": None, "artifact": None,
+                       "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
         # On a GPU: time this evaluation held the GPU (benchmark exclusively,
         # checks shared), and the spans, for the engine's GPU busy fraction.
         spans = bench.take_spans()
@@ -121,6 +140,17 @@ class Evaluation:
             timings["gpu_s"] = sum(b - a for a, b, _ in spans)
             timings["gpu_spans"] = [[a, b, kind] for a, b, kind in spans]
         return res
+
+    def _attempt(self, job: Any, config: Any, artifact_dir: Any) -> dict:
+        """_run, with an out-of-memory error from anywhere in it as _OutOfMemory."""
+        try:
+            return self._run(job, config, artifact_dir)
+        except _OutOfMemory:
+            raise
+        except Exception as exc:
+            if _is_out_of_memory(exc):
+                raise _OutOfMemory(describe_exception(exc)) from exc
+            raise
 
     def _run(self, job: Any, config: Any, artifact_dir: Any) -> dict:
         op, shape, dtype, params, target = job_fields(self.lib, job)
@@ -193,7 +223,17 @@ class Evaluation:
             import torch
             torch.cuda.synchronize()
 
+    def _free_gpu_memory(self):
+        self.inputs.clear()
+        if self.dev.is_gpu:
+            import gc
+            import torch
+            gc.collect()
+            torch.cuda.empty_cache()
+
     def _classify(self, exc: BaseException) -> tuple[str, str]:
+        if _is_out_of_memory(exc):
+            raise _OutOfMemory(describe_exception(exc)) from exc
         try:
             from triton.compiler.errors import CompilationError
         except Exception:  # pragma: no cover
@@ -287,6 +327,21 @@ class Evaluation:
         return inputs, out
 
 
+class _OutOfMemory(Exception):
+    """The GPU ran out of memory during a check or benchmark (Evaluation.run retries)."""
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    try:
+        import torch
+        if isinstance(exc, torch.OutOfMemoryError):
+            return True
+    except Exception:  # pragma: no cover
+        pass
+    text = str(exc).lower()
+    return "out of memory" in text and "shared" not in text
+
+
 class _InputCache:
     """Inputs and reference output per (job, seed), shared by the candidates of a
     job that this worker evaluates. Every candidate still gets fresh copies of
@@ -305,13 +360,37 @@ class _InputCache:
         if job in self.jobs:
             self.jobs.remove(job)
         self.jobs.append(job)
+        evicted = False
         for old in self.jobs[:-self.JOBS]:
             for k in [k for k in self.entries if k[:-1] == old]:
                 del self.entries[k]
+                evicted = True
         self.jobs = self.jobs[-self.JOBS:]
+        if evicted:
+            _release_cached_gpu_memory()
         if key not in self.entries:
-            self.entries[key] = draw()
+            try:
+                self.entries[key] = draw()
+            except Exception as exc:
+                if _is_out_of_memory(exc):
+                    raise _OutOfMemory(describe_exception(exc)) from exc
+                raise
         return self.entries[key]
+
+    def clear(self) -> None:
+        self.jobs.clear()
+        self.entries.clear()
+
+
+def _release_cached_gpu_memory() -> None:
+    """Give the allocator's cached blocks back to the driver (after a job's
+    inputs are dropped), so the other workers on this GPU can use them."""
+    try:
+        import torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+    except Exception:  # pragma: no cover
+        pass
 
 
 class _LaunchError(Exception):
