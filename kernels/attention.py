@@ -232,11 +232,20 @@ def reference(op, inputs, params):
     _check(op)
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     S, D = q.shape[-2], q.shape[-1]
-    scores = (q @ k.transpose(-1, -2)) * _sm_scale(params, D)
-    if _causal(params):
-        keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    # The S x S scores of every head at once would take B*H*S*S*4 bytes (8 GiB
+    # at 8x16x4096x64), and a dozen workers share one GPU: a few heads at a
+    # time, at most ~256 MiB of scores.
+    lead = q.shape[:-2]
+    qf, kf, vf = (t.reshape(-1, S, D) for t in (q, k, v))
+    out = torch.empty_like(qf)
+    keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril() if _causal(params) else None
+    step = max(1, (256 << 20) // (S * S * qf.element_size()))
+    for i in range(0, qf.shape[0], step):
+        scores = (qf[i:i + step] @ kf[i:i + step].transpose(-1, -2)) * _sm_scale(params, D)
+        if keep is not None:
+            scores = scores.masked_fill(~keep, float("-inf"))
+        out[i:i + step] = torch.softmax(scores, dim=-1) @ vf[i:i + step]
+    return out.reshape(*lead, S, D)
 
 
 def output_like(op, inputs, params):
