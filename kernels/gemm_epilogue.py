@@ -43,6 +43,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 from . import common
 from . import matmul as _matmul
@@ -54,39 +55,10 @@ GELU_EXACT = False
 
 
 @triton.jit
-def gemm_bias_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, ACT: tl.constexpr):
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+def bias_act(acc, bias_ptr, pid_n, N, BLOCK_N: tl.constexpr, ACT: tl.constexpr):
+    """The epilogue, in fp32 registers: + bias[cols], then the activation. The
+    columns are wrapped like tile_product's, so the bias load needs no mask."""
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
-    b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_mask = offs_k < K - k
-            a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * N
-
-    # Epilogue, in fp32 registers. offs_n is wrapped, so the bias load needs no mask.
     acc += tl.load(bias_ptr + offs_n).to(tl.float32)[None, :]
     if ACT == 1:
         acc = tl.maximum(acc, 0.0)
@@ -98,11 +70,24 @@ def gemm_bias_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
         # gelu, tanh form: x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)), with exp2
         z = acc * (1.5957691216057308 + 0.0713548162726008 * acc * acc)
         acc = acc / (1.0 + tl.exp2(-1.4426950408889634 * z))
+    return acc
 
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+# Under TRITON_INTERPRET=1: a JITFunction the compiler can inline that still
+# runs interpreted (as matmul.py's helpers).
+if not isinstance(bias_act, JITFunction):
+    bias_act = common.InterpretableJIT(bias_act)
+
+
+@triton.jit
+def gemm_bias_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, ACT: tl.constexpr):
+    # matmul_kernel with the bias + activation epilogue.
+    pid_m, pid_n = _matmul.tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = _matmul.tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+    acc = bias_act(acc, bias_ptr, pid_n, N, BLOCK_N, ACT)
+    _matmul.store_tile(c_ptr, acc, pid_m, pid_n, M, N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -110,55 +95,14 @@ def gemm_bias_act_persistent_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                                     EVEN_K: tl.constexpr, ACT: tl.constexpr):
-    # matmul.matmul_persistent_kernel's loop (tiles start, start + num_programs,
-    # ... in GROUP_M order; flatten=True so the pipeliner overlaps one tile's
-    # epilogue with the next tile's loads) with gemm_bias_act_kernel's epilogue.
-    start = tl.program_id(0)
-    num_progs = tl.num_programs(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    num_pid_in_group = GROUP_M * num_pid_n
-    offs_k = tl.arange(0, BLOCK_K)
-    for tile in tl.range(start, num_tiles, num_progs, flatten=True):
-        group_id = tile // num_pid_in_group
-        first_pid_m = group_id * GROUP_M
-        group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
-        pid_n = (tile % num_pid_in_group) // group_size_m
-
-        offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-        offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-        a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
-        b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
-            else:
-                k_mask = offs_k < K - k
-                a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
-            acc = tl.dot(a, b, acc)
-            a_ptrs += BLOCK_K
-            b_ptrs += BLOCK_K * N
-
-        acc += tl.load(bias_ptr + offs_n).to(tl.float32)[None, :]
-        if ACT == 1:
-            acc = tl.maximum(acc, 0.0)
-        elif ACT == 2:
-            acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
-        elif ACT == 3:
-            acc = acc / (1.0 + tl.exp(-acc))
-        elif ACT == 4:
-            z = acc * (1.5957691216057308 + 0.0713548162726008 * acc * acc)
-            acc = acc / (1.0 + tl.exp2(-1.4426950408889634 * z))
-
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    # matmul_persistent_kernel with the bias + activation epilogue (flatten=True:
+    # the pipeliner overlaps one tile's epilogue with the next tile's loads).
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = _matmul.tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _matmul.tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+        acc = bias_act(acc, bias_ptr, pid_n, N, BLOCK_N, ACT)
+        _matmul.store_tile(c_ptr, acc, pid_m, pid_n, M, N, BLOCK_M, BLOCK_N)
 
 
 # ---------------------------------------------------------------------------

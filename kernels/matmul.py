@@ -45,6 +45,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import JITFunction
 
 from . import common
 
@@ -52,28 +53,34 @@ OPERATORS = ("matmul",)
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
-    # Map the 1-D program id to a (pid_m, pid_n) tile, GROUP_M tile-rows at a time.
-    pid = tl.program_id(0)
+def tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Tile index -> (pid_m, pid_n), GROUP_M tile-rows at a time (neighbouring
+    tiles share A rows and B columns in the L2)."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
+    group_id = tile // num_pid_in_group
     first_pid_m = group_id * GROUP_M
     group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
+    pid_n = (tile % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
 
-    # Out-of-range rows / columns are wrapped (modulo) rather than masked: they load
-    # valid memory and their results are dropped by the store mask.
+
+@triton.jit
+def tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """The fp32 BLOCK_M x BLOCK_N tile (pid_m, pid_n) of A @ B, A [M, K] and B
+    [K, N] row-major. Out-of-range rows / columns are wrapped (modulo) rather
+    than masked: they load valid memory, and store_tile drops their results.
+    The pointers advance by increments: with the addresses recomputed from the K
+    index instead, Triton 3.6 (sm_90) does not pipeline the B loads of the
+    persistent kernel's flattened loop."""
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
     b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
-
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
         if EVEN_K:
@@ -86,11 +93,34 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * N
+    return acc
 
+
+@triton.jit
+def store_tile(c_ptr, acc, pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Stores the tile (pid_m, pid_n) of C [M, N] in C's dtype, masked to C."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+# Under TRITON_INTERPRET=1 the helpers must be JITFunctions the compiler can
+# inline and that still run interpreted (as attention.py's _attn_inner).
+if not isinstance(tile_coords, JITFunction):
+    tile_coords = common.InterpretableJIT(tile_coords)
+    tile_product = common.InterpretableJIT(tile_product)
+    store_tile = common.InterpretableJIT(store_tile)
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
+    # One program per tile.
+    pid_m, pid_n = tile_coords(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -98,49 +128,16 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
     # Persistent: a fixed number of programs (about one per SM) each walk the
-    # tiles start, start + num_programs, ... in the same GROUP_M-grouped order as
-    # matmul_kernel. The stride is tl.num_programs(0), so any grid is correct.
-    # flatten=True merges the tile loop and the K loop into one loop that the
-    # software pipeliner pipelines across tiles: the next tile's first A / B
-    # loads are in flight while this tile's epilogue runs.
-    start = tl.program_id(0)
-    num_progs = tl.num_programs(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
-    num_pid_in_group = GROUP_M * num_pid_n
-    offs_k = tl.arange(0, BLOCK_K)
-    for tile in tl.range(start, num_tiles, num_progs, flatten=True):
-        group_id = tile // num_pid_in_group
-        first_pid_m = group_id * GROUP_M
-        group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-        pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
-        pid_n = (tile % num_pid_in_group) // group_size_m
-
-        offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-        offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-        # Pointers advanced by increments, as in matmul_kernel: with the
-        # addresses recomputed from the K index instead, Triton 3.6 (sm_90) does
-        # not pipeline the B loads of the flattened loop.
-        a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * K + offs_k[None, :]
-        b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
-            else:
-                k_mask = offs_k < K - k
-                a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
-                b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
-            acc = tl.dot(a, b, acc)
-            a_ptrs += BLOCK_K
-            b_ptrs += BLOCK_K * N
-
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    # tiles start, start + num_programs, ... in matmul_kernel's GROUP_M order.
+    # The stride is tl.num_programs(0), so any grid is correct. flatten=True
+    # merges the tile loop and the K loop into one loop that the software
+    # pipeliner pipelines across tiles: the next tile's first A / B loads are in
+    # flight while this tile's epilogue runs.
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+        store_tile(c_ptr, acc, pid_m, pid_n, M, N, BLOCK_M, BLOCK_N)
 
 
 # ---------------------------------------------------------------------------
