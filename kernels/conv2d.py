@@ -455,10 +455,8 @@ def config_space(op, shape, dtype, params, target):
 
 
 def _sms(target) -> int:
-    """SMs / CUs of the target (target['compute_units'], else by arch)."""
-    if target.get("compute_units"):
-        return int(target["compute_units"])
-    return {"sm_90": 132, "sm_80": 108, "sm_86": 84, "sm_89": 128}.get(common.arch(target), 132)
+    """SMs / CUs of the target (common.compute_units), else 132 (an H100 / H200)."""
+    return common.compute_units(target) or 132
 
 
 def _variants(OHW, OC, K, N, target):

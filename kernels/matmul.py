@@ -189,8 +189,9 @@ def _tile_sizes(dim, large):
 # kernel constexpr: it picks the kernel and the grid and is stripped from the
 # constexprs. Configs without it run the classic one-tile-per-program kernel.
 PERSISTENT = "persistent"
-# SMs when the target dict has no compute_units (H100 / H200 SXM: 132).
-_SMS_BY_ARCH = {"sm_90": 132, "sm_90a": 132}
+# The archs whose spaces get the persistent variant (Hopper: written and
+# compiled for it).
+_PERSISTENT_ARCHS = ("sm_90", "sm_90a")
 # Programs per "SM" when the interpreter runs a persistent config on the CPU:
 # few, so that every program walks several tiles.
 _INTERPRETER_SMS = 2
@@ -199,16 +200,13 @@ _INTERPRETER_SMS = 2
 def persistent_target(target) -> bool:
     """Whether the spaces propose persistent configs: NVIDIA sm_90 (Hopper)
     only, the arch the variant was written and compiled for."""
-    return not common.is_hip(target) and common.arch(target) in _SMS_BY_ARCH
+    return not common.is_hip(target) and common.arch(target) in _PERSISTENT_ARCHS
 
 
 def sm_count(target) -> int:
-    """SMs of a target dict: compute_units, else 132 (H100 / H200 SXM; only
-    sm_90 targets get persistent configs)."""
-    n = target.get("compute_units")
-    if n:
-        return int(n)
-    return _SMS_BY_ARCH.get(common.arch(target), 132)
+    """SMs of a target dict (common.compute_units), else 132 (H100 / H200 SXM;
+    only sm_90 targets get persistent configs)."""
+    return common.compute_units(target) or 132
 
 
 def device_sm_count(t) -> int:
