@@ -623,3 +623,44 @@ def prefer(tiles, preferred) -> list:
     num_warps) is in `preferred` first, in its order, then the others as given."""
     rank = {p: i for i, p in enumerate(preferred)}
     return sorted(tiles, key=lambda t: rank.get((t[0], t[2]), len(rank)))
+
+
+def norm_row_space(shape, dtype: str, target: dict, preferred, looped_blocks, per_thread_max: int,
+                   max_one_pass: int, max_configs: int) -> list[dict]:
+    """The config space of softmax, layernorm and rmsnorm (a one-pass kernel
+    holding BLOCK_M whole rows, and a looped one walking a row in BLOCK_N
+    chunks), before the AMD knobs are expanded in:
+
+    * one-pass tiles (BLOCK_N = the row padded to pow2) when it is at most
+      max_one_pass, BLOCK_M 1..16 rows of at most 8192 elements in all;
+    * looped tiles, one row in `looped_blocks` chunks smaller than the row;
+    * per tile, every warp count (1..16) giving each thread at least one
+      element and at most per_thread_max fp32 values;
+    * the one-pass tiles reordered by `preferred` ((BLOCK_M, num_warps), the
+      measured best first) with their knob variants (row_variants) in front;
+    * repeats dropped, at most max_configs."""
+    import triton
+    rows, cols = shape
+    ws = warp_size(target)
+    row_block = triton.next_power_of_2(cols)
+    max_bm = triton.next_power_of_2(rows)
+
+    shapes = []  # (BLOCK_M, BLOCK_N)
+    if row_block <= max_one_pass:
+        for bm in [1, 2, 4, 8, 16]:
+            if bm == 1 or (bm <= max_bm and bm * row_block <= 8192):
+                shapes.append((bm, row_block))
+    for bn in looped_blocks:
+        if bn < cols:
+            shapes.append((1, bn))
+
+    base = []
+    for bm, bn in shapes:
+        tile = bm * bn
+        for warps in [1, 2, 4, 8, 16]:
+            if (warps == 1 or warps * ws <= tile) and tile <= warps * ws * per_thread_max:
+                base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
+    one_pass = [(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in base if c["BLOCK_N"] >= cols]
+    tiles = prefer(one_pass, preferred)
+    space = row_variants(tiles, target, rows, element_bytes(dtype)) + base
+    return expand(dedupe(space, max_configs), amd_knobs(target))

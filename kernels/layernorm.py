@@ -175,32 +175,10 @@ def config_space(op, shape, dtype, params, target):
     software-pipelined grid; not yet measured on a GPU). At most MAX_CONFIGS
     configs before the AMD knobs."""
     _check(op)
-    rows, cols = shape
-    ws = common.warp_size(target)
-    row_block = triton.next_power_of_2(cols)
-    max_bm = triton.next_power_of_2(rows)
-
-    shapes = []  # (BLOCK_M, BLOCK_N)
-    if row_block <= MAX_ONE_PASS:
-        for bm in [1, 2, 4, 8, 16]:
-            if bm == 1 or (bm <= max_bm and bm * row_block <= 8192):
-                shapes.append((bm, row_block))
-    for bn in [512, 1024, 2048, 4096]:
-        if bn < cols:
-            shapes.append((1, bn))
-
-    base = []
-    for bm, bn in shapes:
-        tile = bm * bn
-        for warps in [1, 2, 4, 8, 16]:
-            # >= 1 element per thread; <= 32 per thread (the looped kernel keeps
-            # two fp32 accumulators per element).
-            if (warps == 1 or warps * ws <= tile) and tile <= warps * ws * 32:
-                base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
-    one_pass = [(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in base if c["BLOCK_N"] >= cols]
-    tiles = common.prefer(one_pass, _PREFERRED)
-    space = common.row_variants(tiles, target, rows, common.element_bytes(dtype)) + base
-    return common.expand(common.dedupe(space, MAX_CONFIGS), common.amd_knobs(target))
+    # At most 32 values per thread: the looped kernel keeps two fp32 accumulators
+    # per element.
+    return common.norm_row_space(shape, dtype, target, _PREFERRED, [512, 1024, 2048, 4096], 32,
+                                 MAX_ONE_PASS, MAX_CONFIGS)
 
 
 def launch(op, inputs, out, config, params):
