@@ -226,7 +226,7 @@ void Coordinator::on_result(Peer& p, const json& m) {
   if (ending_) return;  // drained: abandoned, the next run evaluates it
   WorkerOutcome o = outcome_from_json(m.value("outcome", json::object()));
   if (o.kind == WorkerOutcome::Kind::kReply) {
-    record_gpu_spans(p, o.reply);
+    append_gpu_spans(o.reply, p.gpu_spans);
     try {
       const std::string why = attach_artifact(p, id, o.reply, m);
       if (!why.empty())
@@ -405,18 +405,6 @@ void Coordinator::finish() {
       if (!alive.expired()) fn();
     });
   }
-}
-
-void Coordinator::record_gpu_spans(Peer& p, const json& reply) {
-  auto r = reply.find("result");
-  if (r == reply.end() || !r->is_object()) return;
-  auto t = r->find("timings");
-  if (t == r->end() || !t->is_object()) return;
-  auto spans = t->find("gpu_spans");
-  if (spans == t->end() || !spans->is_array()) return;
-  for (const auto& sp : *spans)
-    if (sp.is_array() && sp.size() >= 2 && sp[0].is_number() && sp[1].is_number())
-      p.gpu_spans.emplace_back(sp[0].get<double>(), sp[1].get<double>());
 }
 
 CoordinatorSummary Coordinator::summary() const {

@@ -109,7 +109,6 @@ class Coordinator {
   void on_ready(Peer& p, const nlohmann::json& m);
   void on_result(Peer& p, const nlohmann::json& m);
   void on_bye(Peer& p, const nlohmann::json& m);
-  void record_gpu_spans(Peer& p, const nlohmann::json& reply);
   void lose(Peer& p, const std::string& why);
   void pump();
   bool send_one(Peer& p);

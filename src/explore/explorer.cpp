@@ -52,6 +52,22 @@ double union_seconds(std::vector<std::pair<double, double>> spans, double from, 
   return total;
 }
 
+void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double, double>>& all,
+                      std::vector<std::pair<double, double>>* bench) {
+  auto r = reply.find("result");
+  if (r == reply.end() || !r->is_object()) return;
+  auto t = r->find("timings");
+  if (t == r->end() || !t->is_object()) return;
+  auto spans = t->find("gpu_spans");
+  if (spans == t->end() || !spans->is_array()) return;
+  for (const auto& sp : *spans) {
+    if (!sp.is_array() || sp.size() < 2 || !sp[0].is_number() || !sp[1].is_number()) continue;
+    const std::pair<double, double> span{sp[0].get<double>(), sp[1].get<double>()};
+    all.push_back(span);
+    if (bench && sp.size() > 2 && sp[2] == "bench") bench->push_back(span);
+  }
+}
+
 std::string this_owner() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -255,7 +271,10 @@ class Explorer {
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(item->timeout_s * 1000));
       s.worker->request(item->request, timeout, [this, i, w = *item](WorkerOutcome o) {
         slots_[i].busy = false;
-        if (o.kind == WorkerOutcome::Kind::kReply) record_gpu_spans(slots_[i].gpu, o.reply);
+        if (o.kind == WorkerOutcome::Kind::kReply) {
+          const size_t g = slots_[i].gpu;
+          append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);
+        }
         const std::string who = "pid " + std::to_string(slots_[i].worker->pid());
         if (o.kind != WorkerOutcome::Kind::kReply) restart_slot(i);
         scheduler_->complete(w, o, who);
@@ -270,22 +289,6 @@ class Explorer {
 
   static double epoch_now() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  }
-
-  // The spans during which the worker held the GPU for this evaluation
-  // (timings.gpu_spans: [start, end, "bench" | "check"] in unix seconds).
-  void record_gpu_spans(size_t gpu, const json& reply) {
-    const json* r = reply.contains("result") ? &reply["result"] : nullptr;
-    if (!r || !r->is_object() || !r->contains("timings") || !(*r)["timings"].is_object()) return;
-    const json& t = (*r)["timings"];
-    auto it = t.find("gpu_spans");
-    if (it == t.end() || !it->is_array()) return;
-    for (const auto& sp : *it) {
-      if (!sp.is_array() || sp.size() < 2 || !sp[0].is_number() || !sp[1].is_number()) continue;
-      const std::pair<double, double> span{sp[0].get<double>(), sp[1].get<double>()};
-      gpu_spans_[gpu].push_back(span);
-      if (sp.size() > 2 && sp[2] == "bench") bench_spans_[gpu].push_back(span);
-    }
   }
 
   // The run's GPU busy time: per GPU, the union of its workers' spans over

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "catalog/catalog.h"
 #include "evaluate/gpu_binding.h"
 #include "evaluate/worker_process.h"
@@ -58,6 +60,13 @@ RunSummary run_explorer(Catalog& catalog, const Knowledge& knowledge, const RunO
 
 // Seconds covered by the union of [start, end) spans, clipped to [from, to].
 double union_seconds(std::vector<std::pair<double, double>> spans, double from, double to);
+
+// Appends the spans during which an evaluator held its GPU for one request
+// (reply.result.timings.gpu_spans: [start, end, "bench" | "check"] in unix
+// seconds) to `all`, and the timed-benchmark ones also to `bench` when given.
+// A reply without them adds nothing.
+void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double, double>>& all,
+                      std::vector<std::pair<double, double>>* bench = nullptr);
 
 // "host:pid" of this process: the lease owner.
 std::string this_owner();

@@ -368,5 +368,21 @@ TEST(StrategyBusy, GpuBusyIsTheUnionOfTheWorkersSpans) {
   EXPECT_DOUBLE_EQ(union_seconds({{3, 3}, {1, 2}, {1.5, 2.5}}, 0, 10), 1.5);
 }
 
+TEST(StrategyBusy, SpansComeFromTheEvaluatorsReplies) {
+  std::vector<std::pair<double, double>> all, bench;
+  const nlohmann::json reply = {
+      {"ok", true},
+      {"result", {{"timings", {{"gpu_spans", {{1.0, 2.0, "check"}, {2.5, 4.0, "bench"}, {"bad"}}}}}}}};
+  append_gpu_spans(reply, all, &bench);
+  EXPECT_EQ(all, (std::vector<std::pair<double, double>>{{1.0, 2.0}, {2.5, 4.0}}));
+  EXPECT_EQ(bench, (std::vector<std::pair<double, double>>{{2.5, 4.0}}));
+  append_gpu_spans(reply, all);  // without a bench list
+  EXPECT_EQ(all.size(), 4u);
+  append_gpu_spans({{"ok", true}, {"result", {{"status", "ok"}}}}, all, &bench);  // none: nothing added
+  append_gpu_spans({{"ok", false}, {"error", "x"}}, all, &bench);
+  EXPECT_EQ(all.size(), 4u);
+  EXPECT_EQ(bench.size(), 1u);
+}
+
 }  // namespace
 }  // namespace kiln
