@@ -227,9 +227,8 @@ class Evaluation:
         self.inputs.clear()
         if self.dev.is_gpu:
             import gc
-            import torch
             gc.collect()
-            torch.cuda.empty_cache()
+            _release_cached_gpu_memory()
 
     def _classify(self, exc: BaseException) -> tuple[str, str]:
         if _is_out_of_memory(exc):
@@ -369,12 +368,7 @@ class _InputCache:
         if evicted:
             _release_cached_gpu_memory()
         if key not in self.entries:
-            try:
-                self.entries[key] = draw()
-            except Exception as exc:
-                if _is_out_of_memory(exc):
-                    raise _OutOfMemory(describe_exception(exc)) from exc
-                raise
+            self.entries[key] = draw()  # an out-of-memory error: Evaluation._attempt's
         return self.entries[key]
 
     def clear(self) -> None:
