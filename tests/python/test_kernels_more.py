@@ -636,8 +636,10 @@ def test_conv2d_variants_cross_compile_sm90():
 # ---------------------------------------------------------------------------
 
 ROW_OPS = {"softmax": "bf16", "layernorm": "bf16", "rmsnorm": "bf16", "row_sum": "fp32"}
+# An H200 target with the specs of configs/targets/H200.yaml that the row,
+# matmul and GEMM spaces read (TARGETS["sm_90"] has only the arch).
 H200_FULL = dict(TARGETS["sm_90"], compute_units=132, simds_per_cu=4, max_waves_per_simd=16,
-                 lds_bytes_per_cu=233472, max_shared_per_block=232448)
+                 lds_bytes_per_cu=233472, max_shared_per_block=232448, registers_per_cu=65536)
 
 
 def _knobbed(config):
@@ -732,8 +734,6 @@ def test_row_knobs_cross_compile(target):
 # programs per SM; proposed on sm_90 only)
 # ---------------------------------------------------------------------------
 
-_H200_FULL = dict(TARGETS["sm_90"], compute_units=132, lds_bytes_per_cu=233472,
-                  max_shared_per_block=232448, registers_per_cu=65536)
 _GEMM_ANCHORS = {"matmul": [([4096, 4096, 4096], {}), ([8192, 8192, 8192], {})],
                  "gemm_bias_act": [([8192, 4096, 4096], {"activation": "gelu"})]}
 
@@ -781,7 +781,7 @@ def test_gemm_persistent_only_on_sm90_and_spaces():
                 if name != "sm_90":
                     assert not persistent, (op, name)
                     continue
-                for t in (tg, _H200_FULL):
+                for t in (tg, H200_FULL):
                     space = mod.config_space(op, shape, "bf16", params, t)
                     assert len(space) <= 64, (op, len(space))
                     persistent = [c for c in space if c.get("persistent")]
@@ -799,16 +799,16 @@ def test_gemm_persistent_only_on_sm90_and_spaces():
                         assert spec["grid"] == (132 * c["persistent"], 1, 1)
                         assert "persistent" not in spec["constexprs"]
     # no persistent configs where every program would get a single tile
-    space = module_for("matmul").config_space("matmul", [512, 512, 512], "fp16", {}, _H200_FULL)
+    space = module_for("matmul").config_space("matmul", [512, 512, 512], "fp16", {}, H200_FULL)
     assert space and not any(c.get("persistent") for c in space)
     # nor where K or N lacks 16-element alignment (no async copies: unpipelined)
     for shape in ([4096, 4096, 4000 + 8], [4096, 4096 + 8, 4096]):
-        space = module_for("gemm_bias_act").config_space("gemm_bias_act", shape, "fp16", {}, _H200_FULL)
+        space = module_for("gemm_bias_act").config_space("gemm_bias_act", shape, "fp16", {}, H200_FULL)
         assert space and not any(c.get("persistent") for c in space)
     # the grid follows the target's SM count
     c = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
          "persistent": 1}
-    spec = module_for("matmul").compile_spec("matmul", [4096] * 3, "bf16", {}, c, dict(_H200_FULL, compute_units=114))
+    spec = module_for("matmul").compile_spec("matmul", [4096] * 3, "bf16", {}, c, dict(H200_FULL, compute_units=114))
     assert spec["grid"] == (114, 1, 1)
 
 
@@ -823,19 +823,19 @@ def test_gemm_persistent_cross_compile_sm90():
         mod = module_for(op)
         params = defaults(op, params)
         dtype = "bf16" if shape[0] > 2000 else "fp16"
-        space = mod.config_space(op, shape, dtype, params, _H200_FULL)
+        space = mod.config_space(op, shape, dtype, params, H200_FULL)
         config = next(c for c in space if c.get("persistent"))
-        spec = mod.compile_spec(op, shape, dtype, params, config, _H200_FULL)
+        spec = mod.compile_spec(op, shape, dtype, params, config, H200_FULL)
         classic = mod.compile_spec(op, shape, dtype, params,
-                                   {k: v for k, v in config.items() if k != "persistent"}, _H200_FULL)
+                                   {k: v for k, v in config.items() if k != "persistent"}, H200_FULL)
         assert [t for t in spec["signature"].values() if t != "constexpr"] == \
             [t for t in classic["signature"].values() if t != "constexpr"]
-        compiled = common.cross_compile(spec, _H200_FULL)
+        compiled = common.cross_compile(spec, H200_FULL)
         assert compiled.metadata.name == spec["fn"].__name__
         _, machine, _ = elf_header(compiled.asm["cubin"])
         assert machine == 190
         assert compiled.metadata.global_scratch_size == 0 and compiled.metadata.profile_scratch_size == 0
-        assert compiled.metadata.shared <= mod.shared_bytes(config, dtype, _H200_FULL)
+        assert compiled.metadata.shared <= mod.shared_bytes(config, dtype, H200_FULL)
         stages = config["num_stages"]
         assert compiled.asm["ttgir"].count(f"memdesc<{stages}x") >= 2, "A and B not both pipelined"
 
