@@ -5,7 +5,7 @@
 # exhaustively and with the halving strategy, each as its own `kiln run` (which
 # reports its GPU busy fraction), and replays the strategies against the
 # exhaustive run (bench/search_efficiency.py).
-#   KILN_WORKERS   workers per run (default: kiln's default, min(cores, 8))
+#   KILN_WORKERS   workers per run (default: kiln's, cores - 1, at most 12 per GPU)
 #   RUN_TIMEOUT    seconds per `kiln run` (default 240); on expiry it drains
 # Writes under $OUT (or ./out): exhaustive.{log,json}, halving.{log,json},
 # search.md, kiln-h200-search.db
@@ -14,20 +14,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-mkdir -p /tmp/deps
-for d in .deps/libboost1.74-dev_*.deb .deps/libboost-program-options1.74-dev_*.deb \
-         .deps/libboost-program-options1.74.0_*.deb .deps/libsqlite3-dev_*.deb; do
-  dpkg -x "$d" /tmp/deps
-done
+scripts/gpu/build_on_device.sh kiln-replay || exit 1
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-CXXFLAGS="-include utility" cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF \
-  -DBOOST_ROOT=/tmp/deps/usr -DBoost_NO_SYSTEM_PATHS=ON \
-  -DBoost_DIR=/tmp/deps/usr/lib/x86_64-linux-gnu/cmake/Boost-1.74.0 \
-  -DSQLite3_INCLUDE_DIR=/tmp/deps/usr/include \
-  -DSQLite3_LIBRARY=/tmp/deps/usr/lib/x86_64-linux-gnu/libsqlite3.a >/tmp/cmake-gpu.log 2>&1 \
-  || { tail -30 /tmp/cmake-gpu.log; exit 1; }
-cmake --build build-gpu -j"$(nproc)" --target kiln kiln-replay >/tmp/build-gpu.log 2>&1 \
-  || { grep -E "error" -A3 /tmp/build-gpu.log | head -40; exit 1; }
 K=build-gpu/kiln
 export KILN_CATALOG=/tmp/kiln-h200-search.db
 rm -f "$KILN_CATALOG"*

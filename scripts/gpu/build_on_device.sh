@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run ON THE GPU MACHINE (Ubuntu 24.04, no registry): unpacks the carried .deps/
-# into /tmp/deps and builds Kiln into build-gpu/ against them.
+# into /tmp/deps and builds Kiln into build-gpu/ against them: kiln, kiln-mpi
+# where CMake finds an MPI, and any targets given as arguments (kiln-replay).
 # Boost 1.74's Asio lacks an #include <utility> that GCC 13 needs: CXXFLAGS adds it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +18,7 @@ CXXFLAGS="-include utility" cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -
   -DSQLite3_LIBRARY=/tmp/deps/usr/lib/x86_64-linux-gnu/libsqlite3.a >/tmp/cmake-gpu.log 2>&1 \
   || { cat /tmp/cmake-gpu.log; exit 1; }
 # kiln-mpi too where CMake found an MPI (Open MPI 4.1.6 there).
-targets=(kiln)
+targets=(kiln "$@")
 help=$(cmake --build build-gpu --target help)
 [[ $help == *kiln-mpi* ]] && targets+=(kiln-mpi)
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" 2>&1 | grep -E "error|Error" && exit 1 || true
