@@ -97,7 +97,7 @@ def _pixels(p0, OW, STRIDE: tl.constexpr, PAD: tl.constexpr, BLOCK_M: tl.constex
 
 @triton.jit
 def _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
-            EVEN_P: tl.constexpr, KMASK: tl.constexpr, TRANSPOSE: tl.constexpr, EVICT: tl.constexpr):
+            EVEN_P: tl.constexpr, KMASK: tl.constexpr, TRANSPOSE: tl.constexpr):
     # The A tile of one chunk and K step, [pixels, k] ([k, pixels] when TRANSPOSE).
     # Per (pixel, k) element: an add for the address and the bounds test as one
     # unsigned compare per axis (a negative index wraps to a huge value).
@@ -112,7 +112,7 @@ def _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
             a_mask = a_mask & k_mask[:, None]
         if not EVEN_P:
             a_mask = a_mask & (offs_p < OHW)[None, :]
-        a = tl.load(x_img + (m_off[None, :] + k_off[:, None]), mask=a_mask, other=0.0, eviction_policy=EVICT)
+        a = tl.load(x_img + (m_off[None, :] + k_off[:, None]), mask=a_mask, other=0.0)
     else:
         ih = (ih0[:, None] + r[None, :]).to(tl.uint32, bitcast=True)
         iw = (iw0[:, None] + s[None, :]).to(tl.uint32, bitcast=True)
@@ -121,7 +121,7 @@ def _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
             a_mask = a_mask & k_mask[None, :]
         if not EVEN_P:
             a_mask = a_mask & (offs_p < OHW)[:, None]
-        a = tl.load(x_img + (m_off[:, None] + k_off[None, :]), mask=a_mask, other=0.0, eviction_policy=EVICT)
+        a = tl.load(x_img + (m_off[:, None] + k_off[None, :]), mask=a_mask, other=0.0)
     return a
 
 
@@ -181,7 +181,7 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
                   OH_: tl.constexpr = 0, OW_: tl.constexpr = 0, KMASK: tl.constexpr = True,
                   TRANSPOSE: tl.constexpr = False, PREFETCH: tl.constexpr = False,
                   PROGRAMS: tl.constexpr = 0, CHUNKS: tl.constexpr = 0,
-                  CACHE: tl.constexpr = "", EVICT: tl.constexpr = ""):
+                  CACHE: tl.constexpr = ""):
     # Grid: (pixel blocks of one image, out-channel blocks, images). A program owns
     # BLOCK_P consecutive output pixels p = oh * OW + ow of one image and walks
     # them in chunks of BLOCK_M (one tl.dot per chunk and K step).
@@ -190,7 +190,7 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
     # gather before this chunk's dot and store; PROGRAMS > 0 is a persistent grid
     # (PROGRAMS, out-channel blocks, 1) whose program i walks the chunks i,
     # i + PROGRAMS, ... of all CHUNKS = N * cdiv(OH*OW, BLOCK_M) (prefetching);
-    # CACHE / EVICT are the store cache modifier and the gather's eviction policy.
+    # CACHE is the store cache modifier (".cs": streaming).
     if SPEC:
         C = C_
         H = H_
@@ -234,14 +234,14 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
             n = pid_p // cpi
             offs_p, ih0, iw0 = _pixels((pid_p - n * cpi) * BLOCK_M, OW, STRIDE, PAD, BLOCK_M)
             a = _gather(x_ptr + n.to(tl.int64) * C * H * W, offs_p, ih0, iw0, r, s, k_off, k_mask,
-                        H, W, OHW, EVEN_P, KMASK, TRANSPOSE, EVICT)
+                        H, W, OHW, EVEN_P, KMASK, TRANSPOSE)
             for t in range(pid_p, CHUNKS, PROGRAMS):
                 # the next chunk of this program (this one again after the last)
                 tn = tl.minimum(t + PROGRAMS, CHUNKS - 1)
                 nn = tn // cpi
                 offs_pn, ih0n, iw0n = _pixels((tn - nn * cpi) * BLOCK_M, OW, STRIDE, PAD, BLOCK_M)
                 a_next = _gather(x_ptr + nn.to(tl.int64) * C * H * W, offs_pn, ih0n, iw0n, r, s, k_off,
-                                 k_mask, H, W, OHW, EVEN_P, KMASK, TRANSPOSE, EVICT)
+                                 k_mask, H, W, OHW, EVEN_P, KMASK, TRANSPOSE)
                 acc = _mma(a, b, BLOCK_M, BLOCK_N, TRANSPOSE)
                 _store(out_ptr + n.to(tl.int64) * OC * OHW, oc_off, oc_mask, offs_p, acc, OHW,
                        EVEN_P, EVEN_N, TRANSPOSE, CACHE)
@@ -256,13 +256,13 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
             if PREFETCH:
                 offs_p, ih0, iw0 = _pixels(first, OW, STRIDE, PAD, BLOCK_M)
                 a = _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
-                            EVEN_P, KMASK, TRANSPOSE, EVICT)
+                            EVEN_P, KMASK, TRANSPOSE)
                 for p0 in range(first, first + BLOCK_P, BLOCK_M):
                     # the next chunk (this one again after the last)
                     pn = tl.minimum(p0 + BLOCK_M, first + BLOCK_P - BLOCK_M)
                     offs_pn, ih0n, iw0n = _pixels(pn, OW, STRIDE, PAD, BLOCK_M)
                     a_next = _gather(x_img, offs_pn, ih0n, iw0n, r, s, k_off, k_mask, H, W, OHW,
-                                     EVEN_P, KMASK, TRANSPOSE, EVICT)
+                                     EVEN_P, KMASK, TRANSPOSE)
                     acc = _mma(a, b, BLOCK_M, BLOCK_N, TRANSPOSE)
                     _store(out_img, oc_off, oc_mask, offs_p, acc, OHW, EVEN_P, EVEN_N, TRANSPOSE, CACHE)
                     a = a_next
@@ -271,7 +271,7 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
                 for p0 in range(first, first + BLOCK_P, BLOCK_M):
                     offs_p, ih0, iw0 = _pixels(p0, OW, STRIDE, PAD, BLOCK_M)
                     a = _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
-                                EVEN_P, KMASK, TRANSPOSE, EVICT)
+                                EVEN_P, KMASK, TRANSPOSE)
                     acc = _mma(a, b, BLOCK_M, BLOCK_N, TRANSPOSE)
                     _store(out_img, oc_off, oc_mask, offs_p, acc, OHW, EVEN_P, EVEN_N, TRANSPOSE, CACHE)
     else:
@@ -290,7 +290,7 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
                 s = kk % KS
                 k_off = c * (H * W) + r * W + s
                 a = _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
-                            EVEN_P, True, False, EVICT)
+                            EVEN_P, True, False)
                 if EVEN_N:
                     b = tl.load(w_ptr + offs_oc[None, :] * K + kk[:, None], mask=k_mask[:, None], other=0.0)
                 else:
@@ -539,7 +539,7 @@ def _constexprs(consts, shape, params):
                TRANSPOSE=bool(knobs["transpose"]), PREFETCH=bool(knobs["prefetch"]),
                PROGRAMS=min(knobs["programs"], _chunks(shape, params, consts)) if knobs["programs"] else 0,
                CHUNKS=_chunks(shape, params, consts) if knobs["programs"] else 0,
-               CACHE=".cs" if knobs["stream"] else "", EVICT="")
+               CACHE=".cs" if knobs["stream"] else "")
     return out
 
 
