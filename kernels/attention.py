@@ -365,11 +365,11 @@ def _grid(shape, config):
 
 
 def _options(config, backend, shape, params):
-    """(options, constexprs) of a config: runtime_options without the NV_KNOBS,
-    maxnreg an option on cuda only (dropped on the CPU, where the interpreter
+    """(options, constexprs) of a config: runtime_options (which leaves the
+    NV_KNOBS out), maxnreg an option on cuda only (dropped on the CPU, where the interpreter
     ignores options), q_regs the Q_REGS constexpr."""
     _, _, S, D = shape
-    opts, consts = common.runtime_options({k: v for k, v in config.items() if k not in NV_KNOBS}, backend)
+    opts, consts = common.runtime_options(config, backend)
     maxnreg = int(config.get("maxnreg", 0) or 0)
     if maxnreg and backend == "cuda":
         opts["maxnreg"] = maxnreg

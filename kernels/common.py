@@ -262,7 +262,10 @@ def runtime_options(config: dict, backend: str) -> tuple[dict, dict]:
     (waves_per_eu, matrix_instr_nonkdim, kpack) — the keyword options of a Triton
     launch / `triton.compile`. On 'cuda' and 'cpu' the AMD knobs are dropped (the
     NVIDIA backend rejects them; the interpreter ignores options anyway).
-    constexprs: every other key (the UPPER_CASE block sizes)."""
+    constexprs: the UPPER_CASE keys (block sizes). Any other lower-case key is a
+    template's own knob (matmul's `persistent`, the row kernels' `programs` /
+    `stream`, conv2d's and attention's variants): neither, the template reads
+    it from the config."""
     options, constexprs = {}, {}
     for k, v in config.items():
         if k in LAUNCH_KEYS:
@@ -270,7 +273,7 @@ def runtime_options(config: dict, backend: str) -> tuple[dict, dict]:
         elif k in AMD_KNOBS:
             if backend == "hip":
                 options[k] = v
-        else:
+        elif not k.islower():
             constexprs[k] = v
     return options, constexprs
 
@@ -599,14 +602,14 @@ def dedupe(configs, cap: int | None = None) -> list[dict]:
 def row_options(config: dict, backend: str, n_rows: int, knobs: bool = True):
     """(options, constexprs, grid) of a row-kernel config.
 
-    runtime_options of the config without the ROW_KNOBS; with `knobs` (the
+    runtime_options of the config (which leaves the ROW_KNOBS out); with `knobs` (the
     one-pass kernels) also the constexprs PERSISTENT, STAGES (num_stages: depth
     of the persistent row loop's pipeline), LOAD_POLICY and STORE_CACHE; the grid
     is the row blocks, or the persistent program count when smaller. Without
     `knobs` (looped kernels, which re-read rows) the knobs are refused."""
     programs = int(config.get("programs", 0) or 0)
     stream = bool(config.get("stream", 0))
-    options, constexprs = runtime_options({k: v for k, v in config.items() if k not in ROW_KNOBS}, backend)
+    options, constexprs = runtime_options(config, backend)
     blocks = cdiv(n_rows, config["BLOCK_M"])
     if knobs:
         constexprs.update(PERSISTENT=programs > 0, STAGES=int(config.get("num_stages", 1)),

@@ -520,12 +520,12 @@ def _grid(shape, params, config):
     return (common.cdiv(OH * OW, _block_p(config)), common.cdiv(oc, config["BLOCK_N"]), N)
 
 
-def _constexprs(consts, shape, params):
+def _constexprs(config, consts, shape, params):
+    """The kernel's constexprs: the config's (runtime_options) and its KNOBS."""
     C = shape[1]
     _, oc, OH, OW = out_shape(shape, params)
     _, ks, stride, pad = _params(params)
-    knobs = {k: int(consts.get(k, 0)) for k in KNOBS}
-    consts = {k: v for k, v in consts.items() if k not in KNOBS}
+    knobs = {k: int(config.get(k, 0)) for k in KNOBS}
     one_k = C * ks * ks <= consts["BLOCK_K"]
     if not one_k and any(knobs.values()):
         raise ValueError(f"conv2d: the variant knobs {KNOBS} need all of K in one BLOCK_K step")
@@ -551,7 +551,7 @@ def launch(op, inputs, out, config, params):
     _, OC, OH, OW = out.shape
     opts, consts = common.runtime_options(config, common.device_backend(out))
     conv2d_kernel[_grid(list(x.shape), params, config)](
-        x, w, out, C, H, W, OC, OH, OW, **_constexprs(consts, list(x.shape), params), **opts)
+        x, w, out, C, H, W, OC, OH, OW, **_constexprs(config, consts, list(x.shape), params), **opts)
     return out
 
 
@@ -564,7 +564,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     args = [("x_ptr", ptr, None), ("w_ptr", ptr, None), ("out_ptr", ptr, None),
             ("C", "i32", C), ("H", "i32", H), ("W", "i32", W),
             ("OC", "i32", OC), ("OH", "i32", OH), ("OW", "i32", OW)]
-    return common.spec(conv2d_kernel, args, _constexprs(consts, shape, params), opts,
+    return common.spec(conv2d_kernel, args, _constexprs(config, consts, shape, params), opts,
                        _grid(shape, params, config))
 
 

@@ -186,8 +186,8 @@ def _tile_sizes(dim, large):
 
 # Config key of the persistent variant: programs per SM (the grid is
 # min(tiles, SMs x persistent)). Lower case because it is a launch option, not a
-# kernel constexpr: it picks the kernel and the grid and is stripped from the
-# constexprs. Configs without it run the classic one-tile-per-program kernel.
+# kernel constexpr (common.runtime_options leaves it out): it picks the kernel
+# and the grid. Configs without it run the classic one-tile-per-program kernel.
 PERSISTENT = "persistent"
 # The archs whose spaces get the persistent variant (Hopper: written and
 # compiled for it).
@@ -229,11 +229,10 @@ def grid(shape, config, sms) -> tuple:
 
 
 def split_config(config, backend):
-    """common.runtime_options, with the persistent knob taken out of the
-    constexprs: (options, constexprs, programs per SM or 0)."""
+    """common.runtime_options and the persistent knob: (options, constexprs,
+    programs per SM or 0)."""
     opts, consts = common.runtime_options(config, backend)
-    per_sm = int(consts.pop(PERSISTENT, 0) or 0)
-    return opts, consts, per_sm
+    return opts, consts, int(config.get(PERSISTENT) or 0)
 
 
 def shared_bytes(config, dtype, target) -> int:
