@@ -46,6 +46,37 @@ def test_compare_reports_worst_element_and_errors():
         e.value.stats["max_rel_err"] >= expected_rel
 
 
+@pytest.mark.parametrize("scaled", [False, True])
+def test_compare_in_chunks_matches_the_whole(monkeypatch, scaled):
+    """compare() works through COMPARE_CHUNK elements at a time (memory: a dozen
+    workers share one GPU); statistics, the worst element and the counts are
+    those of the whole tensors."""
+    ref = _ref((9, 13), seed=3)
+    out = ref.float() + 1e-6
+    out[4, 11] += 0.3
+    out[0, 2] += 0.3           # the same error earlier: the first worst element wins
+    out[7, 5] += 0.05
+    results = []
+    for chunk in (1 << 24, 7, 1):
+        monkeypatch.setattr(check, "COMPARE_CHUNK", chunk)
+        with pytest.raises(check.Incorrect) as e:
+            check.compare(out, ref, 1e-4, 1e-4, scaled, 2)
+        results.append((e.value.message, e.value.stats))
+        ok = check.compare(ref.float(), ref, 1e-4, 1e-4, scaled, 2)
+        results.append((None, {k: round(v, 12) for k, v in ok.items()}))
+        bad = out.clone()
+        bad[8, 12] = float("nan")
+        bad[6, 0] = float("inf")
+        with pytest.raises(check.Incorrect) as e:
+            check.compare(bad, ref, 1e-4, 1e-4, scaled, 2)
+        results.append((e.value.message, e.value.stats))
+    whole = results[:3]
+    assert "worst at index [0, 2]" in whole[0][0] and "3 of 117 elements" in whole[0][0]
+    assert "2 of 117 elements NaN/inf" in whole[2][0] and "first at index [6, 0]" in whole[2][0]
+    for i in (3, 6):
+        assert results[i:i + 3] == whole
+
+
 def test_compare_tolerance_edges():
     ref = torch.full((4,), 2.0, dtype=torch.float64)
     atol, rtol = 1e-3, 1e-2

@@ -143,55 +143,83 @@ def _index(flat_idx: int, shape) -> list[int]:
     return list(reversed(idx))
 
 
+# Elements per step of compare(): its temporaries (the output in the
+# reference's dtype, |diff|, |ref|, the ratios) are a few of these at a time
+# instead of a few whole outputs: a conv2d output of 205 M fp32 elements took
+# ~6 GB per check, and a dozen workers share one GPU.
+COMPARE_CHUNK = 1 << 24
+
+
 def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int) -> dict:
-    """Statistics of one seed; raises Incorrect on failure."""
+    """Statistics of one seed; raises Incorrect on failure. Works through the
+    flattened tensors COMPARE_CHUNK elements at a time; the result is the
+    whole tensors' (maxima, the first worst element, counts)."""
     import torch
     if tuple(out.shape) != tuple(ref.shape):
         raise Incorrect(f"output shape {list(out.shape)} differs from the reference's "
                         f"{list(ref.shape)} (seed {seed})", {})
-    ref = ref.detach()
-    o = out.detach().to(ref.dtype)
-    stats: dict[str, Any] = {}
-    if ref.numel() == 0:
+    ref_flat = ref.detach().reshape(-1)
+    out_flat = out.detach().reshape(-1)
+    n = ref_flat.numel()
+    if n == 0:
         return {"max_abs_err": 0.0, "max_rel_err": 0.0, "atol": atol, "rtol": rtol}
-    if not bool(torch.isfinite(ref).all()):
-        n = int((~torch.isfinite(ref)).sum())
-        raise Incorrect(f"the reference has {n} non-finite values (seed {seed}); "
+    steps = [(s, min(n, s + COMPARE_CHUNK)) for s in range(0, n, COMPARE_CHUNK)]
+
+    def chunk(a, b):
+        return out_flat[a:b].to(ref_flat.dtype), ref_flat[a:b]
+
+    bad_ref, squares = 0, 0.0
+    for a, b in steps:
+        r = ref_flat[a:b]
+        bad_ref += int((~torch.isfinite(r)).sum())
+        if scaled:
+            squares += float((r.double() ** 2).sum().item())
+    if bad_ref:
+        raise Incorrect(f"the reference has {bad_ref} non-finite values (seed {seed}); "
                         "the template's inputs or reference are broken", {})
-    finite = torch.isfinite(o)
-    if not bool(finite.all()):
-        bad = (~finite).reshape(-1)
-        n = int(bad.sum())
-        first = int(torch.nonzero(bad)[0].item())
-        val = o.reshape(-1)[first].item()
-        raise Incorrect(f"output has {n} of {o.numel()} elements NaN/inf (never written or "
-                        f"overflowed); first at index {_index(first, o.shape)}: got {val}, "
-                        f"expected {ref.reshape(-1)[first].item():.6g} (seed {seed})",
-                        {"max_abs_err": None, "max_rel_err": None, "nonfinite": n})
+    nonfinite, first = 0, None
+    for a, b in steps:
+        bad = ~torch.isfinite(chunk(a, b)[0])
+        count = int(bad.sum())
+        if count and first is None:
+            first = a + int(torch.nonzero(bad)[0].item())
+        nonfinite += count
+    if nonfinite:
+        val = out_flat[first].to(ref_flat.dtype).item()
+        raise Incorrect(f"output has {nonfinite} of {n} elements NaN/inf (never written or "
+                        f"overflowed); first at index {_index(first, out.shape)}: got {val}, "
+                        f"expected {ref_flat[first].item():.6g} (seed {seed})",
+                        {"max_abs_err": None, "max_rel_err": None, "nonfinite": nonfinite})
     atol_eff = atol
     if scaled:
-        rms = float(torch.sqrt(torch.mean(ref.double() ** 2)).item())
-        atol_eff = atol * max(1.0, rms)
-    diff = (o - ref).abs()
-    aref = ref.abs()
-    rel = diff / torch.clamp(aref, min=max(atol_eff, 1e-30))
-    allowed = atol_eff + rtol * aref
-    ratio = diff / allowed
-    worst = int(torch.argmax(ratio.reshape(-1)).item())
-    stats = {
-        "max_abs_err": float(diff.max().item()),
-        "max_rel_err": float(rel.max().item()),
-        "atol": atol_eff,
-        "rtol": rtol,
-        "worst_ratio": float(ratio.reshape(-1)[worst].item()),
-    }
-    nbad = int((diff > allowed).sum().item())
+        atol_eff = atol * max(1.0, math.sqrt(squares / n))
+    max_abs = max_rel = 0.0
+    worst, worst_ratio, nbad = 0, None, 0
+    for a, b in steps:
+        o, r = chunk(a, b)
+        diff = (o - r).abs()
+        aref = r.abs()
+        rel = diff / torch.clamp(aref, min=max(atol_eff, 1e-30))
+        allowed = atol_eff + rtol * aref
+        ratio = diff / allowed
+        i = int(torch.argmax(ratio).item())
+        v = float(ratio[i].item())
+        # the first worst element of the whole tensor; 0 / 0 (NaN, zero
+        # tolerance and no error) ranks highest, as in torch.argmax
+        if worst_ratio is None or (math.isnan(v) and not math.isnan(worst_ratio)) or \
+                (not math.isnan(worst_ratio) and v > worst_ratio):
+            worst, worst_ratio = a + i, v
+        max_abs = max(max_abs, float(diff.max().item()))
+        max_rel = max(max_rel, float(rel.max().item()))
+        nbad += int((diff > allowed).sum().item())
+    stats = {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol_eff, "rtol": rtol,
+             "worst_ratio": worst_ratio}
     if nbad:
-        idx = _index(worst, o.shape)
-        got = o.reshape(-1)[worst].item()
-        exp = ref.reshape(-1)[worst].item()
+        idx = _index(worst, out.shape)
+        got = out_flat[worst].to(ref_flat.dtype).item()
+        exp = ref_flat[worst].item()
         raise Incorrect(
-            f"{nbad} of {o.numel()} elements out of tolerance (atol {atol_eff:.3g}, rtol {rtol:.3g}); "
+            f"{nbad} of {n} elements out of tolerance (atol {atol_eff:.3g}, rtol {rtol:.3g}); "
             f"max abs err {stats['max_abs_err']:.4g}, max rel err {stats['max_rel_err']:.4g}; "
             f"worst at index {idx}: got {got:.6g}, expected {exp:.6g} (seed {seed})", stats)
     return stats
