@@ -93,6 +93,12 @@ PackageResult package_target(const Catalog& catalog, const Target& target,
     for (const char* f : {"num_warps", "num_stages", "warp_size", "shared_bytes", "grid", "block",
                           "args", "registers", "sgprs", "spills", "scratch_bytes", "occupancy"})
       if (meta.contains(f)) k[f] = meta[f];
+    // The hidden scratch arguments' sizes (Triton's metadata; absent = 0): a
+    // kernel with device-side tensor descriptors needs global scratch.
+    if (auto md = meta.find("metadata"); md != meta.end() && md->is_object())
+      for (const char* f : {"global_scratch_size", "global_scratch_align", "profile_scratch_size",
+                            "profile_scratch_align"})
+        if (md->contains(f)) k[f] = (*md)[f];
     kernels.push_back(std::move(k));
     r.files.push_back(file);
     ++r.kernels;
@@ -110,7 +116,9 @@ PackageResult package_target(const Catalog& catalog, const Target& target,
                    {"created_at", static_cast<long long>(std::time(nullptr))},
                    {"launch_notes",
                     "Triton 3.x kernels take two hidden trailing pointer arguments (global and "
-                    "profile scratch); pass 0 when their metadata sizes are 0. block = num_warps x "
+                    "profile scratch): pass 0 when the kernel's global_scratch_size / "
+                    "profile_scratch_size is 0 or absent, else a buffer of that many bytes per "
+                    "program of the grid, aligned to *_scratch_align. block = num_warps x "
                     "warp_size threads; dynamic shared memory = shared_bytes."},
                    {"kernels", kernels}};
   const std::string mtext = manifest.dump(2) + "\n";

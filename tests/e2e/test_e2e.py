@@ -206,6 +206,8 @@ def test_package_writes_checked_bundle(quickstart, tmp_path):
         assert hashlib.sha256(data).hexdigest() == k["sha256"]
         assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == AMD_MACHINE
         assert k["kernel_name"] and k["args"] and k["grid"] and k["num_warps"]
+        # the hidden scratch arguments' sizes travel with the kernel (none of ours needs any)
+        assert k["profile_scratch_size"] == 0 and k.get("global_scratch_size", 0) == 0
     sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
     assert sums.returncode == 0, sums.stdout + sums.stderr
     # A second package into the same place needs --force.
