@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <iostream>
+#include <iterator>
+#include <vector>
 
 #include <boost/asio/post.hpp>
 
@@ -85,6 +87,16 @@ void Transport::forget(int dest) {
     if (!done && it->request != MPI_REQUEST_NULL) MPI_Request_free(&it->request);
     it = sends_.erase(it);
   }
+  for (auto it = recvs_.begin(); it != recvs_.end();) {
+    if (it->source != dest) {
+      ++it;
+      continue;
+    }
+    auto next = std::next(it);
+    if (!it->done) abandoned_.splice(abandoned_.end(), recvs_, it);
+    else recvs_.erase(it);
+    it = next;
+  }
 }
 
 void Transport::arm() {
@@ -94,6 +106,45 @@ void Transport::arm() {
     if (ec || alive.expired() || !running_) return;
     poll();
   });
+}
+
+void Transport::deliver(int source, const std::string& text) {
+  ++stats_.received;
+  stats_.bytes_received += text.size();
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    ++stats_.malformed;
+    return;
+  }
+  if (handler_) handler_(source, std::move(j));
+}
+
+bool Transport::deliver_finished() {
+  bool any = false;
+  while (running_) {
+    // The first finished receive not behind an unfinished one of its source.
+    std::vector<int> blocked;
+    auto ready = recvs_.end();
+    for (auto it = recvs_.begin(); it != recvs_.end(); ++it) {
+      if (std::find(blocked.begin(), blocked.end(), it->source) != blocked.end()) continue;
+      if (!it->done) {
+        int done = 0;
+        if (MPI_Test(&it->request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS) it->done = done != 0;
+      }
+      if (it->done) {
+        ready = it;
+        break;
+      }
+      blocked.push_back(it->source);
+    }
+    if (ready == recvs_.end()) break;
+    // Out of the list before the handler runs: it may call forget().
+    Incoming in = std::move(*ready);
+    recvs_.erase(ready);
+    deliver(in.source, in.buffer);
+    any = true;
+  }
+  return any;
 }
 
 void Transport::poll() {
@@ -114,24 +165,22 @@ void Transport::poll() {
   // Bounded per poll so timers and pipes get their turn under a flood.
   for (int n = 0; n < 4096 && running_; ++n) {
     int flag = 0;
+    MPI_Message msg;
     MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, kMessageTag, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS || !flag) break;
+    if (MPI_Improbe(MPI_ANY_SOURCE, kMessageTag, MPI_COMM_WORLD, &flag, &msg, &st) != MPI_SUCCESS || !flag)
+      break;
     int count = 0;
     MPI_Get_count(&st, MPI_CHAR, &count);
-    rbuf_.resize(static_cast<size_t>(std::max(count, 0)));
-    if (MPI_Recv(rbuf_.data(), count, MPI_CHAR, st.MPI_SOURCE, kMessageTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) !=
-        MPI_SUCCESS)
+    recvs_.push_back(Incoming{MPI_REQUEST_NULL, std::string(static_cast<size_t>(std::max(count, 0)), '\0'),
+                              st.MPI_SOURCE, false});
+    Incoming& in = recvs_.back();
+    if (MPI_Imrecv(in.buffer.data(), count, MPI_CHAR, &msg, &in.request) != MPI_SUCCESS) {
+      recvs_.pop_back();
       break;
-    traffic = true;
-    ++stats_.received;
-    stats_.bytes_received += rbuf_.size();
-    json j = json::parse(rbuf_, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      ++stats_.malformed;
-      continue;
     }
-    if (handler_) handler_(st.MPI_SOURCE, std::move(j));
+    traffic = true;
   }
+  traffic = deliver_finished() || traffic;
   if (!running_) return;
   interval_ = traffic ? opts_.min_interval : std::min(interval_ * 2, opts_.max_interval);
   if (interval_.count() <= 0) interval_ = std::chrono::microseconds(1);

@@ -1,8 +1,10 @@
 // Point-to-point JSON messages between ranks, polled from a Boost.Asio loop.
 //
 // One thread calls MPI (the io_context's; MPI_THREAD_FUNNELED): a steady_timer
-// polls MPI_Iprobe / MPI_Recv for incoming messages and MPI_Test for sends in
-// flight. The interval backs off from min_interval (right after traffic) to
+// polls MPI_Improbe / MPI_Imrecv for incoming messages and MPI_Test for sends
+// and receives in flight. Receives never block: a large message whose sender
+// dies after its envelope arrived (rendezvous) stays an unfinished request
+// instead of hanging the loop, so heartbeats still find the sender lost. The interval backs off from min_interval (right after traffic) to
 // max_interval (idle), so an idle rank sleeps in epoll instead of spinning,
 // which matters when many ranks share few cores. Sends are MPI_Isend from a
 // buffer kept until the request completes. A message to this rank itself is
@@ -59,7 +61,8 @@ class Transport {
   }
   // Queues `message` for `dest` (MPI_Isend). Never blocks.
   void send(int dest, const nlohmann::json& message);
-  // A peer that went away: its unfinished sends are freed, not waited for.
+  // A peer that went away: its unfinished sends are freed, not waited for, and
+  // its unfinished receives are never delivered.
   void forget(int dest);
   // Sends still in flight.
   size_t pending_sends() const { return sends_.size(); }
@@ -71,8 +74,18 @@ class Transport {
     std::string buffer;
     int dest = 0;
   };
+  // A matched receive in flight; delivered in arrival order per source.
+  struct Incoming {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::string buffer;
+    int source = 0;
+    bool done = false;
+  };
   void arm();
   void poll();
+  // Delivers the finished receives at the head of each source's queue.
+  bool deliver_finished();
+  void deliver(int source, const std::string& text);
 
   boost::asio::io_context& io_;
   int rank_, size_;
@@ -81,7 +94,8 @@ class Transport {
   boost::asio::steady_timer timer_;
   std::chrono::microseconds interval_;
   std::list<Pending> sends_;  // list: buffers never move while MPI holds them
-  std::string rbuf_;
+  std::list<Incoming> recvs_;
+  std::list<Incoming> abandoned_;  // receives from lost peers: MPI may still hold their buffers
   bool running_ = false;
   TransportStats stats_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
