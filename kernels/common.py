@@ -461,27 +461,49 @@ def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options:
     in 'attrs' ({(arg_index,): [["tt.divisibility", 16]]}), to be passed as
     `ASTSource(..., attrs=spec["attrs"])`; without them the compiled code loses
     vectorised loads.
+
+    The attrs are exactly those Triton's JIT builds at launch (JITFunction.
+    _pack_args): an entry, in parameter order, for every pointer and int
+    argument (an empty list when not aligned) and for every string constexpr
+    (BaseBackend.parse_attr of the string). Triton's cache key includes
+    str(attrs), so any other form -- say, leaving the empty entries out --
+    makes the worker's first launch compile the kernel a second time instead
+    of finding the one the compile stage just built.
     """
     jf = compilable(kernel)
-    signature, attrs = {}, {}
+    signature, by_index = {}, {}
     names = jf.arg_names
     for name, ty, value in args:
         if ty == "i32" and isinstance(value, int) and not -2**31 <= value < 2**31:
             ty = "i64"  # as the JIT would specialise it
         signature[name] = ty
-        aligned = ty.startswith("*") or (isinstance(value, int) and value % 16 == 0)
-        if aligned:
-            attrs[(names.index(name),)] = [["tt.divisibility", 16]]
-    for name in constexprs:
+        if ty.startswith("*"):
+            by_index[names.index(name)] = "D"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            by_index[names.index(name)] = "D" if value % 16 == 0 else ""
+    for name, value in constexprs.items():
         signature[name] = "constexpr"
+        if isinstance(value, str) and name in names:
+            by_index[names.index(name)] = value
     # Keep the signature in the kernel's parameter order.
     signature = {n: signature[n] for n in names if n in signature}
     missing = [n for n in names if n not in signature]
     if missing:
         raise ValueError(f"{jf.__name__}: no value for parameter(s) {missing}")
+    attrs = {(i,): _parse_attr(by_index[i]) for i in sorted(by_index)}
     grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
     return dict(fn=jf, signature=signature, constexprs=dict(constexprs), attrs=attrs,
                 options=dict(options), grid=grid)
+
+
+def _parse_attr(desc: str) -> list:
+    """Triton's BaseBackend.parse_attr (the JIT's attribute of a specialisation
+    string: "D" = divisible by 16)."""
+    try:
+        from triton.backends.compiler import BaseBackend
+        return BaseBackend.parse_attr(desc)
+    except (ImportError, AttributeError):  # pragma: no cover - older Triton
+        return [["tt.divisibility", 16]] if "D" in desc else []
 
 
 def cdiv(a: int, b: int) -> int:
@@ -619,6 +641,16 @@ def row_options(config: dict, backend: str, n_rows: int, knobs: bool = True):
         raise ValueError("programs / stream apply to one-pass row kernels only (BLOCK_N >= cols)")
     grid = (min(programs, blocks) if programs > 0 else blocks, 1, 1)
     return options, constexprs, grid
+
+
+def two_pass_policies(config: dict) -> dict:
+    """FIRST_POLICY / SECOND_POLICY constexprs of the two-pass (looped) row
+    kernels, which read each row twice. Knob `l2hint` 1: the first pass loads
+    with evict_last, so the row is still in L2 for the second, and the second
+    with evict_first, so a finished row leaves room for the next (what
+    torch.compile's reductions do); absent or 0: no hints."""
+    hint = bool(config.get("l2hint", 0))
+    return {"FIRST_POLICY": "evict_last" if hint else "", "SECOND_POLICY": "evict_first" if hint else ""}
 
 
 def prefer(tiles, preferred) -> list:

@@ -86,7 +86,8 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
 
 @triton.jit
 def layernorm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
@@ -99,7 +100,8 @@ def layernorm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy=FIRST_POLICY).to(tl.float32)
         d = tl.where(mask, x - shift[:, None], 0.0)
         s1 += d
         s2 += d * d
@@ -113,9 +115,10 @@ def layernorm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
         cols = start + tl.arange(0, BLOCK_N)
         col_mask = cols < n_cols
         mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=col_mask).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=col_mask).to(tl.float32)
+        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy=SECOND_POLICY).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=col_mask, eviction_policy=FIRST_POLICY).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=col_mask, eviction_policy=FIRST_POLICY).to(tl.float32)
         out = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
         tl.store(out_ptr + row_offs + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -142,7 +145,11 @@ def _kernel(n_cols, config):
 
 def _options(config, backend, shape):
     rows, cols = shape
-    return common.row_options(config, backend, rows, knobs=config["BLOCK_N"] >= cols)
+    one_pass = config["BLOCK_N"] >= cols
+    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass)
+    if not one_pass:
+        consts.update(common.two_pass_policies(config))
+    return opts, consts, grid
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

@@ -102,7 +102,8 @@ def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
 
 @triton.jit
 def rmsnorm_looped_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr):
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
+                          FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
@@ -115,9 +116,10 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         if EVEN_N:
-            x = tl.load(x_row + cols[None, :]).to(tl.float32)
+            x = tl.load(x_row + cols[None, :], eviction_policy=FIRST_POLICY).to(tl.float32)
         else:
-            x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0).to(tl.float32)
+            x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0,
+                        eviction_policy=FIRST_POLICY).to(tl.float32)
         acc += x * x
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
 
@@ -126,11 +128,12 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
         cols = start + tl.arange(0, BLOCK_N)
         col_mask = cols < n_cols
         if EVEN_N:
-            x = tl.load(x_row + cols[None, :]).to(tl.float32)
-            w = tl.load(w_ptr + cols).to(tl.float32)
+            x = tl.load(x_row + cols[None, :], eviction_policy=SECOND_POLICY).to(tl.float32)
+            w = tl.load(w_ptr + cols, eviction_policy=FIRST_POLICY).to(tl.float32)
         else:
-            x = tl.load(x_row + cols[None, :], mask=col_mask[None, :], other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+            x = tl.load(x_row + cols[None, :], mask=col_mask[None, :], other=0.0,
+                        eviction_policy=SECOND_POLICY).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=col_mask, other=0.0, eviction_policy=FIRST_POLICY).to(tl.float32)
         out = x * rstd[:, None] * w[None, :]
         tl.store(out_row + cols[None, :], out.to(out_ptr.dtype.element_ty),
                  mask=row_mask[:, None] & col_mask[None, :])
@@ -158,7 +161,10 @@ def _kernel(n_cols, config):
 
 def _options(config, backend, shape):
     rows, cols = shape
-    opts, consts, grid = common.row_options(config, backend, rows, knobs=config["BLOCK_N"] >= cols)
+    one_pass = config["BLOCK_N"] >= cols
+    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass)
+    if not one_pass:
+        consts.update(common.two_pass_policies(config))
     return opts, dict(consts, EVEN_N=cols % consts["BLOCK_N"] == 0), grid
 
 

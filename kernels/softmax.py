@@ -78,7 +78,8 @@ def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_
 
 
 @triton.jit
-def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
@@ -93,7 +94,7 @@ def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr,
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :],
-                    other=-float("inf")).to(tl.float32)
+                    other=-float("inf"), eviction_policy=FIRST_POLICY).to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, axis=1))
         l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
         m = m_new
@@ -103,7 +104,8 @@ def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr,
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         col_mask = cols < n_cols
-        x = tl.load(x_row + cols[None, :], mask=col_mask[None, :], other=-float("inf")).to(tl.float32)
+        x = tl.load(x_row + cols[None, :], mask=col_mask[None, :], other=-float("inf"),
+                    eviction_policy=SECOND_POLICY).to(tl.float32)
         out = tl.exp(x - m[:, None]) * inv_l[:, None]
         tl.store(out_row + cols[None, :], out.to(out_ptr.dtype.element_ty),
                  mask=row_mask[:, None] & col_mask[None, :])
@@ -124,7 +126,11 @@ def _kernel(n_cols, config):
 
 def _options(config, backend, shape):
     rows, cols = shape
-    return common.row_options(config, backend, rows, knobs=config["BLOCK_N"] >= cols)
+    one_pass = config["BLOCK_N"] >= cols
+    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass)
+    if not one_pass:
+        consts.update(common.two_pass_policies(config))
+    return opts, consts, grid
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

@@ -926,3 +926,56 @@ def test_attention_nv_knobs_cross_compile_sm90():
         if rep.get("spills") is not None:
             assert rep["spills"] == 0, (config, rep)
             assert rep["registers"] <= config.get("maxnreg", 255)
+
+
+def test_spec_attrs_are_the_jits():
+    """common.spec builds the attrs Triton's JIT builds at launch (JITFunction.
+    _pack_args over its native specialisation), in the same order: Triton's
+    cache key contains str(attrs), so a difference makes the worker's first
+    launch compile the kernel a second time."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import native_specialize_impl
+
+    @triton.jit
+    def k(x_ptr, out_ptr, n_aligned, n_odd, scale, BLOCK: tl.constexpr, POLICY: tl.constexpr,
+          n_big, y_ptr):
+        pass
+
+    runtime = [("x_ptr", "*bf16", None), ("out_ptr", "*fp32", None), ("n_aligned", "i32", 4096),
+               ("n_odd", "i32", 300), ("scale", "fp32", 0.5), ("n_big", "i32", 2 ** 40),
+               ("y_ptr", "*fp16", None)]
+    constexprs = {"BLOCK": 128, "POLICY": "evict_first"}
+    spec = common.spec(k, runtime, constexprs, {"num_warps": 4}, (1,))
+
+    dtypes = {"*bf16": torch.bfloat16, "*fp32": torch.float32, "*fp16": torch.float16}
+    values = {n: (torch.empty(16, dtype=dtypes[t]) if t.startswith("*") else v) for n, t, v in runtime}
+    jit_attrs, jit_sig = {}, {}
+    for i, name in enumerate(spec["fn"].arg_names):
+        if name in constexprs:
+            ty, desc = "constexpr", constexprs[name]
+        else:
+            ty, desc = native_specialize_impl(BaseBackend, values[name], False, True, True)
+        jit_sig[name] = ty
+        if isinstance(desc, str):
+            jit_attrs[(i,)] = BaseBackend.parse_attr(desc)
+    assert str(spec["attrs"]) == str(jit_attrs)
+    assert spec["signature"] == jit_sig
+
+
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
+@pytest.mark.parametrize("knobs", [{}, {"l2hint": 1}], ids=["plain", "l2hint"])
+def test_two_pass_row_kernels_several_rows(op, knobs):
+    """The looped (two-pass) row kernels with several rows per program and the
+    l2hint knob (evict_last on the first read, evict_first on the second):
+    the same result as the reference, the last row block partly past the end."""
+    shape = [5, 1100]
+    params = defaults(op, {})
+    for dtype in ("fp32", "bf16"):
+        config = {"BLOCK_M": 2, "BLOCK_N": 256, "num_warps": 2, "num_stages": 1, **knobs}
+        out, ref = run_case(op, shape, dtype, params, config, seed=3)
+        check_close(op, out, ref, dtype)
+        spec = module_for(op).compile_spec(op, shape, dtype, params, config, TARGETS["sm_90"])
+        want = ("evict_last", "evict_first") if knobs else ("", "")
+        assert (spec["constexprs"]["FIRST_POLICY"], spec["constexprs"]["SECOND_POLICY"]) == want
