@@ -45,13 +45,21 @@ for mode in $MODES; do
            --catalog "$d/k.db" --scratch "$d/s" --json) ;;
   esac
   t0=$(now)
+  cpu0=$(head -1 /proc/stat)
   timeout -s TERM "${RUN_TIMEOUT:-300}" "${cmd[@]}" >"$OUT/$mode.json" 2>"$OUT/$mode.log"
   rc=$?
   t1=$(now)
+  cpu1=$(head -1 /proc/stat)
   echo "$mode rc=$rc wall=$(python3 -c "print(round($t1 - $t0, 1))") s"
-  python3 - "$mode" "$t0" "$t1" "$rc" "$d/k.db" "$OUT" <<'PY'
-import json, sqlite3, sys
+  python3 - "$mode" "$t0" "$t1" "$rc" "$d/k.db" "$OUT" "$cpu0" "$cpu1" <<'PY'
+import json, os, sqlite3, sys
 mode, t0, t1, rc, db, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+# Whole-machine CPU use over the run (/proc/stat: user nice system idle iowait ...).
+c0 = [int(x) for x in sys.argv[7].split()[1:]]
+c1 = [int(x) for x in sys.argv[8].split()[1:]]
+total = sum(c1) - sum(c0)
+idle = (c1[3] + c1[4]) - (c0[3] + c0[4])
+cpu_busy = (total - idle) / total if total else None
 try:
     s = json.loads(open(f"{out}/{mode}.json").read().strip().splitlines()[-1])
 except Exception:
@@ -64,10 +72,16 @@ fails = con.execute("SELECT j.op, e.status, COUNT(*), MIN(substr(e.message, 1, 3
                     "WHERE e.status != 'ok' GROUP BY j.op, e.status ORDER BY 3 DESC").fetchall()
 for f in fails:
     print(f"  {mode} failures: {f[0]} {f[1]} x{f[2]}: {f[3]!r}")
+stages = con.execute("SELECT COUNT(*), SUM(compile_s), SUM(check_s), SUM(bench_s) FROM evaluations").fetchone()
+n = max(1, stages[0] or 0)
+per = {"compile_s": (stages[1] or 0) / n, "check_s": (stages[2] or 0) / n, "bench_s": (stages[3] or 0) / n}
+print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "
+      f"{per['compile_s']:.2f} s, check {per['check_s']:.2f} s, bench {per['bench_s']:.2f} s")
 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 rec = {"mode": mode, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
        "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),
-       "gpu_busy_each_s": s.get("gpu_busy_each_s"), "summary": s}
+       "gpu_busy_each_s": s.get("gpu_busy_each_s"), "cpu_busy_fraction": cpu_busy,
+       "per_candidate_s": per, "summary": s}
 with open(f"{out}/results.jsonl", "a") as f:
     f.write(json.dumps(rec) + "\n")
 PY
@@ -75,12 +89,14 @@ done
 python3 - "$OUT" <<'PY'
 import json, sys
 rows = {r["mode"]: r for r in map(json.loads, open(f"{sys.argv[1]}/results.jsonl"))}
-print("| run | rc | GPUs | wall s | jobs done | evaluations | candidates/s | GPU busy |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| run | rc | GPUs | wall s | jobs done | evaluations | candidates/s | GPU busy | CPU busy | compile s/cand |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m, r in rows.items():
     busy = r["gpu_busy_fraction"]
+    cpu = r.get("cpu_busy_fraction")
     print(f"| {m} | {r['rc']} | {m[-1]} | {r['wall_s']:.1f} | {r['jobs_done']} | {r['evaluations']} | "
-          f"{r['candidates_per_s']:.2f} | {'' if busy is None else f'{busy * 100:.0f}%'} |")
+          f"{r['candidates_per_s']:.2f} | {'' if busy is None else f'{busy * 100:.0f}%'} | "
+          f"{'' if cpu is None else f'{cpu * 100:.0f}%'} | {r.get('per_candidate_s', {}).get('compile_s', 0):.2f} |")
 for a, b in (("run-1", "run-2"), ("mpi-1", "mpi-2"), ("run-1", "mpi-2")):
     if a in rows and b in rows:
         print(f"throughput {b} / {a}: {rows[b]['candidates_per_s'] / rows[a]['candidates_per_s']:.2f}x")

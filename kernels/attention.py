@@ -224,7 +224,7 @@ def _sm_scale(params, D) -> float:
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op, dtype)
     B, H, S, D = _check_shape(shape)
-    g = common.generator(seed)
+    g = common.generator(seed, device)
     return {name: common.randn([B, H, S, D], dtype, seed, device, generator=g) for name in ("q", "k", "v")}
 
 

@@ -108,18 +108,33 @@ def tolerance(name: str) -> dict:
 
 
 def randn(shape, dtype: str, seed: int, device, scale: float = 1.0, generator=None) -> torch.Tensor:
-    """Normal random tensor of `dtype`, generated on the CPU from `seed` (or from
-    `generator`, to draw several tensors from one stream) and moved to `device`."""
+    """Normal random tensor of `dtype` from `seed` (or from `generator`, to draw
+    several tensors from one stream), drawn where the generator lives -- on the
+    GPU for a GPU device (common.generator) -- and moved to `device`.
+
+    On a GPU the draw is on the GPU: every worker draws each job's inputs for
+    itself, and drawing a 8192 x 8192 pair on one CPU core took seconds per
+    seed, times the workers sharing a GPU (the busiest part of a check). The
+    numbers are the same for the same seed on every CUDA device (Philox), but
+    not the same as the CPU's."""
     if generator is None:
-        generator = torch.Generator(device="cpu").manual_seed(int(seed))
-    t = torch.randn(tuple(int(s) for s in shape), generator=generator, dtype=torch.float32)
+        generator = common_generator(seed, device)
+    t = torch.randn(tuple(int(s) for s in shape), generator=generator, dtype=torch.float32,
+                    device=generator.device)
     if scale != 1.0:
         t = t * scale
     return t.to(torch_dtype(dtype)).to(device)
 
 
-def generator(seed: int) -> torch.Generator:
-    return torch.Generator(device="cpu").manual_seed(int(seed))
+def generator(seed: int, device="cpu") -> torch.Generator:
+    """A seeded generator on `device`'s kind: the GPU for a CUDA / ROCm device
+    (torch calls both "cuda"), else the CPU."""
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    where = dev if dev.type == "cuda" else torch.device("cpu")
+    return torch.Generator(device=where).manual_seed(int(seed))
+
+
+common_generator = generator
 
 
 def numel(shape) -> int:
@@ -661,7 +676,7 @@ def prefer(tiles, preferred) -> list:
 
 
 def norm_row_space(shape, dtype: str, target: dict, preferred, looped_blocks, per_thread_max: int,
-                   max_one_pass: int, max_configs: int) -> list[dict]:
+                   max_one_pass: int, max_configs: int, looped_lead: bool = False) -> list[dict]:
     """The config space of softmax, layernorm and rmsnorm (a one-pass kernel
     holding BLOCK_M whole rows, and a looped one walking a row in BLOCK_N
     chunks), before the AMD knobs are expanded in:
@@ -673,6 +688,14 @@ def norm_row_space(shape, dtype: str, target: dict, preferred, looped_blocks, pe
       element and at most per_thread_max fp32 values;
     * the one-pass tiles reordered by `preferred` ((BLOCK_M, num_warps), the
       measured best first) with their knob variants (row_variants) in front;
+    * on NVIDIA, every looped tile also with `l2hint` (evict_last on the first
+      read of a row, evict_first on the second; two_pass_policies), the hinted
+      ones first among the looped;
+    * on NVIDIA with `looped_lead`, a few hinted looped tiles ahead of everything: chunks
+      of half the row (at most 2048) on 8 and 4 warps, one and two rows. For
+      rmsnorm on an H200 ([16384, 4096] bf16) one row in 2048-chunks on 8
+      warps with the hint measured 0.0676 ms, the best one-pass tile 0.0698
+      (bench/row_sweep.py);
     * repeats dropped, at most max_configs."""
     import triton
     rows, cols = shape
@@ -697,5 +720,16 @@ def norm_row_space(shape, dtype: str, target: dict, preferred, looped_blocks, pe
                 base.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1})
     one_pass = [(c["BLOCK_M"], c["BLOCK_N"], c["num_warps"]) for c in base if c["BLOCK_N"] >= cols]
     tiles = prefer(one_pass, preferred)
-    space = row_variants(tiles, target, rows, element_bytes(dtype)) + base
+    looped = [c for c in base if c["BLOCK_N"] < cols]
+    # The hints are measured on NVIDIA only; AMD spaces stay as they were.
+    cuda = backend(target) == "cuda"
+    hinted = [dict(c, l2hint=1) for c in looped] if cuda else []
+    lead = []
+    if cuda and looped_lead and row_block >= 1024:
+        bn = min(2048, row_block // 2)
+        for bm, warps in [(1, 8), (2, 8), (1, 4)]:
+            if bm <= max_bm and bm * bn <= warps * ws * per_thread_max:
+                lead.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": 1, "l2hint": 1})
+    space = (lead + row_variants(tiles, target, rows, element_bytes(dtype))
+             + [c for c in base if c["BLOCK_N"] >= cols] + hinted + looped)
     return expand(dedupe(space, max_configs), amd_knobs(target))

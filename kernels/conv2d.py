@@ -344,7 +344,7 @@ def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
     N, C, H, W = shape
     oc, ks, _, _ = _params(params)
-    g = common.generator(seed)
+    g = common.generator(seed, device)
     # Weights scaled by 1/sqrt(fan_in) (as in common initialisations) keep the
     # outputs O(1) whatever C is.
     return {"x": common.randn([N, C, H, W], dtype, seed, device, generator=g),

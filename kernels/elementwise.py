@@ -78,7 +78,7 @@ def _approx_tanh(params) -> bool:
 
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    g = common.generator(seed)
+    g = common.generator(seed, device)
     if op == "add":
         return {"x": common.randn(shape, dtype, seed, device, generator=g),
                 "y": common.randn(shape, dtype, seed, device, generator=g)}

@@ -126,7 +126,7 @@ def _act(params) -> str:
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op, dtype)
     M, N, K = shape
-    g = common.generator(seed)
+    g = common.generator(seed, device)
     # A ~ N(0, 1), B ~ N(0, 1/K): pre-activation values are O(1), where the
     # activations are far from linear and a wrong one shows.
     return {"a": common.randn([M, K], dtype, seed, device, generator=g),

@@ -155,7 +155,7 @@ def _options(config, backend, shape):
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
     rows, cols = shape
-    g = common.generator(seed)
+    g = common.generator(seed, device)
     return {"x": common.randn([rows, cols], dtype, seed, device, generator=g),
             "weight": common.randn([cols], dtype, seed, device, generator=g),
             "bias": common.randn([cols], dtype, seed, device, generator=g)}

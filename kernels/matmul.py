@@ -154,7 +154,7 @@ def _check(op, dtype=None):
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op, dtype)
     M, N, K = shape
-    g = common.generator(seed)
+    g = common.generator(seed, device)
     return {"a": common.randn([M, K], dtype, seed, device, generator=g),
             "b": common.randn([K, N], dtype, seed, device, generator=g)}
 

@@ -683,11 +683,18 @@ def test_row_anchor_spaces():
         for tg in (TARGETS["sm_90"], H200_FULL):  # compute_units from the target, or by arch
             space = mod.config_space(op, [16384, 4096], dtype, params, tg)
             assert 24 <= len(space) <= 48, (op, len(space))
-            # the measured best leads, exactly as before (no knobs), its streaming twin next
-            assert space[0] == dict(zip(("BLOCK_M", "BLOCK_N", "num_warps"), best[op]), num_stages=1)
-            assert space[1] == dict(space[0], stream=1)
+            # rmsnorm: three two-pass tiles with the l2hint knob lead (the measured best:
+            # one row in 2048-chunks on 8 warps); the others start with their one-pass best
+            lead = 3 if op == "rmsnorm" else 0
+            if lead:
+                assert space[0] == {"BLOCK_M": 1, "BLOCK_N": 2048, "num_warps": 8, "num_stages": 1,
+                                    "l2hint": 1}
+                assert all(c.get("l2hint") == 1 and c["BLOCK_N"] < 4096 for c in space[:lead])
+            # the one-pass best next, exactly as before (no knobs), its streaming twin next
+            assert space[lead] == dict(zip(("BLOCK_M", "BLOCK_N", "num_warps"), best[op]), num_stages=1)
+            assert space[lead + 1] == dict(space[lead], stream=1)
             persistent = [c for c in space if "programs" in c]
-            assert len(persistent) >= 6 and persistent[0]["num_stages"] == 2 and persistent[0] in space[:6]
+            assert len(persistent) >= 6 and persistent[0]["num_stages"] == 2 and persistent[0] in space[:lead + 6]
             assert all(c["BLOCK_N"] >= 4096 and c["programs"] <= 132 * 16 for c in persistent)
     # no SM count known: no persistent configs, the rest unchanged
     unknown = {"backend": "cuda", "arch": "sm_100", "warp_size": 32}
