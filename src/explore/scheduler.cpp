@@ -103,8 +103,14 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       }
       if (!planning && ready < static_cast<size_t>(opts_.lookahead) && claim()) continue;
     }
-    for (auto& [id, job] : active_) {
-      if (job->pending.empty()) continue;
+    // The candidate's job: one this slot has set up, else the one with the
+    // most ready candidates per evaluator already on it (dispatch.h).
+    std::vector<JobLoad> loads;
+    for (const auto& [id, job] : active_) loads.push_back({id, job->pending.size(), job->in_flight});
+    if (const auto pick = affinity_.pick(slot, loads)) {
+      const long long id = *pick;
+      Job* job = active_.at(id).get();
+      affinity_.took(slot, id);
       CandidateRow c = job->pending.front();
       job->pending.pop_front();
       ++job->in_flight;
@@ -339,6 +345,7 @@ void Scheduler::finish(Job& job, bool ok, const std::string& message) {
   else
     log_ << ": " << message;
   log_ << std::endl;
+  affinity_.forget(id);
   active_.erase(id);
 }
 

@@ -20,6 +20,7 @@
 
 #include "catalog/catalog.h"
 #include "evaluate/worker_process.h"
+#include "explore/dispatch.h"
 #include "generate/generator.h"
 #include "manifest/manifest.h"
 
@@ -125,6 +126,7 @@ class Scheduler {
   std::function<void()> wake_;
   std::string device_;
   std::map<long long, std::unique_ptr<Job>> active_;
+  SlotAffinity affinity_;  // which jobs each slot has set up (dispatch.h)
   bool queue_empty_ = false, draining_ = false;
   std::string fatal_;
   SchedulerStats stats_;
