@@ -286,8 +286,8 @@ class Evaluation:
             return {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
                     "ref": None}
 
-        # The seed's inputs are drawn on the CPU once per job and worker (the
-        # same numbers every time; drawing them cost more than compiling).
+        # The seed's inputs are drawn once per job and worker (the same numbers
+        # every time), on the GPU for a GPU device (common.randn).
         entry = self.inputs.get((op, json.dumps(shape), dtype, json.dumps(params, sort_keys=True),
                                  str(dev), seed), draw)
         pristine = entry["pristine"]
