@@ -4,8 +4,9 @@ What lives here:
 
 * dtype names ("fp32", "fp16", "bf16") <-> torch dtypes and Triton signature types,
   plus default correctness tolerances per dtype;
-* random inputs (`randn`): fresh, seeded, normal, generated on the CPU so that a seed
-  gives the same numbers on every device;
+* random inputs (`randn`): fresh, seeded, normal; drawn on the GPU for a GPU
+  device (the same numbers for a seed on every CUDA device) and on the CPU
+  otherwise;
 * target helpers: backend, warp size, shared-memory (LDS) limit, `GPUTarget`;
 * config-space helpers: `product` / `expand` (deterministic cartesian products),
   `amd_knobs` (the AMD option axes a target supports) and `runtime_options`,
