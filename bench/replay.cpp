@@ -3,7 +3,7 @@
 //
 //   kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving
 //               [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F]
-//               [--predict 1]
+//               [--predict 1] [--hints FILE]
 //
 // The space is the job's recorded template candidates (candidate id order, as
 // the exhaustive run evaluated them); each config's score is what the scheduler
@@ -21,6 +21,7 @@
 #include <sqlite3.h>
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -128,7 +129,8 @@ int usage(int rc) {
   (rc ? std::cerr : std::cout)
       << "usage: kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving\n"
          "                   [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F]\n"
-         "                   [--predict 1]   (also print the config model's prediction per config)\n";
+         "                   [--predict 1]   (also print the config model's prediction per config)\n"
+         "                   [--hints FILE]  ({config: hint} from the worker's space method)\n";
   return rc;
 }
 
@@ -149,10 +151,21 @@ int main(int argc, char** argv) {
     const Job job = load_job(opt["catalog"], std::stoll(opt["job"]), knowledge);
     const kiln::Target* target = knowledge.targets.find(job.target);
 
+    // --hints FILE: {config JSON (sorted keys, compact): hint} as the worker's
+    // `space` method gives them in a live run (grid, shared memory estimate and
+    // the template's own hints, e.g. conv2d's registers); they replace the
+    // hints read from the recorded code objects.
+    json template_hints = json::object();
+    if (opt.count("hints")) {
+      std::ifstream in(opt["hints"]);
+      if (!in) throw std::runtime_error("cannot read " + opt["hints"]);
+      template_hints = json::parse(in);
+    }
     kiln::SearchSpace space;
     for (const auto& r : job.space) {
       space.configs.push_back(r.config);
-      space.hints.push_back(r.hint);
+      auto h = template_hints.find(r.config.dump());
+      space.hints.push_back(h != template_hints.end() && h->is_object() ? *h : r.hint);
     }
     space.target = target;
     space.dtype = job.dtype;
@@ -232,8 +245,9 @@ int main(int argc, char** argv) {
     if (opt.count("predict") && opt["predict"] != "0") {
       // The config model's view of the space, beside the recorded scores.
       json preds = json::array();
-      for (const auto& r : job.space) {
-        auto p = kiln::predict_config(*target, job.dtype, job.traffic, r.config, r.hint);
+      for (size_t i = 0; i < job.space.size(); ++i) {
+        const Recorded& r = job.space[i];
+        auto p = kiln::predict_config(*target, job.dtype, job.traffic, r.config, space.hints[i]);
         preds.push_back({{"config", r.config},
                          {"score_ms", r.score ? json(*r.score) : json(nullptr)},
                          {"predicted_ms", p ? json(p->ms) : json(nullptr)},

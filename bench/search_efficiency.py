@@ -31,6 +31,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +68,33 @@ def complete_jobs(catalog: str, min_space: int) -> list[dict]:
         out.append({"id": jid, "op": op, "shape": json.loads(shape), "dtype": dtype,
                     "target": target, "space": n})
     return out
+
+
+def template_hints(catalog: str, job: int, out_dir: str) -> str | None:
+    """The hints a live run's config model gets for the job (the worker's
+    `space` method: launch grid, shared-memory estimate, the template's own
+    hints such as conv2d's registers), computed here on the CPU and written as
+    {config JSON: hint} for kiln-replay --hints. None when the worker or the
+    template cannot say (the replay then reads the recorded code objects)."""
+    sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        from kiln_worker.evaluate import space
+        from kiln_worker.templates import Library
+        db = sqlite3.connect(f"file:{catalog}?immutable=1", uri=True)
+        spec = json.loads(db.execute("SELECT spec FROM jobs WHERE id = ?", (job,)).fetchone()[0])
+        res = space(Library(), spec)
+    except Exception as exc:  # noqa: BLE001 - reported, the replay goes on without
+        print(f"job {job}: no template hints ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+    hints = res.get("hints")
+    if not hints:
+        return None
+    table = {json.dumps(c, sort_keys=True, separators=(",", ":")): h for c, h in zip(res["configs"], hints)}
+    path = os.path.join(out_dir, f"hints-{job}.json")
+    with open(path, "w") as f:
+        json.dump(table, f)
+    return path
 
 
 def replay(binary: str, catalog: str, job: int, strategy: str, seeds: int, **kw) -> dict:
@@ -108,6 +136,9 @@ def main() -> int:
     ap.add_argument("--jobs", help="comma-separated job ids (default: every complete exhaustive job)")
     ap.add_argument("--min-space", type=int, default=8, help="skip jobs with fewer configs")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--recorded-hints", action="store_true",
+                    help="give the config model only the recorded code objects' grid and shared "
+                         "memory, not the template's hints (as before 2026-11-30 evening)")
     a = ap.parse_args()
     if not Path(a.catalog).is_file():
         sys.exit(f"no catalog at {a.catalog}")
@@ -120,15 +151,17 @@ def main() -> int:
         sys.exit("no job in the catalog has its whole space evaluated by an exhaustive run")
 
     results = []
+    tmp = tempfile.mkdtemp(prefix="kiln-hints-")
     for job in jobs:
         n = job["space"]
         rows = []
+        hints = None if a.recorded_hints else template_hints(a.catalog, job["id"], tmp)
         ex = replay(binary, a.catalog, job["id"], "exhaustive", 1)
         rows.append(summarise("exhaustive", ex))
-        hv = replay(binary, a.catalog, job["id"], "halving", a.seeds)
+        hv = replay(binary, a.catalog, job["id"], "halving", a.seeds, hints=hints)
         rows.append(summarise("halving", hv))
         cap = max(1, n // 5)
-        hc = replay(binary, a.catalog, job["id"], "halving", a.seeds, budget=cap)
+        hc = replay(binary, a.catalog, job["id"], "halving", a.seeds, budget=cap, hints=hints)
         rows.append(summarise(f"halving@{cap}", hc))
         e = math.ceil(rows[1]["evaluations_mean"])
         rd = replay(binary, a.catalog, job["id"], "random", a.seeds, budget=e)
