@@ -255,7 +255,8 @@ int main(int argc, char** argv) {
                          {"spills", p ? json(p->spills) : json(nullptr)},
                          {"blocks_per_cu", p ? json(p->blocks_per_cu) : json(nullptr)},
                          {"utilisation", p ? json(p->utilisation) : json(nullptr)},
-                         {"operand_ms", p ? json(p->operand_ms) : json(nullptr)}});
+                         {"operand_ms", p ? json(p->operand_ms) : json(nullptr)},
+                         {"issue_ms", p ? json(p->issue_ms) : json(nullptr)}});
       }
       out["predictions"] = preds;
     }

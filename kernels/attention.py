@@ -417,3 +417,25 @@ def traffic(op, shape, dtype, params):
     pairs = S * (S + 1) // 2 if _causal(params) else S * S
     return {"bytes": 4 * B * H * S * D * common.element_bytes(dtype),
             "flops": 4 * B * H * pairs * D}
+
+
+def hints(op, shape, dtype, params, config, target) -> dict:
+    """Per config, for the engine's config model (beside the worker's grid and
+    shared-memory hints): `registers`, an estimate per thread. The engine's
+    generic formula multiplies the BLOCK_* knobs and says 56 for 64 x 64 on 4
+    warps at D = 128, where ptxas reports 177: the fp32 accumulator (BLOCK_M x
+    D), the scores (BLOCK_M x BLOCK_N in fp32 and again as the bf16 / fp16 P
+    operand), Q when `q_regs` keeps it in registers, and ~65 for addresses,
+    the running max / sum and the loop (calibrated on the sm_90 cubins: 177 at
+    64 x 64 / 4 warps, 195 with q_regs). With the generic figure the model put
+    every 128-row, 8-warp tile ahead of the 64-row ones on wave occupancy,
+    which the H200 measured the other way round (docs/performance.md)."""
+    _check(op, dtype)
+    B, H, S, D = _check_shape(shape)
+    threads = config["num_warps"] * common.warp_size(target)
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    regs = bm * D / threads + 1.5 * bm * bn / threads + 65
+    if config.get("q_regs"):
+        regs += bm * D / threads / 4  # bf16 / fp16 pairs: half a register per element, ~half live
+    cap = int(config.get("maxnreg") or 255)
+    return {"registers": int(min(cap, 255, round(regs)))}

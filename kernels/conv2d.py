@@ -603,7 +603,10 @@ def hints(op, shape, dtype, params, config, target) -> dict:
     store_run_bytes: contiguous output bytes one program writes per out channel
       before it moves on (BLOCK_P, or BLOCK_M for a persistent program).
     programs_per_sm: for a persistent grid, the resident programs per SM it
-      assumes (0 otherwise)."""
+      assumes (0 otherwise).
+    instructions: the kernel's estimated thread instructions in all,
+      instr_per_output x output elements; the engine's config model turns them
+      into issue time (src/explore/strategy.cpp)."""
     _check(op)
     N, C, H, W = shape
     ks = _params(params)[1]
@@ -631,7 +634,9 @@ def hints(op, shape, dtype, params, config, target) -> dict:
     e = common.element_bytes(dtype)
     run = (bm if programs else _block_p(config)) * e
     sms = _sms(target)
+    outputs = common.numel(out_shape(shape, params))
     return {"instr_per_output": round(per_chunk / O, 2),
+            "instructions": float(outputs * per_chunk / O),
             "registers": int(min(255, round(regs))),
             "store_run_bytes": int(run),
             "programs_per_sm": round(programs / sms, 2) if programs else 0}

@@ -419,8 +419,26 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
     const double bytes = traffic.flops / 2.0 * eb * inv_dims;
     p.operand_ms = bytes / (l2 * 1e9 * kBandwidthEfficiency) * 1e3;
   }
+  // Issue time, where the template estimates its instructions (hint
+  // `instructions`: thread instructions in all; conv2d): one warp instruction
+  // per cycle per SIMD / SM sub-partition at the boost clock. Added to the
+  // memory time rather than hidden under it: in a kernel that streams its
+  // output, a thread busy issuing address arithmetic and conversions is not
+  // issuing loads and stores, and on the H200 the conv2d configs' measured
+  // times follow memory + issue (0.128-0.28 ms) where max(memory, issue)
+  // put all 42 at the memory floor (docs/performance.md).
+  if (hint.is_object())
+    if (auto ins = hint.find("instructions"); ins != hint.end() && ins->is_number() && ins->get<double>() > 0) {
+      double clock_mhz = 0;
+      if (t.raw.is_object())
+        if (auto c = t.raw.find("boost_clock_mhz"); c != t.raw.end() && c->is_number()) clock_mhz = c->get<double>();
+      if (clock_mhz > 0) {
+        const double issue_per_s = static_cast<double>(t.compute_units) * simds * clock_mhz * 1e6;
+        p.issue_ms = ins->get<double>() / ws / issue_per_s * 1e3;
+      }
+    }
   const double spill = p.spills ? std::pow(p.registers / max_regs, 3) : 1.0;
-  p.ms = std::max({est.memory_ms, est.compute_ms, p.operand_ms}) / p.utilisation * spill + kLaunchMs;
+  p.ms = (std::max({est.memory_ms, est.compute_ms, p.operand_ms}) + p.issue_ms) / p.utilisation * spill + kLaunchMs;
   return p;
 }
 

@@ -87,6 +87,7 @@ struct ConfigPrediction {
   double blocks_per_cu = 1;   // resident blocks per CU/SM (warps, shared memory, registers)
   double utilisation = 1;     // tail × hiding
   double operand_ms = 0;      // the operand re-read term
+  double issue_ms = 0;        // instruction issue time (hint `instructions`), else 0
 };
 
 // nullopt when the target lacks the figures (bandwidth, compute units).

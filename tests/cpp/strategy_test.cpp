@@ -211,6 +211,34 @@ TEST(StrategyModel, PredictsSpillsAndTails) {
   EXPECT_FALSE(predict_config(bare, "bf16", tr, big8, hint));
 }
 
+TEST(StrategyModel, InstructionHintAddsIssueTime) {
+  // A store-bound conv2d-like kernel: 1 GB of traffic, few flops; the template
+  // estimates its thread instructions. Issue time = instructions / warp size /
+  // (SMs x 4 schedulers x clock), added to the memory time.
+  Target t = gpu();
+  t.raw = {{"boost_clock_mhz", 2000}};
+  const Traffic tr{1e9, 1e9};
+  const json cfg = {{"BLOCK_M", 128}, {"BLOCK_N", 64}, {"num_warps", 4}, {"num_stages", 2}};
+  const json grid = {{"grid", {132 * 8, 1, 1}}, {"shared_bytes", 24576}};
+  auto plain = predict_config(t, "fp16", tr, cfg, grid);
+  json few = grid, many = grid;
+  few["instructions"] = 32.0 * 132 * 4 * 2000e6 * 1e-4;  // 0.1 ms of issue
+  many["instructions"] = 2 * few["instructions"].get<double>();
+  auto a = predict_config(t, "fp16", tr, cfg, few);
+  auto b = predict_config(t, "fp16", tr, cfg, many);
+  ASSERT_TRUE(plain && a && b);
+  EXPECT_EQ(plain->issue_ms, 0);
+  EXPECT_NEAR(a->issue_ms, 0.1, 1e-9);
+  EXPECT_NEAR(b->issue_ms, 0.2, 1e-9);
+  EXPECT_NEAR(b->ms - a->ms, 0.1 / a->utilisation, 1e-9);
+  EXPECT_GT(a->ms, plain->ms);
+  // No clock in the target file: no issue term.
+  t.raw = json::object();
+  auto c = predict_config(t, "fp16", tr, cfg, many);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->issue_ms, 0);
+}
+
 TEST(StrategyHalving, RoundZeroIsASpreadSampleOfTheBestPredicted) {
   const Target t = gpu();
   SearchSpace sp = gemm(t);

@@ -610,6 +610,10 @@ def test_conv2d_seed_space_variants_and_hints():
     plain = space.index({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "BLOCK_P": 512,
                          "num_warps": 4, "num_stages": 2})
     assert h[0]["instr_per_output"] < 0.8 * h[plain]["instr_per_output"]
+    # the kernel's thread instructions in all (the engine's issue-time term)
+    outputs = 64 * 64 * 224 * 224
+    for x in h:
+        assert x["instructions"] == pytest.approx(x["instr_per_output"] * outputs, rel=0.01)
 
 
 def test_conv2d_variants_cross_compile_sm90():
@@ -986,3 +990,26 @@ def test_two_pass_row_kernels_several_rows(op, knobs):
         spec = module_for(op).compile_spec(op, shape, dtype, params, config, TARGETS["sm_90"])
         want = ("evict_last", "evict_first") if knobs else ("", "")
         assert (spec["constexprs"]["FIRST_POLICY"], spec["constexprs"]["SECOND_POLICY"]) == want
+
+
+def test_attention_register_hints():
+    """attention.hints: the per-thread register estimate the config model uses
+    (ptxas on sm_90: 177 at 64 x 64 / 4 warps, D = 128; 195 with q_regs),
+    capped by maxnreg, and larger for larger score tiles per thread."""
+    mod = module_for("attention")
+    shape, params, tg = [4, 32, 2048, 128], defaults("attention", {"causal": True}), TARGETS["sm_90"]
+    base = {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 3}
+    r = mod.hints("attention", shape, "bf16", params, base, tg)["registers"]
+    assert 165 <= r <= 190
+    q = mod.hints("attention", shape, "bf16", params, dict(base, q_regs=1), tg)["registers"]
+    assert r < q <= 200
+    capped = mod.hints("attention", shape, "bf16", params, dict(base, maxnreg=128), tg)["registers"]
+    assert capped == 128
+    wide = mod.hints("attention", shape, "bf16", params, dict(base, BLOCK_N=128), tg)["registers"]
+    assert wide > r
+    # every config of the H200 space gets one, through the worker's space method
+    sys.path.insert(0, os.path.join(ROOT, "worker"))
+    from kiln_worker.evaluate import space_hints
+    configs = mod.config_space("attention", shape, "bf16", params, tg)
+    hints = space_hints(mod, "attention", shape, "bf16", params, configs, tg)
+    assert hints and all(0 < h["registers"] <= 255 and "grid" in h for h in hints)
