@@ -4,7 +4,11 @@
 # config (exhaustive) and with the halving strategy (the config model with the
 # template's hints), each on a fresh catalog with a cold Triton cache, and
 # prints evaluations, failures, best and GPU busy of both. KILN_WORKERS
-# (default 15) workers per run. Writes the logs under $OUT (default ./out).
+# (default 15) workers per run. Writes the logs under $OUT (default ./out),
+# and a slim copy of each catalog (bench/slim_catalog.py) for offline replays.
+#   CONV_SHAPE   default [64, 3, 224, 224] (the seed case)
+#   CONV_PARAMS  default {out_channels: 64, kernel_size: 3, padding: 1}
+#   STRATEGIES   default "exhaustive halving"
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -13,7 +17,7 @@ export PYTHONUNBUFFERED=1
 scripts/gpu/build_on_device.sh >/dev/null || exit 1
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 K=$PWD/build-gpu/kiln
-for s in exhaustive halving; do
+for s in ${STRATEGIES:-exhaustive halving}; do
   d=/tmp/conv-$s
   rm -rf "$d" && mkdir -p "$d"
   cat >"$d/m.yaml" <<YAML
@@ -24,7 +28,7 @@ defaults:
   validation: {seeds: 3}
   benchmark: {warmup: 25, runs: 100}
 operators:
-  - {op: conv2d, input_shape: [64, 3, 224, 224], dtype: fp16, params: {out_channels: 64, kernel_size: 3, padding: 1}}
+  - {op: conv2d, input_shape: ${CONV_SHAPE:-[64, 3, 224, 224]}, dtype: fp16, params: ${CONV_PARAMS:-{out_channels: 64, kernel_size: 3, padding: 1\}}}
 YAML
   KILN_CATALOG=$d/k.db $K submit "$d/m.yaml" >/dev/null || exit 1
   KILN_CATALOG=$d/k.db $K run --device gpu --workers "${KILN_WORKERS:-15}" --scratch "$d/s" --json \
@@ -32,4 +36,5 @@ YAML
   grep -E "finished" "$OUT/$s.log" | cut -c1-200
   KILN_CATALOG=$d/k.db $K query "SELECT e.status, COUNT(*), MIN(e.median_ms), MIN(substr(e.message, 1, 120)) FROM evaluations e GROUP BY e.status" | tee "$OUT/$s.statuses.txt"
   KILN_CATALOG=$d/k.db $K best | cut -c1-200 | tee "$OUT/$s.best.txt"
+  python3 bench/slim_catalog.py "$d/k.db" "$OUT/$s-slim.db"
 done
