@@ -637,14 +637,17 @@ def dedupe(configs, cap: int | None = None) -> list[dict]:
     return out[:cap] if cap else out
 
 
-def row_options(config: dict, backend: str, n_rows: int, knobs: bool = True):
+def row_options(config: dict, backend: str, n_rows: int, knobs: bool = True, two_pass: bool = False):
     """(options, constexprs, grid) of a row-kernel config.
 
     runtime_options of the config (which leaves the ROW_KNOBS out); with `knobs` (the
     one-pass kernels) also the constexprs PERSISTENT, STAGES (num_stages: depth
     of the persistent row loop's pipeline), LOAD_POLICY and STORE_CACHE; the grid
     is the row blocks, or the persistent program count when smaller. Without
-    `knobs` (looped kernels, which re-read rows) the knobs are refused."""
+    `knobs` (looped kernels, which re-read rows) the knobs are refused; with
+    `two_pass` as well (a looped kernel that reads each row twice: softmax,
+    layernorm, rmsnorm) the FIRST_POLICY / SECOND_POLICY constexprs of the
+    `l2hint` knob (two_pass_policies)."""
     programs = int(config.get("programs", 0) or 0)
     stream = bool(config.get("stream", 0))
     options, constexprs = runtime_options(config, backend)
@@ -655,6 +658,8 @@ def row_options(config: dict, backend: str, n_rows: int, knobs: bool = True):
                           STORE_CACHE=".cs" if stream else "")
     elif programs or stream:
         raise ValueError("programs / stream apply to one-pass row kernels only (BLOCK_N >= cols)")
+    elif two_pass:
+        constexprs.update(two_pass_policies(config))
     grid = (min(programs, blocks) if programs > 0 else blocks, 1, 1)
     return options, constexprs, grid
 

@@ -162,9 +162,7 @@ def _kernel(n_cols, config):
 def _options(config, backend, shape):
     rows, cols = shape
     one_pass = config["BLOCK_N"] >= cols
-    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass)
-    if not one_pass:
-        consts.update(common.two_pass_policies(config))
+    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass, two_pass=not one_pass)
     return opts, dict(consts, EVEN_N=cols % consts["BLOCK_N"] == 0), grid
 
 

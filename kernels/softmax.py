@@ -127,10 +127,7 @@ def _kernel(n_cols, config):
 def _options(config, backend, shape):
     rows, cols = shape
     one_pass = config["BLOCK_N"] >= cols
-    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass)
-    if not one_pass:
-        consts.update(common.two_pass_policies(config))
-    return opts, consts, grid
+    return common.row_options(config, backend, rows, knobs=one_pass, two_pass=not one_pass)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
