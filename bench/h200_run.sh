@@ -10,7 +10,7 @@
 #                     picks the GPU
 #   KILN_SKIP_BUILD=1 use the build-gpu/kiln already there
 #   KILN_CATALOG      default /tmp/kiln-h200.db
-# Writes under $OUT (or ./out): run.log, best.txt, table.md, perf.json, kiln-h200.db
+# Writes under $OUT (or ./out): run.log, best.txt, table.md, perf.json, kiln-h200-slim.db
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -32,4 +32,5 @@ $K best > "$OUT/best.txt"; cat "$OUT/best.txt" | cut -c1-200
 python3 - <<PY
 import sqlite3; c = sqlite3.connect("$KILN_CATALOG"); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()
 PY
-cp "$KILN_CATALOG" "$OUT/kiln-h200.db"
+# the catalog without its code objects (small enough to come back; replayable)
+python3 bench/slim_catalog.py "$KILN_CATALOG" "$OUT/kiln-h200-slim.db"

@@ -15,8 +15,10 @@
 #   W         workers per GPU (default 12; the machine has 16 cores per GPU)
 #   MODES     default "run-1 run-2 mpi-1 mpi-2" (mpi-* need mpirun)
 #   RUN_TIMEOUT  seconds per run (default 300); on expiry it drains (rc 130)
-# Prints a table and the 2-GPU / 1-GPU throughput ratios; logs and JSON go
-# under $OUT (default ./out).
+# Prints a table and the 2-GPU / 1-GPU throughput ratios; writes under $OUT
+# (default ./out): machine.txt (GPUs, topology, CPUs), results.jsonl (per run:
+# wall, GPU and CPU busy, seconds per candidate per stage, SM clock and power
+# per GPU) and logs.tar.gz (each run's log, JSON and nvidia-smi dmon).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -29,7 +31,12 @@ K=$PWD/build-gpu/kiln
 M=${MANIFEST:-jobs/examples/cluster_h200.yaml}
 W=${W:-12}
 MODES=${MODES:-run-1 run-2 mpi-1 mpi-2}
-nvidia-smi -L | tee "$OUT/gpus.txt"
+# Few files come back from the GPU machine: the machine's description, the
+# results and one archive of the logs.
+LOGS=/tmp/tg-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+{ nvidia-smi -L; nvidia-smi topo -m; lscpu; } > "$OUT/machine.txt" 2>&1
+nvidia-smi -L
 now() { date +%s.%N; }
 for mode in $MODES; do
   d=/tmp/tg-$mode
@@ -44,16 +51,46 @@ for mode in $MODES; do
       cmd=(build-gpu/kiln-mpirun -np "$np" build-gpu/kiln-mpi run --device gpu --workers "$W"
            --catalog "$d/k.db" --scratch "$d/s" --json) ;;
   esac
+  # SM clock and power of every GPU once a second during the run: a GPU that
+  # slows down when both work would show here.
+  nvidia-smi dmon -s pc -d 1 > "$LOGS/$mode.dmon" 2>/dev/null &
+  dmon=$!
   t0=$(now)
   cpu0=$(head -1 /proc/stat)
-  timeout -s TERM "${RUN_TIMEOUT:-300}" "${cmd[@]}" >"$OUT/$mode.json" 2>"$OUT/$mode.log"
+  timeout -s TERM "${RUN_TIMEOUT:-300}" "${cmd[@]}" >"$LOGS/$mode.json" 2>"$LOGS/$mode.log"
   rc=$?
+  kill "$dmon" 2>/dev/null; wait "$dmon" 2>/dev/null
   t1=$(now)
   cpu1=$(head -1 /proc/stat)
   echo "$mode rc=$rc wall=$(python3 -c "print(round($t1 - $t0, 1))") s"
-  python3 - "$mode" "$t0" "$t1" "$rc" "$d/k.db" "$OUT" "$cpu0" "$cpu1" <<'PY'
+  python3 - "$mode" "$t0" "$t1" "$rc" "$d/k.db" "$OUT" "$cpu0" "$cpu1" "$LOGS" <<'PY'
 import json, os, sqlite3, sys
 mode, t0, t1, rc, db, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+logs = sys.argv[9]
+# nvidia-smi dmon: a '# gpu pwr gtemp mtemp mclk pclk' header, then one line per GPU per second.
+gpu_clock = {}
+try:
+    cols = None
+    for line in open(f"{logs}/{mode}.dmon"):
+        f = line.split()
+        if line.startswith("#"):
+            if "gpu" in f:
+                cols = f[1:]
+            continue
+        if cols and len(f) == len(cols):
+            row = dict(zip(cols, f))
+            g = gpu_clock.setdefault(row["gpu"], {"pclk": [], "pwr": []})
+            for k in ("pclk", "pwr"):
+                try:
+                    g[k].append(float(row[k]))
+                except (KeyError, ValueError):
+                    pass
+except OSError:
+    pass
+clocks = {g: {k: (round(sum(v) / len(v)), min(v) if v else None) for k, v in d.items() if v}
+          for g, d in gpu_clock.items()}
+if clocks:
+    print(f"  {mode}: per GPU (mean, min) SM clock MHz and power W over the run: {clocks}")
 # Whole-machine CPU use over the run (/proc/stat: user nice system idle iowait ...).
 c0 = [int(x) for x in sys.argv[7].split()[1:]]
 c1 = [int(x) for x in sys.argv[8].split()[1:]]
@@ -61,7 +98,7 @@ total = sum(c1) - sum(c0)
 idle = (c1[3] + c1[4]) - (c0[3] + c0[4])
 cpu_busy = (total - idle) / total if total else None
 try:
-    s = json.loads(open(f"{out}/{mode}.json").read().strip().splitlines()[-1])
+    s = json.loads(open(f"{logs}/{mode}.json").read().strip().splitlines()[-1])
 except Exception:
     s = {}
 con = sqlite3.connect(db)
@@ -81,7 +118,7 @@ con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 rec = {"mode": mode, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
        "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),
        "gpu_busy_each_s": s.get("gpu_busy_each_s"), "cpu_busy_fraction": cpu_busy,
-       "per_candidate_s": per, "summary": s}
+       "per_candidate_s": per, "gpu_clock_power": clocks, "summary": s}
 with open(f"{out}/results.jsonl", "a") as f:
     f.write(json.dumps(rec) + "\n")
 PY
@@ -101,3 +138,4 @@ for a, b in (("run-1", "run-2"), ("mpi-1", "mpi-2"), ("run-1", "mpi-2")):
     if a in rows and b in rows:
         print(f"throughput {b} / {a}: {rows[b]['candidates_per_s'] / rows[a]['candidates_per_s']:.2f}x")
 PY
+tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
