@@ -21,12 +21,26 @@ using namespace kiln::mpi;
 
 namespace {
 
+fs::path temp_root() { return fs::temp_directory_path() / ("kiln-mpi-test-" + std::to_string(getpid())); }
+
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("kiln-mpi-test-" + std::to_string(getpid())) / name;
+  fs::path d = temp_root() / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
 }
+
+// This process's temporary directory goes when its tests are done (ctest runs
+// each test in a process of its own, so each leaves one behind otherwise).
+class RemoveTempRoot : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(temp_root(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempRoot =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempRoot);
 
 long long count(sqlite3* db, const char* sql) {
   sqlite3_stmt* st = nullptr;
