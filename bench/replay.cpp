@@ -256,7 +256,8 @@ int main(int argc, char** argv) {
                          {"blocks_per_cu", p ? json(p->blocks_per_cu) : json(nullptr)},
                          {"utilisation", p ? json(p->utilisation) : json(nullptr)},
                          {"operand_ms", p ? json(p->operand_ms) : json(nullptr)},
-                         {"issue_ms", p ? json(p->issue_ms) : json(nullptr)}});
+                         {"issue_ms", p ? json(p->issue_ms) : json(nullptr)},
+                         {"memory_efficiency", p ? json(p->memory_efficiency) : json(nullptr)}});
       }
       out["predictions"] = preds;
     }

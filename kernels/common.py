@@ -664,6 +664,24 @@ def row_options(config: dict, backend: str, n_rows: int, knobs: bool = True, two
     return options, constexprs, grid
 
 
+def row_hints(config: dict, shape, dtype: str) -> dict:
+    """The config model's hint for a row kernel (softmax, layernorm, rmsnorm,
+    row reductions): `bytes_in_flight`, the bytes one program has loading at a
+    time -- BLOCK_M whole rows for a one-pass tile (times the pipeline depth
+    num_stages - 1 of a persistent one), one BLOCK_M x BLOCK_N chunk for a
+    looped tile. On the H200 the row kernels' times follow it: a looped
+    512-wide chunk on 16 warps (1 KiB per program) measured 5x the best
+    softmax, 8 KiB one-pass rows were within 1% of it (src/explore/strategy.cpp
+    turns it into a memory efficiency by Little's law)."""
+    rows, cols = shape[0], shape[-1]
+    e = element_bytes(dtype)
+    bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
+    if bn >= cols:
+        depth = max(1, int(config.get("num_stages", 1)) - 1) if int(config.get("programs", 0) or 0) > 0 else 1
+        return {"bytes_in_flight": bm * cols * e * depth}
+    return {"bytes_in_flight": bm * bn * e}
+
+
 def two_pass_policies(config: dict) -> dict:
     """FIRST_POLICY / SECOND_POLICY constexprs of the two-pass (looped) row
     kernels, which read each row twice. Knob `l2hint` 1: the first pass loads

@@ -212,3 +212,10 @@ def traffic(op, shape, dtype, params):
     e = common.element_bytes(dtype)
     # mean, centre, square, sum, scale, weight, bias: ~8 flops per element.
     return {"bytes": (2 * n + 2 * cols) * e, "flops": 8 * n}
+
+
+def hints(op, shape, dtype, params, config, target) -> dict:
+    """Per config, for the engine's config model: the bytes one program has
+    in flight (common.row_hints)."""
+    _check(op)
+    return common.row_hints(config, shape, dtype)

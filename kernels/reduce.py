@@ -237,3 +237,10 @@ def traffic(op, shape, dtype, params):
     rows, cols = shape
     return {"bytes": rows * cols * common.element_bytes(dtype) + rows * common.element_bytes(out_dtype(op, dtype)),
             "flops": rows * cols}
+
+
+def hints(op, shape, dtype, params, config, target) -> dict:
+    """Per config, for the engine's config model: the bytes one program has
+    in flight (common.row_hints)."""
+    _check(op)
+    return common.row_hints(config, shape, dtype)

@@ -234,3 +234,10 @@ def traffic(op, shape, dtype, params):
     e = common.element_bytes(dtype)
     # square, sum, scale, weight: ~4 flops per element.
     return {"bytes": (2 * n + cols) * e, "flops": 4 * n}
+
+
+def hints(op, shape, dtype, params, config, target) -> dict:
+    """Per config, for the engine's config model: the bytes one program has
+    in flight (common.row_hints)."""
+    _check(op)
+    return common.row_hints(config, shape, dtype)

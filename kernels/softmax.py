@@ -185,3 +185,10 @@ def traffic(op, shape, dtype, params):
     n = common.numel(shape)
     # max, subtract, exp, sum, divide: ~5 flops per element.
     return {"bytes": 2 * n * common.element_bytes(dtype), "flops": 5 * n}
+
+
+def hints(op, shape, dtype, params, config, target) -> dict:
+    """Per config, for the engine's config model: the bytes one program has
+    in flight (common.row_hints)."""
+    _check(op)
+    return common.row_hints(config, shape, dtype)

@@ -17,6 +17,9 @@ namespace {
 constexpr double kLaunchMs = 0.004;
 // Fraction of the L2 bandwidth well-tuned kernels reach (as for HBM in estimate.cpp).
 constexpr double kBandwidthEfficiency = 0.85;
+// Loaded DRAM latency for the bytes-in-flight term when the target file has no
+// memory_latency_ns (HBM GPUs measure roughly 500-900 ns under load).
+constexpr double kMemoryLatencyNs = 700;
 // L2 bandwidth as a multiple of HBM bandwidth when the target file has no
 // l2_bandwidth_gbs (H100/H200 and MI300X both measure roughly 2-3x).
 constexpr double kL2OverHbm = 2.0;
@@ -403,7 +406,23 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
   // tile loads of each warp in flight: a 4-warp GEMM block alone on an SM with 3
   // stages hides as much latency as 8 warps without a pipeline.
   const double resident = blocks_on_busy_cu * warps / simds;
-  const double hiding = std::min(1.0, resident * std::max(1.0, stages - 1) / kWavesToHideLatency);
+  double hiding = std::min(1.0, resident * std::max(1.0, stages - 1) / kWavesToHideLatency);
+  // Bytes in flight, where the template says how many bytes one program has
+  // outstanding at a time (hint `bytes_in_flight`; the row kernels): by
+  // Little's law an SM streams at most in_flight / latency, so the memory time
+  // grows when the resident programs' loads cannot cover the SM's share of
+  // the bandwidth for one memory latency. It replaces the warp-count hiding
+  // term: one warp with 16 KiB in flight hides more than 16 with 1 KiB.
+  if (hint.is_object())
+    if (auto b = hint.find("bytes_in_flight"); b != hint.end() && b->is_number() && b->get<double>() > 0) {
+      double latency_ns = kMemoryLatencyNs;
+      if (t.raw.is_object())
+        if (auto l = t.raw.find("memory_latency_ns"); l != t.raw.end() && l->is_number() && l->get<double>() > 0)
+          latency_ns = l->get<double>();
+      const double need = t.memory_bandwidth_gbs * 1e9 / t.compute_units * latency_ns * 1e-9;
+      p.memory_efficiency = std::clamp(blocks_on_busy_cu * b->get<double>() / need, 1e-3, 1.0);
+      hiding = 1.0;
+    }
   p.utilisation = std::clamp(tail * hiding, 1e-3, 1.0);
   // Memory and compute time at full machine use: the static estimate's terms.
   KernelResources k;
@@ -438,7 +457,9 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
       }
     }
   const double spill = p.spills ? std::pow(p.registers / max_regs, 3) : 1.0;
-  p.ms = (std::max({est.memory_ms, est.compute_ms, p.operand_ms}) + p.issue_ms) / p.utilisation * spill + kLaunchMs;
+  p.ms = (std::max({est.memory_ms / p.memory_efficiency, est.compute_ms, p.operand_ms}) + p.issue_ms) /
+             p.utilisation * spill +
+         kLaunchMs;
   return p;
 }
 

@@ -88,6 +88,7 @@ struct ConfigPrediction {
   double utilisation = 1;     // tail × hiding
   double operand_ms = 0;      // the operand re-read term
   double issue_ms = 0;        // instruction issue time (hint `instructions`), else 0
+  double memory_efficiency = 1;  // bytes in flight / bytes needed per SM (hint `bytes_in_flight`), else 1
 };
 
 // nullopt when the target lacks the figures (bandwidth, compute units).

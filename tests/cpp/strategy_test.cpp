@@ -239,6 +239,27 @@ TEST(StrategyModel, InstructionHintAddsIssueTime) {
   EXPECT_EQ(c->issue_ms, 0);
 }
 
+TEST(StrategyModel, BytesInFlightBoundTheMemoryTime) {
+  // A row kernel (hint bytes_in_flight per program): an SM needs bandwidth /
+  // SMs x latency bytes in flight (4800 GB/s / 132 x 700 ns = 25.5 KB); fewer
+  // stretch the memory time by Little's law, more change nothing.
+  const Target t = gpu();
+  const Traffic tr{268435456.0, 5.0 * 16384 * 4096};
+  const json cfg = {{"BLOCK_M", 1}, {"BLOCK_N", 512}, {"num_warps", 16}, {"num_stages", 1}};
+  auto with = [&](double bytes, int grid) {
+    return predict_config(t, "bf16", tr, cfg, {{"grid", {grid, 1, 1}}, {"bytes_in_flight", bytes}});
+  };
+  auto plenty = with(16384, 16384);   // 4 blocks per SM (64 warps / 16) x 16 KiB
+  auto starved = with(1024, 16384);   // 4 x 1 KiB
+  auto none = predict_config(t, "bf16", tr, cfg, {{"grid", {16384, 1, 1}}});
+  ASSERT_TRUE(plenty && starved && none);
+  EXPECT_DOUBLE_EQ(plenty->memory_efficiency, 1.0);
+  EXPECT_DOUBLE_EQ(none->memory_efficiency, 1.0);
+  const double need = 4800e9 / 132 * 700e-9;
+  EXPECT_NEAR(starved->memory_efficiency, 4 * 1024 / need, 1e-9);
+  EXPECT_GT(starved->ms, 5 * plenty->ms);
+}
+
 TEST(StrategyHalving, RoundZeroIsASpreadSampleOfTheBestPredicted) {
   const Target t = gpu();
   SearchSpace sp = gemm(t);

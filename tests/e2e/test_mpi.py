@@ -210,7 +210,7 @@ def test_three_ranks_finish_the_batch_on_both_worker_ranks(submitted):
 def test_killed_worker_rank_is_requeued_and_batch_completes(binaries, tmp_path):
     tmp = tmp_path
     catalog = tmp / "kiln.db"
-    kiln("submit", longer_manifest(tmp, "[[4, 64]]"), catalog=catalog)  # 24 candidates
+    kiln("submit", longer_manifest(tmp, "[[4, 64], [8, 64]]"), catalog=catalog)  # 36 candidates
     scratch = tmp / "scratch"
     log = open(tmp / "run.log", "w")
     proc = start(mpirun_cmd(3, "--json", "--scratch", scratch, "--heartbeat-interval", "1",
@@ -231,8 +231,8 @@ def test_killed_worker_rank_is_requeued_and_batch_completes(binaries, tmp_path):
     s = summary_of(out)
     assert s["ranks_lost"] == 1 and s["items_requeued"] >= 1, s
     assert "rank 2 lost" in stderr, stderr
-    assert s["jobs_done"] == 3, s
-    assert dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state")) == {"done": 3}
+    assert s["jobs_done"] == 4, s
+    assert dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state")) == {"done": 4}
     assert_each_candidate_once(catalog)
     assert set(worker_ranks(catalog)) == {1, 2}
     # The killed rank's evaluators died with it (PR_SET_PDEATHSIG).
@@ -245,13 +245,20 @@ def test_killed_worker_rank_is_requeued_and_batch_completes(binaries, tmp_path):
 def test_sigterm_to_mpirun_drains_and_next_run_resumes(binaries, tmp_path):
     tmp = tmp_path
     catalog = tmp / "kiln.db"
-    kiln("submit", longer_manifest(tmp), catalog=catalog)
+    # 84 candidates; the signal goes 1 s after the first claim, while the first
+    # candidates are out with the ranks. (Waiting for recorded evaluations was
+    # a race: rank 0 writes them in batches, and once evaluations got faster
+    # the first batch landed when the run was nearly over.)
+    kiln("submit", longer_manifest(tmp, "[[4, 64], [8, 64], [4, 128], [8, 128], [16, 64], [4, 256]]"),
+         catalog=catalog)
     scratch = tmp / "scratch"
     log = open(tmp / "run1.log", "w")
     proc = start(mpirun_cmd(3, "--json", "--scratch", scratch), mpi_env(catalog), stdout=subprocess.PIPE,
                  stderr=log)
     try:
-        wait_for(lambda: evaluations(catalog) >= 2, 180, proc, "the first evaluations")
+        wait_for(lambda: db_rows(catalog, "SELECT COUNT(*) FROM jobs WHERE state = 'running'")[0][0] >= 1,
+                 180, proc, "the first claim")
+        time.sleep(1.0)
         mpirun = [p for p in child_pids(proc.pid)]
         assert mpirun, "mpirun not found under kiln-mpirun"
         for p in mpirun:
@@ -271,7 +278,7 @@ def test_sigterm_to_mpirun_drains_and_next_run_resumes(binaries, tmp_path):
     r = run_mpi(mpirun_cmd(3, "--json", "--scratch", scratch), mpi_env(catalog), 300)
     assert r.returncode == 0, r.stdout + r.stderr
     s = summary_of(r.stdout)
-    assert dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state")) == {"done": 5}
+    assert dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state")) == {"done": 8}
     assert_each_candidate_once(catalog)
     assert s["candidates"] == evaluations(catalog) - first
 

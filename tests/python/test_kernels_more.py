@@ -1013,3 +1013,26 @@ def test_attention_register_hints():
     configs = mod.config_space("attention", shape, "bf16", params, tg)
     hints = space_hints(mod, "attention", shape, "bf16", params, configs, tg)
     assert hints and all(0 < h["registers"] <= 255 and "grid" in h for h in hints)
+
+
+def test_row_hints_bytes_in_flight():
+    """The row templates' hints() for the config model: bytes one program has
+    loading at a time -- whole rows one-pass (times the pipeline depth of a
+    persistent grid), one chunk looped -- for every config of the H200 spaces."""
+    shape, tg = [16384, 4096], TARGETS["sm_90"]
+    c = common.row_hints
+    assert c({"BLOCK_M": 2, "BLOCK_N": 4096, "num_warps": 8, "num_stages": 1}, shape, "bf16") == \
+        {"bytes_in_flight": 2 * 4096 * 2}
+    assert c({"BLOCK_M": 1, "BLOCK_N": 4096, "num_warps": 4, "num_stages": 3, "programs": 512}, shape, "bf16") == \
+        {"bytes_in_flight": 4096 * 2 * 2}
+    assert c({"BLOCK_M": 4, "BLOCK_N": 512, "num_warps": 4, "num_stages": 1}, shape, "fp32") == \
+        {"bytes_in_flight": 4 * 512 * 4}
+    # a row shorter than its padded tile: the row's bytes
+    assert c({"BLOCK_M": 1, "BLOCK_N": 4096, "num_warps": 4, "num_stages": 1}, [8, 3000], "fp32") == \
+        {"bytes_in_flight": 3000 * 4}
+    for op, dtype in ROW_OPS.items():
+        mod, params = module_for(op), defaults(op, {})
+        for config in mod.config_space(op, shape, dtype, params, tg):
+            h = mod.hints(op, shape, dtype, params, config, tg)
+            assert h["bytes_in_flight"] >= config["BLOCK_M"] * min(config["BLOCK_N"], 4096) * \
+                common.element_bytes(dtype) > 0
