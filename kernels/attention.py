@@ -28,7 +28,7 @@ so the short ones fill the tail of the wave (longest-processing-time-first).
 On AMD the config may also carry `waves_per_eu`, `matrix_instr_nonkdim` and
 `kpack` (compile options).
 
-On sm_90 two lower-case knobs (absent = off; never in AMD spaces):
+On sm_90 three lower-case knobs (absent = off; never in AMD spaces):
 
 * `q_regs` 1: Q goes through an exact no-op after its load, so Triton keeps it in
   registers and q @ k^T is a register-A wgmma that reads only K from shared
@@ -39,21 +39,26 @@ On sm_90 two lower-case knobs (absent = off; never in AMD spaces):
   -0 in Q becomes +0).
 * `maxnreg`: Triton's register cap per thread (compile option), to fit more
   programs per SM (64 x 32 / 4 warps / 2 stages at 128: 4 per SM instead of 3).
+* `tma` 1: Q, K, V and the output go through device-side tensor descriptors
+  (tl.make_tensor_descriptor over [B*H, S, D], one box per head, so rows past S
+  load as zeros and are not stored): TMA loads and store, no per-thread address
+  arithmetic: 142 registers instead of 177 at 64 x 64 / 4 warps (146 / 190 at
+  128 x 64 / 8 warps), 1 KiB more shared memory, and 512 bytes of global scratch
+  per program for the descriptors (metadata.global_scratch_size), which the
+  launch allocates through triton.set_allocator (the worker installs one;
+  `kiln package` records the size for other launchers). Same results as the
+  plain kernel under the interpreter; not yet timed on a GPU.
 
-Neither knob has been measured on a GPU: the H200 space order (config_space)
-is a guess from the sm_90 compiles' register / shared-memory use. Tried for
-sm_90 with Triton 3.6 (compiles only) and not offered:
-`tl.range(..., warp_specialize=True)` (with pointer loads, and with device-side
-tensor descriptors at 4 warps, the NVGPUWarpSpecialization pass aborts; with
-descriptors at 8 warps it compiles to an ordinary loop, no warp-specialized
-partitions); issuing the next block's q @ k^T before the current softmax
-(Triton waits for that wgmma right after issuing it, so nothing overlaps; +30
-registers) -- for the same reason two independent half-block softmax chains per
-program were not pursued; device-side tensor descriptors (TMA): 146 registers
-instead of 177 at 64 x 64, but 384 bytes of global scratch per program
-(metadata.global_scratch_size), which a launch must allocate (triton.set_allocator
-on the JIT path) and which the package manifest does not describe (its launch
-notes pass 0 for the hidden scratch pointer).
+Measured on an H200 (causal 4x32x2048x128 bf16, 2026-11-30, every config of the
+space): `q_regs` 1.049x the plain 64 x 64 kernel's time, `maxnreg` 128
+1.15-1.27x; neither won. Tried for sm_90 with Triton 3.6 (compiles only) and not
+offered: `tl.range(..., warp_specialize=True)` (with pointer loads, and with
+device-side tensor descriptors at 4 warps, the NVGPUWarpSpecialization pass
+aborts; with descriptors at 8 warps it compiles to an ordinary loop, no
+warp-specialized partitions); issuing the next block's q @ k^T before the
+current softmax (Triton waits for that wgmma right after issuing it, so nothing
+overlaps; +30 registers) -- for the same reason two independent half-block
+softmax chains per program were not pursued.
 """
 
 from __future__ import annotations
@@ -73,9 +78,10 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
+def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, qk_scale, S,
                 offs_m, offs_n, offs_d,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STAGE: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STAGE: tl.constexpr,
+                TMA: tl.constexpr):
     # Key range of this stage.
     if STAGE == 1:    # causal, left of the diagonal band: no mask
         lo, hi = 0, start_m * BLOCK_M
@@ -92,7 +98,10 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        if STAGE == 1 or STAGE == 3:
+        if TMA:
+            # [1, BLOCK_N, D] box of head bh: keys past S come back as zeros
+            k = desc_k.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
+        elif STAGE == 1 or STAGE == 3:
             k = tl.load(k_ptrs)
         else:
             k = tl.load(k_ptrs, mask=(cols < S)[:, None], other=0.0)
@@ -114,7 +123,9 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + l_ij
         acc = acc * alpha[:, None]
-        if STAGE == 1 or STAGE == 3:
+        if TMA:
+            v = desc_v.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
+        elif STAGE == 1 or STAGE == 3:
             v = tl.load(v_ptrs)
         else:
             v = tl.load(v_ptrs, mask=(cols < S)[:, None], other=0.0)
@@ -138,7 +149,7 @@ if not isinstance(_attn_inner, JITFunction):
 def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_H: tl.constexpr,
                          HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
-                         Q_REGS: tl.constexpr):
+                         Q_REGS: tl.constexpr, TMA: tl.constexpr):
     # pid -> (head group, query block heaviest first, head in group)
     pid = tl.program_id(0)
     num_m = tl.cdiv(S, BLOCK_M)
@@ -155,8 +166,26 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     row_mask = offs_m < S
-    q = tl.load(q_ptr + base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=row_mask[:, None], other=0.0)
+    if TMA:
+        # Device-side tensor descriptors over [B*H, S, D] (one box per head, so
+        # rows past S read as zeros and are not written): the loads and the
+        # store go through the TMA unit. They need a global scratch buffer per
+        # program for the descriptors (triton.set_allocator; the worker sets one).
+        desc_q = tl.make_tensor_descriptor(q_ptr, shape=[BH, S, HEAD_DIM], strides=[S * HEAD_DIM, HEAD_DIM, 1],
+                                           block_shape=[1, BLOCK_M, HEAD_DIM])
+        desc_k = tl.make_tensor_descriptor(k_ptr, shape=[BH, S, HEAD_DIM], strides=[S * HEAD_DIM, HEAD_DIM, 1],
+                                           block_shape=[1, BLOCK_N, HEAD_DIM])
+        desc_v = tl.make_tensor_descriptor(v_ptr, shape=[BH, S, HEAD_DIM], strides=[S * HEAD_DIM, HEAD_DIM, 1],
+                                           block_shape=[1, BLOCK_N, HEAD_DIM])
+        desc_o = tl.make_tensor_descriptor(out_ptr, shape=[BH, S, HEAD_DIM], strides=[S * HEAD_DIM, HEAD_DIM, 1],
+                                           block_shape=[1, BLOCK_M, HEAD_DIM])
+        q = desc_q.load([bh, start_m * BLOCK_M, 0]).reshape([BLOCK_M, HEAD_DIM])
+    else:
+        desc_k = k_ptr
+        desc_v = v_ptr
+        desc_o = out_ptr
+        q = tl.load(q_ptr + base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=row_mask[:, None], other=0.0)
     if Q_REGS:
         # An exact no-op (only -0 becomes +0) between the load and the dot: Triton
         # keeps a dot operand that does not come straight from a load in
@@ -172,19 +201,22 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
     k_base = k_ptr + base
     v_base = v_ptr + base
     if CAUSAL:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
-                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 1)
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
-                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 2)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, qk_scale, S,
+                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 1, TMA)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, qk_scale, S,
+                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 2, TMA)
     else:
-        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
-                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 3)
+        acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, qk_scale, S,
+                                    offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 3, TMA)
         if not EVEN_N:
-            acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, start_m, qk_scale, S,
-                                        offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 4)
+            acc, l_i, m_i = _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, qk_scale, S,
+                                        offs_m, offs_n, offs_d, BLOCK_M, BLOCK_N, HEAD_DIM, 4, TMA)
     acc = acc / l_i[:, None]
-    tl.store(out_ptr + base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :],
-             acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
+    if TMA:
+        desc_o.store([bh, start_m * BLOCK_M, 0], acc.to(out_ptr.dtype.element_ty).reshape([1, BLOCK_M, HEAD_DIM]))
+    else:
+        tl.store(out_ptr + base + offs_m.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :],
+                 acc.to(out_ptr.dtype.element_ty), mask=row_mask[:, None])
 
 
 # ---------------------------------------------------------------------------
@@ -266,7 +298,8 @@ def shared_estimate(config, dtype, D, target) -> int:
     e = common.element_bytes(dtype)
     if common.is_hip(target):
         return (2 * bn * D * max(1, config["num_stages"] - 1) + bm * bn) * e
-    return (bm * D + 2 * bn * D * config["num_stages"]) * e
+    # `tma`: 1 KiB more (the TMA loads' barriers), as Triton 3.6 reports
+    return (bm * D + 2 * bn * D * config["num_stages"]) * e + (1024 if config.get("tma") else 0)
 
 
 def config_space(op, shape, dtype, params, target):
@@ -317,7 +350,7 @@ def config_space(op, shape, dtype, params, target):
 # NVIDIA-only config knobs (lower case, as the row kernels' `programs` / `stream`;
 # absent = off): q_regs 1 keeps Q in registers (the Q_REGS constexpr), maxnreg caps
 # the registers per thread (a Triton compile option; more programs per SM).
-NV_KNOBS = ("q_regs", "maxnreg")
+NV_KNOBS = ("q_regs", "maxnreg", "tma")
 
 
 def _nvidia_order(base, D, sm90):
@@ -337,10 +370,12 @@ def _nvidia_order(base, D, sm90):
     preferred = [
         (64, 64, 4, 3, {"q_regs": 1}),
         (64, 64, 4, 3, {}),
+        (64, 64, 4, 3, {"tma": 1}),
         (64, 32, 4, 3, {"q_regs": 1}),
         (64, 32, 4, 2, {"maxnreg": 128}),
         (64, 64, 4, 2, {"q_regs": 1}),
         (128, 64, 8, 3, {}),
+        (128, 64, 8, 3, {"tma": 1}),
         (128, 32, 8, 2, {"maxnreg": 128}),
         (128, 128, 8, 3, {}),
         (64, 32, 4, 3, {}),
@@ -374,7 +409,7 @@ def _options(config, backend, shape, params):
     if maxnreg and backend == "cuda":
         opts["maxnreg"] = maxnreg
     consts = dict(consts, HEAD_DIM=D, CAUSAL=_causal(params), EVEN_N=S % consts["BLOCK_N"] == 0,
-                  Q_REGS=bool(config.get("q_regs", 0)))
+                  Q_REGS=bool(config.get("q_regs", 0)), TMA=bool(config.get("tma", 0)))
     return opts, consts
 
 
@@ -435,6 +470,8 @@ def hints(op, shape, dtype, params, config, target) -> dict:
     threads = config["num_warps"] * common.warp_size(target)
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     regs = bm * D / threads + 1.5 * bm * bn / threads + 65
+    if config.get("tma"):
+        regs -= 35  # no address arithmetic for K / V / Q / O: 142 instead of 177 (sm_90 cubins)
     if config.get("q_regs"):
         regs += bm * D / threads / 4  # bf16 / fp16 pairs: half a register per element, ~half live
     cap = int(config.get("maxnreg") or 255)

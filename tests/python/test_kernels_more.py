@@ -887,17 +887,21 @@ def test_attention_anchor_spaces_with_knobs():
     assert tile(h200[0]) == tile(h200[1]) == (64, 64, 4, 3)
     assert h200[0].get("q_regs") == 1 and set(h200[1]) == {"BLOCK_M", "BLOCK_N", "GROUP_H", "num_warps",
                                                             "num_stages"}
-    knobbed = [c for c in h200 if {"q_regs", "maxnreg"} & c.keys()]
-    assert 3 <= len(knobbed) <= 8 and all(h200.index(c) < 8 for c in knobbed)
+    knobbed = [c for c in h200 if {"q_regs", "maxnreg", "tma"} & c.keys()]
+    assert 5 <= len(knobbed) <= 10 and all(h200.index(c) < 10 for c in knobbed)
+    # the TMA variants of the two best measured tiles, right behind them
+    assert h200[2] == dict(h200[1], tma=1)
+    assert sorted(tile(c) for c in h200 if c.get("tma")) == [(64, 64, 4, 3), (128, 64, 8, 3)]
     assert not any(c.get("q_regs") and c.get("maxnreg") for c in h200)  # that pair spills
     for target in ("gfx942", "gfx90a", "gfx1100"):
         for c in mod.config_space("attention", shape, dtype, params, TARGETS[target]):
-            assert not {"q_regs", "maxnreg"} & c.keys()
+            assert not {"q_regs", "maxnreg", "tma"} & c.keys()
     assert len(mod.config_space("attention", shape, dtype, params, TARGETS["gfx942"])) == 128
     # other NVIDIA archs / D = 256: no knobs
     sm80 = dict(TARGETS["sm_90"], arch="sm_80")
     for tg, shp in ((sm80, shape), (TARGETS["sm_90"], [1, 4, 2048, 256])):
-        assert not any({"q_regs", "maxnreg"} & c.keys() for c in mod.config_space("attention", shp, dtype, params, tg))
+        assert not any({"q_regs", "maxnreg", "tma"} & c.keys()
+                       for c in mod.config_space("attention", shp, dtype, params, tg))
     # options / constexprs: maxnreg only on cuda, q_regs -> Q_REGS
     cfg = dict(h200[0], maxnreg=128)
     spec_nv = mod.compile_spec("attention", shape, dtype, params, cfg, TARGETS["sm_90"])
@@ -937,6 +941,43 @@ def test_attention_nv_knobs_cross_compile_sm90():
         if rep.get("spills") is not None:
             assert rep["spills"] == 0, (config, rep)
             assert rep["registers"] <= config.get("maxnreg", 255)
+
+
+@pytest.mark.parametrize("shape,causal,dtype", [([1, 2, 37, 16], True, "bf16"), ([2, 1, 50, 32], False, "fp16"),
+                                                ([1, 3, 64, 32], True, "fp16")])
+def test_attention_tma_matches_plain(shape, causal, dtype):
+    """`tma`: tensor-descriptor loads and store, one box per head; rows past S
+    (odd S: the last query block and the last key block are partial) load as
+    zeros and are not stored -- the same output as the pointer kernel."""
+    params = defaults("attention", {"causal": causal})
+    plain = {"BLOCK_M": 32, "BLOCK_N": 16, "GROUP_H": 8, "num_warps": 4, "num_stages": 2}
+    out0, ref = _attention_run(shape, dtype, params, plain, seed=2)
+    out1, _ = _attention_run(shape, dtype, params, dict(plain, tma=1), seed=2)
+    check_close("attention", out1, ref, dtype)
+    assert torch.equal(out0, out1)
+
+
+def test_attention_tma_cross_compiles_sm90():
+    """On sm_90 `tma` compiles to TMA loads / stores (cp.async.bulk.tensor) with
+    global scratch for the descriptors, fewer registers than the pointer
+    kernel, and shared memory as estimated."""
+    sys.path.insert(0, os.path.join(ROOT, "worker"))
+    from kiln_worker import resources
+    mod = module_for("attention")
+    shape, dtype, params = ANCHORS["attention"]
+    params = defaults("attention", params)
+    tg = TARGETS["sm_90"]
+    base = {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 3}
+    regs = {}
+    for tma in (0, 1):
+        config = dict(base, tma=1) if tma else base
+        compiled = common.cross_compile(mod.compile_spec("attention", shape, dtype, params, config, tg), tg)
+        md, ptx = compiled.metadata, compiled.asm["ptx"]
+        assert ("cp.async.bulk.tensor" in ptx) == bool(tma)
+        assert (md.global_scratch_size > 0) == bool(tma)
+        assert md.shared == mod.shared_estimate(config, dtype, shape[-1], tg)
+        regs[tma] = resources.cubin_report(compiled.asm["cubin"], md.name, ptx=ptx, arch="sm_90")["registers"]
+    assert regs[1] < regs[0] - 20
 
 
 def test_spec_attrs_are_the_jits():

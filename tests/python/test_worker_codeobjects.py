@@ -323,3 +323,23 @@ def test_unpackb_without_package(monkeypatch, objs):
     without = msgpack_lite.unpackb(note)
     assert without == with_pkg
     assert without["amdhsa.target"] == "amdgcn-amd-amdhsa--gfx942"
+
+
+def test_scratch_allocator_serves_triton_requests():
+    """install_scratch_allocator: what Triton calls at a launch that needs global
+    scratch (device-side tensor descriptors) returns a buffer of at least the
+    size asked for on the given device; before, Triton's null allocator raises."""
+    import torch
+    from triton.runtime import _allocation
+    from kiln_worker.device import install_scratch_allocator
+
+    token = _allocation._allocator.set(_allocation._NULL_ALLOCATOR)
+    try:
+        with pytest.raises(RuntimeError, match="no allocator was set"):
+            _allocation._allocator.get()(512, 128, None)
+        install_scratch_allocator("cpu")
+        buf = _allocation._allocator.get()(512, 128, None)
+        assert isinstance(buf, torch.Tensor) and buf.numel() >= 512 and buf.device.type == "cpu"
+        assert buf.data_ptr() % 128 == 0
+    finally:
+        _allocation._allocator.reset(token)

@@ -119,3 +119,23 @@ def select_device() -> Device:
     except Exception:
         pass
     return dev
+
+
+def install_scratch_allocator(torch_device: str = "cuda") -> None:
+    """Gives Triton a global-scratch allocator (triton.set_allocator): a kernel
+    whose metadata asks for global scratch -- device-side tensor descriptors
+    (tl.make_tensor_descriptor, attention's `tma` knob) -- gets its buffer from
+    torch's caching allocator on the launch's device. Without one such a launch
+    fails ("Kernel requires a runtime memory allocation, but no allocator was
+    set"). Triton calls it with (size, alignment, stream); the buffer is a
+    view aligned as asked (the view keeps its allocation alive)."""
+    import torch
+    import triton
+
+    def alloc(size: int, alignment: int, stream):
+        size, alignment = max(1, int(size)), max(1, int(alignment))
+        raw = torch.empty(size + alignment, dtype=torch.int8, device=torch_device)
+        skip = (-raw.data_ptr()) % alignment
+        return raw[skip:skip + size]
+
+    triton.set_allocator(alloc)

@@ -10,7 +10,7 @@ from typing import Any
 from . import bench, check
 from .bench import benchmark, gpu_lock
 from .compile_child import CompileChildDied, CompileClient
-from .device import Device
+from .device import Device, install_scratch_allocator
 from .jsonsafe import json_safe
 from .targetcompile import compile_stage, describe_exception, is_resource_error, trim_message
 from .templates import Library, TemplateError
@@ -109,6 +109,8 @@ class Evaluation:
         if self.compiler is not None:
             self.compiler.start()  # imports torch/triton while the worker waits for requests
         self.inputs = _InputCache()
+        if dev.is_gpu:
+            install_scratch_allocator(dev.torch_device)
 
     def run(self, job: Any, config: Any, artifact_dir: Any) -> dict:
         bench.take_spans()

@@ -675,6 +675,8 @@ def main(argv: list[str]) -> int:
             driver.active.get_current_stream(0)
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
+            from .device import install_scratch_allocator
+            install_scratch_allocator("cuda")
         torch.set_float32_matmul_precision("highest")
 
     except Exception as exc:
