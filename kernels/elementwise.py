@@ -174,3 +174,14 @@ def traffic(op, shape, dtype, params):
     M, N = shape
     # bias add + gelu; gelu counted as ~8 flops (erf / tanh polynomial not expanded).
     return {"bytes": (2 * n + N) * e, "flops": 9 * n}
+
+
+def hints(op, shape, dtype, params, config, target) -> dict:
+    """Per config, for the engine's config model: `bytes_in_flight`, the bytes
+    one program loads at once (its tile of every input; add: x and y, bias_gelu:
+    x and the bias slice)."""
+    _check(op)
+    e = common.element_bytes(dtype)
+    if op == "add":
+        return {"bytes_in_flight": 2 * config["BLOCK"] * e}
+    return {"bytes_in_flight": (config["BLOCK_M"] + 1) * config["BLOCK_N"] * e}

@@ -1071,6 +1071,11 @@ def test_row_hints_bytes_in_flight():
     # a row shorter than its padded tile: the row's bytes
     assert c({"BLOCK_M": 1, "BLOCK_N": 4096, "num_warps": 4, "num_stages": 1}, [8, 3000], "fp32") == \
         {"bytes_in_flight": 3000 * 4}
+    ew = module_for("add")
+    assert ew.hints("add", [1 << 20], "fp32", {}, {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}, tg) == \
+        {"bytes_in_flight": 2 * 1024 * 4}
+    assert ew.hints("bias_gelu", [64, 256], "bf16", {}, {"BLOCK_M": 4, "BLOCK_N": 128, "num_warps": 4,
+                                                        "num_stages": 1}, tg) == {"bytes_in_flight": 5 * 128 * 2}
     for op, dtype in ROW_OPS.items():
         mod, params = module_for(op), defaults(op, {})
         for config in mod.config_space(op, shape, dtype, params, tg):
