@@ -91,6 +91,7 @@ Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& ca
   SchedulerOptions so;
   so.owner = opts_.owner;
   so.lease_s = opts_.lease_s;
+  so.bench_cutoff = opts_.bench_cutoff;
   so.batch = opts_.batch;
   so.artifact_dir = artifact_dir_ / "requests";
   // Evaluations are written in batches (one transaction per record_batch, or

@@ -42,6 +42,7 @@ struct CoordinatorOptions {
   int prefetch = 2;                            // items beyond a rank's slots kept at the rank
   std::optional<std::string> batch;
   double lease_s = 120;
+  double bench_cutoff = 1.5;                   // SchedulerOptions::bench_cutoff (0: off)
   std::filesystem::path scratch;               // rank 0's node-local scratch (received code objects)
   double heartbeat_interval_s = 5;
   double heartbeat_timeout_s = 30;

@@ -86,6 +86,7 @@ struct Options {
   int workers = 1;
   std::string device = "auto";
   double lease_s = 120;
+  double bench_cutoff = 1.5;
   std::optional<fs::path> scratch;
   bool json_out = false, verbose = false;
   int coordinator_slots = 0;
@@ -111,6 +112,9 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       "device", po::value<std::string>()->default_value("auto"),
       "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
       "lease", po::value<double>()->default_value(120), "job lease in seconds")(
+      "bench-cutoff", po::value<double>()->default_value(1.5),
+      "stop a candidate's benchmark after 20 runs when their median is above this factor times the "
+      "job's best so far (0: run every candidate's every run)")(
       "scratch", po::value<std::string>(), "node-local scratch dir on every node (default: $TMPDIR/kiln)")(
       "json", "machine-readable summary on stdout (rank 0)")(
       "verbose,v", "copy the evaluators' stderr to ours")(
@@ -152,6 +156,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   o.workers = vm["workers"].as<int>();
   o.device = vm["device"].as<std::string>();
   o.lease_s = vm["lease"].as<double>();
+  o.bench_cutoff = vm["bench-cutoff"].as<double>();
   if (vm.count("scratch")) o.scratch = fs::path(vm["scratch"].as<std::string>());
   o.json_out = vm.count("json") > 0;
   o.verbose = vm.count("verbose") > 0;
@@ -173,6 +178,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   if (o.coordinator_slots < 0) throw UsageError("--coordinator-slots must be 0 or more");
   if (o.prefetch < 0) throw UsageError("--prefetch must be 0 or more");
   if (o.lease_s <= 0) throw UsageError("--lease must be positive");
+  if (o.bench_cutoff != 0 && o.bench_cutoff < 1) throw UsageError("--bench-cutoff must be 0 (off) or at least 1");
   if (o.heartbeat_interval_s <= 0) throw UsageError("--heartbeat-interval must be positive");
   if (o.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be 0 (never) or positive");
   if (o.heartbeat_timeout_s > 0 && o.heartbeat_timeout_s < 2 * o.heartbeat_interval_s)
@@ -306,6 +312,7 @@ int run(Options o, int* argc, char*** argv) {
     copts.prefetch = o.prefetch;
     copts.batch = o.batch;
     copts.lease_s = o.lease_s;
+    copts.bench_cutoff = o.bench_cutoff;
     copts.scratch = run_dir;
     copts.heartbeat_interval_s = o.heartbeat_interval_s;
     copts.heartbeat_timeout_s = o.heartbeat_timeout_s;

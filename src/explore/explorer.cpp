@@ -122,6 +122,7 @@ class Explorer {
     so.owner = owner_;
     so.lease_s = options.lease_s;
     so.lookahead = std::max(1, options.workers);
+    so.bench_cutoff = options.bench_cutoff;
     so.batch = options.batch;
     if (options.shard) so.shard = JobShard{options.shard->first, options.shard->second};
     so.artifact_dir = artifact_dir_;

@@ -32,6 +32,7 @@ struct RunOptions {
   std::optional<std::string> batch;         // only this batch's jobs
   std::optional<std::pair<int, int>> shard; // (I, N): only jobs with id % N == I (kiln run --shard I/N)
   double lease_s = 120;                     // job lease, renewed every lease_s / 3
+  double bench_cutoff = 1.5;                // SchedulerOptions::bench_cutoff (0: off)
   std::filesystem::path scratch_dir;        // artifacts in flight + Triton cache; empty: a temp dir
   bool echo_worker_stderr = false;
   std::ostream* progress = nullptr;         // progress lines; nullptr: std::cerr

@@ -54,6 +54,7 @@ struct Scheduler::Job {
   std::deque<CandidateRow> pending;
   int in_flight = 0;
   int rounds = 0;
+  std::optional<double> best_ms;     // best measured median so far (bench cutoff)
   std::string error;                 // the generator's "error: " note, if it gave up
   std::string label() const {
     return ctx.row.op + " " + shape_str(ctx.row.shape) + " " + ctx.row.dtype + " " + ctx.row.target;
@@ -124,6 +125,8 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       std::filesystem::create_directories(dir);
       w.request = {{"method", "evaluate"}, {"job", job->job}, {"config", c.config},
                    {"artifact_dir", dir.string()}};
+      if (opts_.bench_cutoff > 0 && job->best_ms && job->ctx.measured)
+        w.request["job"]["benchmark"]["cutoff_ms"] = *job->best_ms * opts_.bench_cutoff;
       if (c.source) w.request["source"] = *c.source;
       w.timeout_s = job->ctx.explore().value("timeout_s", 300.0);
       w.label = job->label();
@@ -223,7 +226,19 @@ void Scheduler::plan(Job& job) {
   ++job.rounds;
   const long long id = job.ctx.row.id;
   try {
-    job.generator->propose(job.ctx, history(job),
+    const std::vector<Outcome> past = history(job);
+    // A resumed job's earlier measurements on this kind of device count for
+    // the bench cutoff too (estimates and other devices' latencies do not).
+    if (job.ctx.measured)
+      for (const auto& o : past) {
+        const json lat = o.result.value("latency", json());
+        if (o.status != "ok" || !lat.is_object() || !lat.contains("median_ms") || !lat["median_ms"].is_number() ||
+            !TargetRegistry::matches_device(*job.ctx.target, lat.value("device", std::string())))
+          continue;
+        const double ms = lat["median_ms"].get<double>();
+        if (!job.best_ms || ms < *job.best_ms) job.best_ms = ms;
+      }
+    job.generator->propose(job.ctx, past,
                            [this, id](std::vector<Proposal> p, std::vector<std::string> notes) {
                              // Always continue on the io_context, never inside propose().
                              boost::asio::post(io_, [this, id, p = std::move(p), notes = std::move(notes)]() mutable {
@@ -418,8 +433,11 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
     return;
   }
   const json lat = e.result.value("latency", json());
-  if (job.ctx.measured && lat.is_object() && lat.contains("median_ms"))
-    stats_.last_best = job.label() + " " + fmt_ms(lat["median_ms"].get<double>()) + " (measured)";
+  if (job.ctx.measured && lat.is_object() && lat.contains("median_ms") && lat["median_ms"].is_number()) {
+    const double ms = lat["median_ms"].get<double>();
+    if (!job.best_ms || ms < *job.best_ms) job.best_ms = ms;
+    stats_.last_best = job.label() + " " + fmt_ms(ms) + " (measured)";
+  }
   else if (e.estimate_ms)
     stats_.last_best = job.label() + " " + fmt_ms(*e.estimate_ms) + " (estimated)";
 }

@@ -53,6 +53,13 @@ struct SchedulerOptions {
   // are ready to hand out (and no active job is being planned), instead of
   // only when none is; executors pass their slot count. 0: claim on empty.
   int lookahead = 0;
+  // > 0: a candidate's benchmark may stop after its first timed runs when
+  // their median is above this factor times the job's best measured median so
+  // far (the worker's `cutoff_ms`; it records the runs it made and
+  // `stopped_early`). A candidate that slow cannot be the job's best, and its
+  // remaining runs only keep the GPU from the next candidate. 0: every
+  // candidate gets every run.
+  double bench_cutoff = 1.5;
   // Reads a code object the worker reported at `path` (default: the file).
   std::function<std::string(const std::filesystem::path&)> read_artifact;
 };

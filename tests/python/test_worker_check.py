@@ -348,3 +348,52 @@ def test_benchmark_control_flow_with_fake_device():
     per_run = timed[:5]
     assert per_run[0] == "flush" and per_run[1][0] == "sleep" and per_run[2:] == ["event", "launch", "event"]
     assert timed[-1] == "sync" and timed.count("launch") == 4 and timed.count("flush") == 4
+
+
+def _fake_api(log, clock):
+    class Buf:
+        def zero_(self):
+            log.append("flush")
+
+    class Event:
+        def record(self):
+            self.t = clock[0]
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    class Api:
+        def buffer(self, nbytes):
+            return Buf()
+
+        def event(self):
+            return Event()
+
+        def synchronize(self):
+            log.append("sync")
+
+        def sleep(self, cycles):
+            return True
+
+    return Api()
+
+
+@pytest.mark.parametrize("kernel_ms,cutoff,stops", [(2.0, 1.5, True), (1.0, 1.5, False), (2.0, None, False)])
+def test_benchmark_cutoff_stops_a_slow_kernel_early(kernel_ms, cutoff, stops):
+    """With a cutoff (the engine's: a factor times the job's best so far), a
+    kernel whose first CUTOFF_CHECK_RUNS runs have a median above it stops
+    there, its result saying so; one under it, or no cutoff, runs every run."""
+    log, clock = [], [0.0]
+
+    def launch():
+        clock[0] += kernel_ms
+        log.append("launch")
+
+    r = bench._benchmark(launch, 5, 100, "Fake GPU", {}, api=_fake_api(log, clock), cutoff_ms=cutoff)
+    assert r["median_ms"] == kernel_ms
+    if stops:
+        assert r["runs"] == bench.CUTOFF_CHECK_RUNS and log.count("launch") == 5 + bench.CUTOFF_CHECK_RUNS
+        assert r["stopped_early"] == {"after_runs": bench.CUTOFF_CHECK_RUNS, "median_ms": kernel_ms,
+                                      "cutoff_ms": cutoff}
+    else:
+        assert r["runs"] == 100 and log.count("launch") == 105 and "stopped_early" not in r

@@ -133,14 +133,23 @@ def gpu_lock(shared: bool = False):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+# With a cutoff: the runs after which the median is compared with it.
+CUTOFF_CHECK_RUNS = 20
+
+
 def benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
-              target: dict | None = None, api=None) -> dict:
+              target: dict | None = None, api=None, cutoff_ms: float | None = None) -> dict:
     with gpu_lock():
-        return _benchmark(fn, warmup, runs, device_name, target, api)
+        return _benchmark(fn, warmup, runs, device_name, target, api, cutoff_ms)
 
 
 def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
-               target: dict | None = None, api=None) -> dict:
+               target: dict | None = None, api=None, cutoff_ms: float | None = None) -> dict:
+    """...; with `cutoff_ms` (the engine's bench cutoff: a factor times the
+    job's best median so far), the first CUTOFF_CHECK_RUNS timed runs are read
+    first, and when their median is above the cutoff the benchmark stops
+    there: the result has those runs and `stopped_early` (such a kernel cannot
+    be the job's best; the other runs would only hold the GPU)."""
     api = api or _Cuda()
     warmup = max(0, int(warmup))
     runs = max(1, int(runs))
@@ -163,7 +172,17 @@ def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
 
     starts = [api.event() for _ in range(runs)]
     ends = [api.event() for _ in range(runs)]
+    check = CUTOFF_CHECK_RUNS if cutoff_ms and cutoff_ms > 0 and runs > CUTOFF_CHECK_RUNS else None
+    stopped = None
+    done = runs
     for i in range(runs):
+        if check is not None and i == check:
+            api.synchronize()
+            first = stats_ms([s.elapsed_time(e) for s, e in zip(starts[:i], ends[:i])])["median_ms"]
+            if first > cutoff_ms:
+                stopped = {"after_runs": i, "median_ms": first, "cutoff_ms": cutoff_ms}
+                done = i
+                break
         cache.zero_()
         if use_sleep:
             try:
@@ -174,9 +193,11 @@ def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
         fn()
         ends[i].record()
     api.synchronize()
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    times = [s.elapsed_time(e) for s, e in zip(starts[:done], ends[:done])]
     del cache
-    out = {"device": device_name, "runs": runs, "warmup": warmup}
+    out = {"device": device_name, "runs": done, "warmup": warmup}
     out.update(stats_ms(times))
     out["host_launch_ms"] = host_s * 1e3
+    if stopped:
+        out["stopped_early"] = stopped
     return out

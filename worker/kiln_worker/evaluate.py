@@ -211,8 +211,10 @@ class Evaluation:
         if self.dev.is_gpu and runs > 0:
             t0 = time.perf_counter()
             try:
+                cutoff = bcfg.get("cutoff_ms")
                 res["latency"] = benchmark(lambda: mod.launch(op, inputs, out, config, params),
-                                           warmup, runs, self.dev.name, target)
+                                           warmup, runs, self.dev.name, target,
+                                           cutoff_ms=float(cutoff) if isinstance(cutoff, (int, float)) else None)
             except Exception as exc:
                 status, message = self._classify(exc)
                 res["status"], res["message"] = status, "during the benchmark: " + message
