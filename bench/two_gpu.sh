@@ -13,7 +13,10 @@
 # evaluate exactly the same candidates.
 #   MANIFEST  default jobs/examples/cluster_h200.yaml (26 jobs)
 #   W         workers per GPU (default 12; the machine has 16 cores per GPU)
-#   MODES     default "run-1 run-2 mpi-1 mpi-2" (mpi-* need mpirun)
+#   MODES     default "run-1 run-2 mpi-1 mpi-2" (mpi-* need mpirun); also
+#             run-1x2: one GPU with 2W workers -- as many processes as run-2
+#             on one GPU: if its GPU time per candidate grows like run-2's, the
+#             host side (CPU contention) slows the GPU work, else the GPUs do
 #   RUN_TIMEOUT  seconds per run (default 300); on expiry it drains (rc 130)
 # Prints a table and the 2-GPU / 1-GPU throughput ratios; writes under $OUT
 # (default ./out): machine.txt (GPUs, topology, CPUs), results.jsonl (per run:
@@ -45,6 +48,7 @@ for mode in $MODES; do
   case $mode in
     run-1) cmd=($K run --device gpu --gpus 1 --workers "$W" --catalog "$d/k.db" --scratch "$d/s" --json) ;;
     run-2) cmd=($K run --device gpu --gpus 2 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json) ;;
+    run-1x2) cmd=($K run --device gpu --gpus 1 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json) ;;
     mpi-1|mpi-2)
       if [[ ! -x build-gpu/kiln-mpi ]]; then echo "$mode: no kiln-mpi (no MPI found at build)"; continue; fi
       np=$(( ${mode#mpi-} + 1 ))
@@ -126,14 +130,19 @@ done
 python3 - "$OUT" <<'PY'
 import json, sys
 rows = {r["mode"]: r for r in map(json.loads, open(f"{sys.argv[1]}/results.jsonl"))}
-print("| run | rc | GPUs | wall s | jobs done | evaluations | candidates/s | GPU busy | CPU busy | compile s/cand |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| run | rc | GPUs | wall s | jobs done | evaluations | candidates/s | GPU busy | CPU busy | "
+      "compile s/cand | GPU-held s/cand |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m, r in rows.items():
     busy = r["gpu_busy_fraction"]
     cpu = r.get("cpu_busy_fraction")
-    print(f"| {m} | {r['rc']} | {m[-1]} | {r['wall_s']:.1f} | {r['jobs_done']} | {r['evaluations']} | "
+    gpus = 2 if m in ("run-2", "mpi-2") else 1
+    # the GPU lock held (benchmarks, checks) per candidate, summed over the GPUs
+    held = sum(r.get("gpu_busy_each_s") or []) / r["evaluations"] if r["evaluations"] else 0
+    print(f"| {m} | {r['rc']} | {gpus} | {r['wall_s']:.1f} | {r['jobs_done']} | {r['evaluations']} | "
           f"{r['candidates_per_s']:.2f} | {'' if busy is None else f'{busy * 100:.0f}%'} | "
-          f"{'' if cpu is None else f'{cpu * 100:.0f}%'} | {r.get('per_candidate_s', {}).get('compile_s', 0):.2f} |")
+          f"{'' if cpu is None else f'{cpu * 100:.0f}%'} | {r.get('per_candidate_s', {}).get('compile_s', 0):.2f} | "
+          f"{held:.3f} |")
 for a, b in (("run-1", "run-2"), ("mpi-1", "mpi-2"), ("run-1", "mpi-2")):
     if a in rows and b in rows:
         print(f"throughput {b} / {a}: {rows[b]['candidates_per_s'] / rows[a]['candidates_per_s']:.2f}x")
