@@ -1,0 +1,54 @@
+"""Search quality on recorded H200 measurements, as a regression test.
+
+bench/results/h200-2026-11-30-evening/anchors-slim.db holds an exhaustive run of
+the anchor cases on an H200 (every config measured). Replaying Kiln's own
+strategy code over it (kiln-replay, driven by bench/search_efficiency.py with
+the worker's space hints, as in a live run) is deterministic for a seed, so the
+goal of issue 3 -- halving within 3% of the exhaustive best with at least 5x
+fewer evaluations on the matmul and conv2d spaces -- can be checked on every
+change to the config model or the strategy. (It says nothing about a new GPU
+run; bench/h200_conv2d_search.sh and bench/h200_run.sh do.)
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = ROOT / "bench" / "results" / "h200-2026-11-30-evening" / "anchors-slim.db"
+REPLAY = Path(os.environ.get("KILN_REPLAY", ROOT / "build" / "kiln-replay"))
+
+
+@pytest.fixture(scope="module")
+def replayed():
+    if not REPLAY.exists():
+        pytest.fail(f"{REPLAY} is missing: build it (cmake --build build --target kiln-replay)")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search_efficiency.py"), str(CATALOG),
+                        "--replay", str(REPLAY), "--seeds", "30", "--jobs", "6,7,9,10", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for job in json.loads(r.stdout):
+        rows = {row["strategy"]: row for row in job["rows"]}
+        out.setdefault(job["job"]["op"], []).append(rows)
+    return out
+
+
+def test_matmul_and_conv2d_meet_the_search_goal(replayed):
+    for op in ("matmul", "conv2d"):
+        for rows in replayed[op]:
+            h = rows["halving"]
+            assert h["fewer"] >= 5.0, (op, h)
+            assert h["within_3pct"] == 1.0, (op, h)
+
+
+def test_halving_beats_random_at_the_same_budget(replayed):
+    # random sampling with halving's mean number of evaluations, same seeds
+    for op in ("matmul", "conv2d", "attention"):
+        for rows in replayed[op]:
+            rand = next(v for k, v in rows.items() if k.startswith("random@"))
+            assert rows["halving"]["within_3pct"] > rand["within_3pct"], (op, rows)
+            assert rows["halving"]["ratio_mean"] < rand["ratio_mean"], (op, rows)
