@@ -68,7 +68,6 @@ import math
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 
@@ -77,7 +76,7 @@ OPERATORS = ("attention",)
 LOG2E = 1.4426950408889634
 
 
-@triton.jit
+@common.jit_helper
 def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, qk_scale, S,
                 offs_m, offs_n, offs_d,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STAGE: tl.constexpr,
@@ -134,15 +133,6 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, q
         k_ptrs += BLOCK_N * HEAD_DIM
         v_ptrs += BLOCK_N * HEAD_DIM
     return acc, l_i, m_i
-
-
-# Under TRITON_INTERPRET=1, @triton.jit makes an InterpretedFunction, which the
-# code generator cannot inline when the kernel is cross-compiled (common.compilable
-# only converts the kernel itself). Wrap the helper the way common.py wraps
-# Triton's own library functions: a real JITFunction that the compiler inlines
-# and that runs the interpreted function when an interpreted kernel calls it.
-if not isinstance(_attn_inner, JITFunction):
-    _attn_inner = common.InterpretableJIT(_attn_inner)
 
 
 @triton.jit

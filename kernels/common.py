@@ -13,7 +13,8 @@ What lives here:
   which splits a config into compile/launch options and constexprs and keeps the
   AMD knobs only for hip;
 * `compilable`, `cross_compile`, `compiler_mode`: cross-compilation, also while
-  the Triton interpreter is on (see below);
+  the Triton interpreter is on (see below); `jit_helper`, the decorator for
+  @jit helpers that kernels call;
 * `spec`: builds the dict that `compile_spec` returns.
 
 Interpreter and cross-compilation in one process
@@ -329,6 +330,17 @@ class InterpretableJIT(JITFunction):
 
     def __call__(self, *args, **kwargs):
         return self.interpreted(*args, **kwargs)
+
+
+def jit_helper(fn):
+    """@triton.jit for a helper that kernels call (decorate it with this
+    instead). Under TRITON_INTERPRET=1, @triton.jit makes an
+    InterpretedFunction, which the code generator cannot inline when a kernel
+    is cross-compiled (compilable() only converts the kernel itself): the
+    helper becomes an InterpretableJIT then, as Triton's own library functions
+    do (_fix_library_functions). On a GPU it is the plain JITFunction."""
+    jf = triton.jit(fn)
+    return jf if isinstance(jf, JITFunction) else InterpretableJIT(jf)
 
 
 def _fix_library_functions() -> None:

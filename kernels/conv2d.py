@@ -78,14 +78,13 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 
 OPERATORS = ("conv2d",)
 
 
-@triton.jit
+@common.jit_helper
 def _pixels(p0, OW, STRIDE: tl.constexpr, PAD: tl.constexpr, BLOCK_M: tl.constexpr):
     # Pixels of a chunk and the input row / column of their tap (0, 0): the div /
     # mod by OW runs once per pixel, not per (pixel, k) element.
@@ -95,7 +94,7 @@ def _pixels(p0, OW, STRIDE: tl.constexpr, PAD: tl.constexpr, BLOCK_M: tl.constex
     return offs_p, oh * STRIDE - PAD, ow * STRIDE - PAD
 
 
-@triton.jit
+@common.jit_helper
 def _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
             EVEN_P: tl.constexpr, KMASK: tl.constexpr, TRANSPOSE: tl.constexpr):
     # The A tile of one chunk and K step, [pixels, k] ([k, pixels] when TRANSPOSE).
@@ -125,7 +124,7 @@ def _gather(x_img, offs_p, ih0, iw0, r, s, k_off, k_mask, H, W, OHW,
     return a
 
 
-@triton.jit
+@common.jit_helper
 def _mma(a, b, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSE: tl.constexpr):
     # [pixels, oc] = a @ b, or [oc, pixels] = b @ a when TRANSPOSE.
     if TRANSPOSE:
@@ -137,7 +136,7 @@ def _mma(a, b, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSE: tl.const
     return acc
 
 
-@triton.jit
+@common.jit_helper
 def _store(out_img, oc_off, oc_mask, offs_p, acc, OHW,
            EVEN_P: tl.constexpr, EVEN_N: tl.constexpr, TRANSPOSE: tl.constexpr, CACHE: tl.constexpr):
     # out[n, oc, p]: contiguous along the chunk (BLOCK_M pixels, and BLOCK_P per
@@ -159,17 +158,6 @@ def _store(out_img, oc_off, oc_mask, offs_p, acc, OHW,
             tl.store(ptrs, val, mask=oc_mask[None, :], cache_modifier=CACHE)
         else:
             tl.store(ptrs, val, mask=(offs_p < OHW)[:, None] & oc_mask[None, :], cache_modifier=CACHE)
-
-
-# Under TRITON_INTERPRET=1 the helpers are InterpretedFunctions, which the code
-# generator cannot inline when the kernel is cross-compiled: wrap them as
-# attention.py does (a real JITFunction that runs the interpreted one when an
-# interpreted kernel calls it).
-if not isinstance(_gather, JITFunction):
-    _pixels = common.InterpretableJIT(_pixels)
-    _gather = common.InterpretableJIT(_gather)
-    _mma = common.InterpretableJIT(_mma)
-    _store = common.InterpretableJIT(_store)
 
 
 @triton.jit

@@ -43,7 +43,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 from . import matmul as _matmul
@@ -54,7 +53,7 @@ ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}
 GELU_EXACT = False
 
 
-@triton.jit
+@common.jit_helper
 def bias_act(acc, bias_ptr, pid_n, N, BLOCK_N: tl.constexpr, ACT: tl.constexpr):
     """The epilogue, in fp32 registers: + bias[cols], then the activation. The
     columns are wrapped like tile_product's, so the bias load needs no mask."""
@@ -71,12 +70,6 @@ def bias_act(acc, bias_ptr, pid_n, N, BLOCK_N: tl.constexpr, ACT: tl.constexpr):
         z = acc * (1.5957691216057308 + 0.0713548162726008 * acc * acc)
         acc = acc / (1.0 + tl.exp2(-1.4426950408889634 * z))
     return acc
-
-
-# Under TRITON_INTERPRET=1: a JITFunction the compiler can inline that still
-# runs interpreted (as matmul.py's helpers).
-if not isinstance(bias_act, JITFunction):
-    bias_act = common.InterpretableJIT(bias_act)
 
 
 @triton.jit

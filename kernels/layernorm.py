@@ -23,7 +23,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 
@@ -37,7 +36,7 @@ MAX_CONFIGS = 48
 _PREFERRED = [(2, 8), (1, 8), (1, 16), (2, 16), (1, 4)]
 
 
-@triton.jit
+@common.jit_helper
 def _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel; w, b: the
@@ -57,12 +56,6 @@ def _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M: tl.c
 
     out = xc * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
     tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=mask, cache_modifier=STORE_CACHE)
-
-
-# Under TRITON_INTERPRET=1 the helper must be a JITFunction the compiler can
-# inline and that still runs interpreted (as attention.py's _attn_inner).
-if not isinstance(_layernorm_rows, JITFunction):
-    _layernorm_rows = common.InterpretableJIT(_layernorm_rows)
 
 
 @triton.jit

@@ -45,14 +45,13 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 
 OPERATORS = ("matmul",)
 
 
-@triton.jit
+@common.jit_helper
 def tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """Tile index -> (pid_m, pid_n), GROUP_M tile-rows at a time (neighbouring
     tiles share A rows and B columns in the L2)."""
@@ -67,7 +66,7 @@ def tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
     return pid_m, pid_n
 
 
-@triton.jit
+@common.jit_helper
 def tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """The fp32 BLOCK_M x BLOCK_N tile (pid_m, pid_n) of A @ B, A [M, K] and B
@@ -96,21 +95,13 @@ def tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M: tl.constexpr, BLO
     return acc
 
 
-@triton.jit
+@common.jit_helper
 def store_tile(c_ptr, acc, pid_m, pid_n, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Stores the tile (pid_m, pid_n) of C [M, N] in C's dtype, masked to C."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
-# Under TRITON_INTERPRET=1 the helpers must be JITFunctions the compiler can
-# inline and that still run interpreted (as attention.py's _attn_inner).
-if not isinstance(tile_coords, JITFunction):
-    tile_coords = common.InterpretableJIT(tile_coords)
-    tile_product = common.InterpretableJIT(tile_product)
-    store_tile = common.InterpretableJIT(store_tile)
 
 
 @triton.jit

@@ -29,7 +29,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 
@@ -41,7 +40,7 @@ MAX_CONFIGS = 48
 _PREFERRED = [(1, 8), (1, 16), (1, 4), (2, 16)]
 
 
-@triton.jit
+@common.jit_helper
 def _reduce_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  OP: tl.constexpr, EVEN_N: tl.constexpr, ONE_PASS: tl.constexpr, LOAD_POLICY: tl.constexpr):
     """Row block `rb` (BLOCK_M rows): chunk loop, or a single load when ONE_PASS."""
@@ -90,12 +89,6 @@ def _reduce_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOC
         if OP == 1:
             r = r / n_cols
     tl.store(out_ptr + rows, r.to(out_ptr.dtype.element_ty), mask=row_mask)
-
-
-# Under TRITON_INTERPRET=1 the helper must be a JITFunction the compiler can
-# inline and that still runs interpreted (as attention.py's _attn_inner).
-if not isinstance(_reduce_rows, JITFunction):
-    _reduce_rows = common.InterpretableJIT(_reduce_rows)
 
 
 @triton.jit

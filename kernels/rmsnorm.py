@@ -28,7 +28,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 
@@ -42,7 +41,7 @@ MAX_CONFIGS = 48
 _PREFERRED = [(1, 8), (1, 16), (1, 4), (2, 8)]
 
 
-@triton.jit
+@common.jit_helper
 def _rmsnorm_rows(x_ptr, out_ptr, w, rb, n_rows, n_cols, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel; w: the loaded
@@ -70,12 +69,6 @@ def _rmsnorm_rows(x_ptr, out_ptr, w, rb, n_rows, n_cols, eps, BLOCK_M: tl.conste
     else:
         tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
                  mask=row_mask[:, None] & col_mask[None, :], cache_modifier=STORE_CACHE)
-
-
-# Under TRITON_INTERPRET=1 the helper must be a JITFunction the compiler can
-# inline and that still runs interpreted (as attention.py's _attn_inner).
-if not isinstance(_rmsnorm_rows, JITFunction):
-    _rmsnorm_rows = common.InterpretableJIT(_rmsnorm_rows)
 
 
 @triton.jit

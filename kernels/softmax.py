@@ -20,7 +20,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.jit import JITFunction
 
 from . import common
 
@@ -35,7 +34,7 @@ MAX_CONFIGS = 48
 _PREFERRED = [(1, 4), (1, 8), (1, 16), (2, 8)]
 
 
-@triton.jit
+@common.jit_helper
 def _softmax_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel."""
@@ -55,12 +54,6 @@ def _softmax_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLO
     out_offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
     tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
              mask=row_mask[:, None] & col_mask[None, :], cache_modifier=STORE_CACHE)
-
-
-# Under TRITON_INTERPRET=1 the helper must be a JITFunction the compiler can
-# inline and that still runs interpreted (as attention.py's _attn_inner).
-if not isinstance(_softmax_rows, JITFunction):
-    _softmax_rows = common.InterpretableJIT(_softmax_rows)
 
 
 @triton.jit
