@@ -51,6 +51,7 @@ def main() -> int:
     os.environ.setdefault("KILN_PTXAS_SPILLS", "1")
     from kiln_worker import resources
     from kiln_worker.device import select_device
+    from kiln_worker.evaluate import job_fields
     from kiln_worker.targetcompile import compile_stage
     from kiln_worker.templates import Library
     import torch
@@ -68,10 +69,7 @@ def main() -> int:
         except Exception:
             pass
         mod = lib.launch_module(op)
-        merged = dict(params)
-        for name, p in ((lib.operators.get(op) or {}).get("params") or {}).items():
-            if isinstance(p, dict) and "default" in p:
-                merged.setdefault(name, p["default"])
+        merged = job_fields(lib, {"op": op, "shape": shape, "dtype": dtype, "params": params})[3]
         os.environ["KILN_PTXAS_SPILLS"] = "0"
         t0 = time.perf_counter()
         stage = compile_stage(lib, op, shape, dtype, merged, config, target, None)

@@ -13,6 +13,7 @@ Prints the best per operator; --json writes every number.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -32,8 +33,7 @@ def _target():
 
 
 def configs_for(op: str) -> list[dict]:
-    from kernels import layernorm, rmsnorm, softmax  # noqa: F401
-    mod = sys.modules[f"kernels.{op}"]
+    mod = importlib.import_module(f"kernels.{op}")
     out = list(mod.config_space(op, SHAPE, "bf16", {}, _target()))
     for bm in (1, 2, 4):
         for bn in (512, 1024, 2048):
@@ -58,7 +58,6 @@ def configs_for(op: str) -> list[dict]:
 def _compile(args):
     op, config = args
     from kernels import common
-    import importlib
     mod = importlib.import_module(f"kernels.{op}")
     try:
         spec = mod.compile_spec(op, SHAPE, "bf16", {}, config, _target())
@@ -81,7 +80,6 @@ def main() -> int:
 
     import torch
     from kiln_worker.bench import _benchmark
-    import importlib
     target = _target()
     rows = []
     for op in OPS:

@@ -48,6 +48,7 @@ def main() -> int:
     import torch.nn.functional as F
     import triton
     from kiln_worker.bench import _benchmark
+    from kiln_worker.evaluate import job_fields
     from kiln_worker.templates import Library
 
     lib = Library()
@@ -78,10 +79,7 @@ def main() -> int:
     rows = []
     for op in ("softmax", "layernorm", "rmsnorm"):
         mod = lib.launch_module(op)
-        params = {}
-        for name, p in ((lib.operators.get(op) or {}).get("params") or {}).items():
-            if isinstance(p, dict) and "default" in p:
-                params[name] = p["default"]
+        params = job_fields(lib, {"op": op, "shape": SHAPE, "dtype": "bf16"})[3]  # the registry's defaults
         inputs = mod.make_inputs(op, SHAPE, "bf16", params, 0, torch.device("cuda"))
         out = mod.output_like(op, inputs, params)
         for cfg in configs.get(op, []):
