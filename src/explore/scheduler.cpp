@@ -228,8 +228,9 @@ void Scheduler::plan(Job& job) {
   try {
     const std::vector<Outcome> past = history(job);
     // A resumed job's earlier measurements on this kind of device count for
-    // the bench cutoff too (estimates and other devices' latencies do not).
-    if (job.ctx.measured)
+    // the bench cutoff too (estimates and other devices' latencies do not);
+    // after the first round record() keeps best_ms up to date.
+    if (job.ctx.measured && job.rounds == 1)
       for (const auto& o : past) {
         const json lat = o.result.value("latency", json());
         if (o.status != "ok" || !lat.is_object() || !lat.contains("median_ms") || !lat["median_ms"].is_number() ||
