@@ -145,8 +145,9 @@ def benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
 
 def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
                target: dict | None = None, api=None, cutoff_ms: float | None = None) -> dict:
-    """...; with `cutoff_ms` (the engine's bench cutoff: a factor times the
-    job's best median so far), the first CUTOFF_CHECK_RUNS timed runs are read
+    """`warmup` untimed runs, then `runs` timed ones (module docstring). With
+    `cutoff_ms` (the engine's bench cutoff: a factor times the job's best
+    median so far), the first CUTOFF_CHECK_RUNS timed runs are read
     first, and when their median is above the cutoff the benchmark stops
     there: the result has those runs and `stopped_early` (such a kernel cannot
     be the job's best; the other runs would only hold the GPU)."""
