@@ -76,7 +76,8 @@ def template_hints(catalog: str, job: int, out_dir: str) -> str | None:
     hints such as conv2d's registers), computed here on the CPU and written as
     {config JSON: hint} for kiln-replay --hints. None when the worker or the
     template cannot say (the replay then reads the recorded code objects)."""
-    sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
+    if str(ROOT / "worker") not in sys.path:
+        sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
     os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
         from kiln_worker.evaluate import space

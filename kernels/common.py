@@ -120,7 +120,7 @@ def randn(shape, dtype: str, seed: int, device, scale: float = 1.0, generator=No
     numbers are the same for the same seed on every CUDA device (Philox), but
     not the same as the CPU's."""
     if generator is None:
-        generator = common_generator(seed, device)
+        generator = _seeded_generator(seed, device)
     t = torch.randn(tuple(int(s) for s in shape), generator=generator, dtype=torch.float32,
                     device=generator.device)
     if scale != 1.0:
@@ -128,15 +128,16 @@ def randn(shape, dtype: str, seed: int, device, scale: float = 1.0, generator=No
     return t.to(torch_dtype(dtype)).to(device)
 
 
-def generator(seed: int, device="cpu") -> torch.Generator:
-    """A seeded generator on `device`'s kind: the GPU for a CUDA / ROCm device
-    (torch calls both "cuda"), else the CPU."""
+def _seeded_generator(seed: int, device) -> torch.Generator:
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     where = dev if dev.type == "cuda" else torch.device("cpu")
     return torch.Generator(device=where).manual_seed(int(seed))
 
 
-common_generator = generator
+def generator(seed: int, device="cpu") -> torch.Generator:
+    """A seeded generator on `device`'s kind: the GPU for a CUDA / ROCm device
+    (torch calls both "cuda"), else the CPU."""
+    return _seeded_generator(seed, device)
 
 
 def numel(shape) -> int:
