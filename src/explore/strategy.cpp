@@ -39,6 +39,15 @@ double element_bytes(const std::string& dtype) {
   return 4;
 }
 
+// obj[key] when obj is an object holding a number above 0 there: a config's
+// hint, or a figure a target file may carry (its raw YAML).
+std::optional<double> positive_number(const json& obj, const char* key) {
+  if (!obj.is_object()) return std::nullopt;
+  auto v = obj.find(key);
+  if (v == obj.end() || !v->is_number() || v->get<double>() <= 0) return std::nullopt;
+  return v->get<double>();
+}
+
 int max_registers_per_thread(const Target& t) {
   if (t.vendor == "nvidia") return 255;
   if (t.arch.rfind("gfx9", 0) == 0) return 512;  // CDNA: 256 arch VGPRs + 256 AGPRs
@@ -355,9 +364,7 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
   }
   p.registers = kBaseRegisters + tile / threads + (bk ? dims_sum * *bk / threads * eb / 4.0 : 0.0);
   // A template that knows better says so (conv2d: BLOCK_P is walked, not held).
-  if (hint.is_object())
-    if (auto r = hint.find("registers"); r != hint.end() && r->is_number() && r->get<double>() > 0)
-      p.registers = r->get<double>();
+  if (auto r = positive_number(hint, "registers")) p.registers = *r;
   const double max_regs = max_registers_per_thread(t);
   p.spills = p.registers > max_regs;
   const double alloc = std::min(p.registers, max_regs);
@@ -366,8 +373,7 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
   const int simds = std::max(1, t.simds_per_cu);
   double bpc = std::floor(static_cast<double>(std::max(1, t.max_waves_per_simd) * simds) / warps);
   long long shared = 0;
-  if (hint.is_object())
-    if (auto sb = hint.find("shared_bytes"); sb != hint.end() && sb->is_number()) shared = sb->get<long long>();
+  if (auto sb = positive_number(hint, "shared_bytes")) shared = static_cast<long long>(*sb);
   if (shared > 0 && t.lds_bytes_per_cu > 0)
     bpc = std::min(bpc, std::floor(static_cast<double>(t.lds_bytes_per_cu) / static_cast<double>(shared)));
   if (t.registers_per_cu > 0)
@@ -413,16 +419,12 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
   // grows when the resident programs' loads cannot cover the SM's share of
   // the bandwidth for one memory latency. It replaces the warp-count hiding
   // term: one warp with 16 KiB in flight hides more than 16 with 1 KiB.
-  if (hint.is_object())
-    if (auto b = hint.find("bytes_in_flight"); b != hint.end() && b->is_number() && b->get<double>() > 0) {
-      double latency_ns = kMemoryLatencyNs;
-      if (t.raw.is_object())
-        if (auto l = t.raw.find("memory_latency_ns"); l != t.raw.end() && l->is_number() && l->get<double>() > 0)
-          latency_ns = l->get<double>();
-      const double need = t.memory_bandwidth_gbs * 1e9 / t.compute_units * latency_ns * 1e-9;
-      p.memory_efficiency = std::clamp(blocks_on_busy_cu * b->get<double>() / need, 1e-3, 1.0);
-      hiding = 1.0;
-    }
+  if (auto b = positive_number(hint, "bytes_in_flight")) {
+    const double latency_ns = positive_number(t.raw, "memory_latency_ns").value_or(kMemoryLatencyNs);
+    const double need = t.memory_bandwidth_gbs * 1e9 / t.compute_units * latency_ns * 1e-9;
+    p.memory_efficiency = std::clamp(blocks_on_busy_cu * *b / need, 1e-3, 1.0);
+    hiding = 1.0;
+  }
   p.utilisation = std::clamp(tail * hiding, 1e-3, 1.0);
   // Memory and compute time at full machine use: the static estimate's terms.
   KernelResources k;
@@ -431,10 +433,7 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
   const Estimate est = estimate_latency(t, dtype, traffic, k);
 
   if (bk && traffic.flops > 0 && inv_dims > 0) {
-    double l2 = 0;
-    if (t.raw.is_object())
-      if (auto v = t.raw.find("l2_bandwidth_gbs"); v != t.raw.end() && v->is_number()) l2 = v->get<double>();
-    if (l2 <= 0) l2 = kL2OverHbm * t.memory_bandwidth_gbs;
+    const double l2 = positive_number(t.raw, "l2_bandwidth_gbs").value_or(kL2OverHbm * t.memory_bandwidth_gbs);
     const double bytes = traffic.flops / 2.0 * eb * inv_dims;
     p.operand_ms = bytes / (l2 * 1e9 * kBandwidthEfficiency) * 1e3;
   }
@@ -446,15 +445,10 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
   // issuing loads and stores, and on the H200 the conv2d configs' measured
   // times follow memory + issue (0.128-0.28 ms) where max(memory, issue)
   // put all 42 at the memory floor (docs/performance.md).
-  if (hint.is_object())
-    if (auto ins = hint.find("instructions"); ins != hint.end() && ins->is_number() && ins->get<double>() > 0) {
-      double clock_mhz = 0;
-      if (t.raw.is_object())
-        if (auto c = t.raw.find("boost_clock_mhz"); c != t.raw.end() && c->is_number()) clock_mhz = c->get<double>();
-      if (clock_mhz > 0) {
-        const double issue_per_s = static_cast<double>(t.compute_units) * simds * clock_mhz * 1e6;
-        p.issue_ms = ins->get<double>() / ws / issue_per_s * 1e3;
-      }
+  if (auto ins = positive_number(hint, "instructions"))
+    if (auto clock_mhz = positive_number(t.raw, "boost_clock_mhz")) {
+      const double issue_per_s = static_cast<double>(t.compute_units) * simds * *clock_mhz * 1e6;
+      p.issue_ms = *ins / ws / issue_per_s * 1e3;
     }
   const double spill = p.spills ? std::pow(p.registers / max_regs, 3) : 1.0;
   p.ms = (std::max({est.memory_ms / p.memory_efficiency, est.compute_ms, p.operand_ms}) + p.issue_ms) /
