@@ -112,9 +112,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       "device", po::value<std::string>()->default_value("auto"),
       "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
       "lease", po::value<double>()->default_value(120), "job lease in seconds")(
-      "bench-cutoff", po::value<double>()->default_value(1.5),
-      "stop a candidate's benchmark after 20 runs when their median is above this factor times the "
-      "job's best so far (0: run every candidate's every run)")(
+      "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
       "scratch", po::value<std::string>(), "node-local scratch dir on every node (default: $TMPDIR/kiln)")(
       "json", "machine-readable summary on stdout (rank 0)")(
       "verbose,v", "copy the evaluators' stderr to ours")(
@@ -178,7 +176,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   if (o.coordinator_slots < 0) throw UsageError("--coordinator-slots must be 0 or more");
   if (o.prefetch < 0) throw UsageError("--prefetch must be 0 or more");
   if (o.lease_s <= 0) throw UsageError("--lease must be positive");
-  if (o.bench_cutoff != 0 && o.bench_cutoff < 1) throw UsageError("--bench-cutoff must be 0 (off) or at least 1");
+  if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
   if (o.heartbeat_interval_s <= 0) throw UsageError("--heartbeat-interval must be positive");
   if (o.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be 0 (never) or positive");
   if (o.heartbeat_timeout_s > 0 && o.heartbeat_timeout_s < 2 * o.heartbeat_interval_s)

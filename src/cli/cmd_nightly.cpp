@@ -281,9 +281,7 @@ int cmd_nightly(const Args& args) {
         "device", po::value<std::string>()->default_value("auto"),
         "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
         "lease", po::value<double>()->default_value(120), "job lease in seconds")(
-        "bench-cutoff", po::value<double>()->default_value(1.5),
-        "stop a candidate's benchmark after 20 runs when their median is above this factor times the "
-        "job's best so far (0: run every candidate's every run)")(
+        "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
         "verbose,v", "copy the workers' stderr to ours");
     po::options_description hidden;
@@ -327,8 +325,7 @@ int cmd_nightly(const Args& args) {
     o.device = (*vm)["device"].as<std::string>();
     o.lease_s = (*vm)["lease"].as<double>();
     o.bench_cutoff = (*vm)["bench-cutoff"].as<double>();
-    if (o.bench_cutoff != 0 && o.bench_cutoff < 1)
-      throw UsageError("--bench-cutoff must be 0 (off) or at least 1");
+    if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
     if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
       throw UsageError("--device must be auto, cpu or gpu");

@@ -105,9 +105,7 @@ int cmd_run(const Args& args) {
         "device", po::value<std::string>()->default_value("auto"),
         "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
         "lease", po::value<double>()->default_value(120), "job lease in seconds")(
-        "bench-cutoff", po::value<double>()->default_value(1.5),
-        "stop a candidate's benchmark after 20 runs when their median is above this factor times the "
-        "job's best so far (0: run every candidate's every run)")(
+        "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
         "shard", po::value<std::string>(),
         "I/N: only jobs whose id % N == I (0 <= I < N), e.g. one Slurm array task each")(
@@ -137,8 +135,7 @@ int cmd_run(const Args& args) {
                                      : (on_gpus ? std::clamp(cores - 1, 1, 12 * gpu_count) : 1);
     o.lease_s = (*vm)["lease"].as<double>();
     o.bench_cutoff = (*vm)["bench-cutoff"].as<double>();
-    if (o.bench_cutoff != 0 && o.bench_cutoff < 1)
-      throw UsageError("--bench-cutoff must be 0 (off) or at least 1");
+    if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
     if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();

@@ -22,6 +22,17 @@
 
 namespace kiln {
 
+// --bench-cutoff of kiln run, kiln nightly and kiln-mpi run
+// (SchedulerOptions::bench_cutoff): the help text, and what is wrong with a
+// value that is neither 0 (off) nor at least 1.
+inline constexpr const char* kBenchCutoffHelp =
+    "stop a candidate's benchmark after 20 runs when their median is above this factor times the "
+    "job's best so far (0: run every candidate's every run)";
+inline std::optional<std::string> bench_cutoff_error(double factor) {
+  if (factor != 0 && factor < 1) return std::string("--bench-cutoff must be 0 (off) or at least 1");
+  return std::nullopt;
+}
+
 struct RunOptions {
   int workers = 1;
   std::string device = "auto";              // auto | cpu | gpu (KILN_DEVICE for workers)
