@@ -116,13 +116,22 @@ for f in fails:
 stages = con.execute("SELECT COUNT(*), SUM(compile_s), SUM(check_s), SUM(bench_s) FROM evaluations").fetchone()
 n = max(1, stages[0] or 0)
 per = {"compile_s": (stages[1] or 0) / n, "check_s": (stages[2] or 0) / n, "bench_s": (stages[3] or 0) / n}
+# Start-up and steady state: the first evaluation's record comes after the
+# workers' imports, CUDA contexts and the first cold compiles; between the first
+# and the last record the run is in its steady state.
+first, last = con.execute("SELECT MIN(created_at), MAX(created_at) FROM evaluations").fetchone()
+startup_s = (first - t0) if first else None
+steady = (evals - 1) / (last - first) if first and last and last > first else None
+print(f"  {mode}: first evaluation recorded {startup_s:.1f} s after the start; steady state "
+      f"{steady:.2f} candidates/s; last record {t1 - last:.1f} s before the end" if steady else "")
 print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "
       f"{per['compile_s']:.2f} s, check {per['check_s']:.2f} s, bench {per['bench_s']:.2f} s")
 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 rec = {"mode": mode, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
        "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),
        "gpu_busy_each_s": s.get("gpu_busy_each_s"), "cpu_busy_fraction": cpu_busy,
-       "per_candidate_s": per, "gpu_clock_power": clocks, "summary": s}
+       "per_candidate_s": per, "startup_s": startup_s, "steady_candidates_per_s": steady,
+       "gpu_clock_power": clocks, "summary": s}
 with open(f"{out}/results.jsonl", "a") as f:
     f.write(json.dumps(rec) + "\n")
 PY
@@ -131,8 +140,8 @@ python3 - "$OUT" <<'PY'
 import json, sys
 rows = {r["mode"]: r for r in map(json.loads, open(f"{sys.argv[1]}/results.jsonl"))}
 print("| run | rc | GPUs | wall s | jobs done | evaluations | candidates/s | GPU busy | CPU busy | "
-      "compile s/cand | GPU-held s/cand |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "compile s/cand | GPU-held s/cand | start-up s | steady cand/s |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m, r in rows.items():
     busy = r["gpu_busy_fraction"]
     cpu = r.get("cpu_busy_fraction")
@@ -142,9 +151,13 @@ for m, r in rows.items():
     print(f"| {m} | {r['rc']} | {gpus} | {r['wall_s']:.1f} | {r['jobs_done']} | {r['evaluations']} | "
           f"{r['candidates_per_s']:.2f} | {'' if busy is None else f'{busy * 100:.0f}%'} | "
           f"{'' if cpu is None else f'{cpu * 100:.0f}%'} | {r.get('per_candidate_s', {}).get('compile_s', 0):.2f} | "
-          f"{held:.3f} |")
+          f"{held:.3f} | {r.get('startup_s') or 0:.1f} | {r.get('steady_candidates_per_s') or 0:.2f} |")
 for a, b in (("run-1", "run-2"), ("mpi-1", "mpi-2"), ("run-1", "mpi-2")):
     if a in rows and b in rows:
-        print(f"throughput {b} / {a}: {rows[b]['candidates_per_s'] / rows[a]['candidates_per_s']:.2f}x")
+        ra, rb = rows[a], rows[b]
+        steady = ""
+        if ra.get("steady_candidates_per_s") and rb.get("steady_candidates_per_s"):
+            steady = f" (steady state {rb['steady_candidates_per_s'] / ra['steady_candidates_per_s']:.2f}x)"
+        print(f"throughput {b} / {a}: {rb['candidates_per_s'] / ra['candidates_per_s']:.2f}x{steady}")
 PY
 tar czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
