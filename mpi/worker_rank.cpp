@@ -50,8 +50,13 @@ WorkerRank::WorkerRank(asio::io_context& io, Transport& transport, WorkerRankOpt
 
 WorkerRank::~WorkerRank() {
   *alive_ = false;
-  for (auto& s : slots_)
-    if (s.worker) s.worker->kill();
+  kill_workers();
+}
+
+void WorkerRank::kill_workers() {
+  std::vector<WorkerProcess*> all;
+  for (auto& s : slots_) all.push_back(s.worker.get());
+  kill_all(all);
 }
 
 void WorkerRank::send(const json& m) { transport_.send(opts_.coordinator, m); }
@@ -299,8 +304,7 @@ void WorkerRank::leave(const std::string& reason) {
   finished_ = true;
   heartbeat_timer_.cancel();
   queue_.clear();
-  for (auto& s : slots_)
-    if (s.worker) s.worker->kill();
+  kill_workers();
   send({{"type", "bye"}, {"reason", reason}});
   std::error_code ec;
   for (size_t i = 0; i < slots_.size(); ++i) fs::remove_all(opts_.scratch / ("slot-" + std::to_string(i)), ec);

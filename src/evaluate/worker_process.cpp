@@ -684,6 +684,13 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
     end_pending(why);
   }
 
+  void signal_kill() {
+    if (pid > 0) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+  }
+
   void end_pending(const std::string& why) {
     if (state != State::kIdle) {
       WorkerOutcome o;
@@ -731,6 +738,15 @@ void WorkerProcess::request(json req, milliseconds timeout, Done done) {
 }
 
 void WorkerProcess::kill() { impl_->kill_now("killed by the engine"); }
+
+void WorkerProcess::signal_kill() { impl_->signal_kill(); }
+
+void kill_all(const std::vector<WorkerProcess*>& workers) {
+  for (WorkerProcess* w : workers)
+    if (w) w->signal_kill();
+  for (WorkerProcess* w : workers)
+    if (w) w->kill();
+}
 
 void WorkerProcess::restart() {
   impl_->kill_now("killed by the engine (restart)");

@@ -138,7 +138,7 @@ class Explorer {
     arm_lease_timer();
     arm_progress_timer();
     io_.run();
-    for (auto& s : slots_) s.worker->kill();
+    kill_workers();
     summary_.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     summary_.gpu_ids = opts_.gpus.ids;
     gpu_busy(epoch_now());
@@ -288,6 +288,12 @@ class Explorer {
     else if (!scheduler_->fatal().empty()) stop(scheduler_->fatal());
   }
 
+  void kill_workers() {
+    std::vector<WorkerProcess*> all;
+    for (auto& s : slots_) all.push_back(s.worker.get());
+    kill_all(all);
+  }
+
   static double epoch_now() {
     return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
@@ -364,7 +370,7 @@ class Explorer {
     // In-flight candidates are abandoned unrecorded (the next run evaluates
     // them, once) and their jobs released at once: a drain must finish well
     // inside the warning a scheduler gives before the wall time.
-    for (auto& s : slots_) s.worker->kill();
+    kill_workers();
     scheduler_->drain();
     stop("");
   }
@@ -377,7 +383,7 @@ class Explorer {
     lease_timer_.cancel();
     progress_timer_.cancel();
     signals_.cancel();
-    for (auto& s : slots_) s.worker->kill();
+    kill_workers();
     io_.stop();
   }
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -431,6 +432,38 @@ TEST(WorkerProcess, KillWithPendingRequestCompletesItOnce) {
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(got.kind, Kind::kCrash);
   EXPECT_NE(got.detail.find("killed by the engine"), std::string::npos) << got.detail;
+}
+
+TEST(WorkerProcess, KillAllEndsEveryWorkerAndEachPendingRequestOnce) {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<WorkerProcess>> ws;
+  std::vector<pid_t> pids;
+  std::vector<int> calls(4, 0);
+  std::vector<Kind> kinds(4, Kind::kReply);
+  for (int i = 0; i < 4; ++i) {
+    ws.push_back(std::make_unique<WorkerProcess>(io, fake_options()));
+    ws.back()->start();
+    pids.push_back(ws.back()->pid());
+    ws.back()->request({{"method", "sleep"}, {"seconds", 30}}, milliseconds(20000), [&, i](WorkerOutcome o) {
+      ++calls[i];
+      kinds[i] = o.kind;
+    });
+  }
+  io.run_for(milliseconds(100));
+  std::vector<WorkerProcess*> all;
+  for (auto& w : ws) all.push_back(w.get());
+  all.push_back(nullptr);  // a slot without a worker is skipped
+  kill_all(all);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(ws[i]->alive());
+    EXPECT_EQ(::kill(pids[i], 0), -1) << "worker " << i << " not reaped";
+  }
+  io.restart();
+  io.run_for(milliseconds(300));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(calls[i], 1) << "worker " << i;
+    EXPECT_EQ(kinds[i], Kind::kCrash) << "worker " << i;
+  }
 }
 
 TEST(WorkerProcess, DeathWhileIdleIsSeenByTheNextRequest) {
