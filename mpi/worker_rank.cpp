@@ -50,13 +50,13 @@ WorkerRank::WorkerRank(asio::io_context& io, Transport& transport, WorkerRankOpt
 
 WorkerRank::~WorkerRank() {
   *alive_ = false;
-  kill_workers();
+  kill_workers(/*wait=*/true);
 }
 
-void WorkerRank::kill_workers() {
+void WorkerRank::kill_workers(bool wait) {
   std::vector<WorkerProcess*> all;
   for (auto& s : slots_) all.push_back(s.worker.get());
-  kill_all(all);
+  kill_all(all, wait);
 }
 
 void WorkerRank::send(const json& m) { transport_.send(opts_.coordinator, m); }
@@ -304,7 +304,7 @@ void WorkerRank::leave(const std::string& reason) {
   finished_ = true;
   heartbeat_timer_.cancel();
   queue_.clear();
-  kill_workers();
+  kill_workers(/*wait=*/false);  // results are sent; their exits need no waiting
   send({{"type", "bye"}, {"reason", reason}});
   std::error_code ec;
   for (size_t i = 0; i < slots_.size(); ++i) fs::remove_all(opts_.scratch / ("slot-" + std::to_string(i)), ec);

@@ -79,7 +79,7 @@ class WorkerRank {
   void run_noop(const Work& w, const nlohmann::json& job);
   void send_result(const Work& w, const WorkerOutcome& o, const std::string& worker);
   void arm_heartbeat();
-  void kill_workers();  // all slots at once (kill_all)
+  void kill_workers(bool wait);  // all slots at once (kill_all)
   void send(const nlohmann::json& m);
 
   boost::asio::io_context& io_;

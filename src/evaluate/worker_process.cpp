@@ -691,6 +691,16 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
     }
   }
 
+  pid_t abandon(const std::string& why) {
+    pid_t p = ch ? ch->pid : pid;
+    const pid_t child = pid;
+    signal_kill();
+    pid = 0;
+    close_channel(p);
+    end_pending(why);
+    return child;
+  }
+
   void end_pending(const std::string& why) {
     if (state != State::kIdle) {
       WorkerOutcome o;
@@ -741,11 +751,28 @@ void WorkerProcess::kill() { impl_->kill_now("killed by the engine"); }
 
 void WorkerProcess::signal_kill() { impl_->signal_kill(); }
 
-void kill_all(const std::vector<WorkerProcess*>& workers) {
+int WorkerProcess::abandon() { return impl_->abandon("killed by the engine"); }
+
+void kill_all(const std::vector<WorkerProcess*>& workers, bool wait) {
   for (WorkerProcess* w : workers)
     if (w) w->signal_kill();
+  if (wait) {
+    for (WorkerProcess* w : workers)
+      if (w) w->kill();
+    return;
+  }
+  std::vector<pid_t> pids;
   for (WorkerProcess* w : workers)
-    if (w) w->kill();
+    if (w)
+      if (const pid_t p = w->abandon(); p > 0) pids.push_back(p);
+  if (pids.empty()) return;
+  std::thread([pids] {
+    for (pid_t p : pids) {
+      int status = 0;
+      while (::waitpid(p, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }).detach();
 }
 
 void WorkerProcess::restart() {

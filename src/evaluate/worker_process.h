@@ -88,6 +88,10 @@ class WorkerProcess {
   // Sends SIGKILL to the process group and returns at once; a later kill()
   // reaps the child. See kill_all().
   void signal_kill();
+  // SIGKILL, then forgets the child without reaping it (kill_all reaps it
+  // elsewhere): returns its pid, 0 if none was running. A pending request
+  // completes with kCrash ("killed by the engine").
+  int abandon();
   // kill() then start(): a fresh child.
   void restart();
   // Closes the child's stdin (the worker exits by itself), waits up to `grace`
@@ -114,7 +118,12 @@ nlohmann::json call_worker_once(const WorkerOptions& options, nlohmann::json req
 // Kills several workers at once: SIGKILL to every one first, then reaps each.
 // A GPU worker takes about 0.1 s to exit (the driver tears down its CUDA
 // context), so killing 24 one after the other took 2-3 s at the end of a run.
-void kill_all(const std::vector<WorkerProcess*>& workers);
+// With `wait` false the children are reaped by a detached thread instead and
+// kill_all returns at once (each worker is no longer alive() and its pending
+// request has ended): for the end of a run, whose results are all recorded by
+// then; the driver's teardown of 24 GPU workers still took 2 s when they were
+// killed together.
+void kill_all(const std::vector<WorkerProcess*>& workers, bool wait = true);
 
 // The same with several requests, sent one after the other to one worker (each
 // with `timeout`); the replies in order. Throws as call_worker_once.

@@ -288,10 +288,12 @@ class Explorer {
     else if (!scheduler_->fatal().empty()) stop(scheduler_->fatal());
   }
 
+  // At the end of a run: every result is recorded by now, so the workers'
+  // exits (the driver's GPU context teardown) are not waited for.
   void kill_workers() {
     std::vector<WorkerProcess*> all;
     for (auto& s : slots_) all.push_back(s.worker.get());
-    kill_all(all);
+    kill_all(all, /*wait=*/false);
   }
 
   static double epoch_now() {

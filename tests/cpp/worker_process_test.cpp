@@ -466,6 +466,39 @@ TEST(WorkerProcess, KillAllEndsEveryWorkerAndEachPendingRequestOnce) {
   }
 }
 
+TEST(WorkerProcess, KillAllWithoutWaitingEndsTheRequestsAndReapsInTheBackground) {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<WorkerProcess>> ws;
+  std::vector<pid_t> pids;
+  int calls = 0;
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(std::make_unique<WorkerProcess>(io, fake_options()));
+    ws.back()->start();
+    pids.push_back(ws.back()->pid());
+    ws.back()->request({{"method", "sleep"}, {"seconds", 30}}, milliseconds(20000), [&](WorkerOutcome o) {
+      ++calls;
+      EXPECT_EQ(o.kind, Kind::kCrash);
+    });
+  }
+  io.run_for(milliseconds(100));
+  std::vector<WorkerProcess*> all;
+  for (auto& w : ws) all.push_back(w.get());
+  kill_all(all, /*wait=*/false);
+  for (auto& w : ws) {
+    EXPECT_FALSE(w->alive());
+    EXPECT_EQ(w->pid(), 0);
+  }
+  // kill(pid, 0) succeeds on a zombie: -1 means the background thread reaped it.
+  for (pid_t p : pids) {
+    auto until = Clock::now() + milliseconds(5000);
+    while (::kill(p, 0) == 0 && Clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
+    EXPECT_EQ(::kill(p, 0), -1) << "pid " << p << " not reaped";
+  }
+  io.restart();
+  io.run_for(milliseconds(300));
+  EXPECT_EQ(calls, 3);
+}
+
 TEST(WorkerProcess, DeathWhileIdleIsSeenByTheNextRequest) {
   boost::asio::io_context io;
   WorkerProcess w(io, fake_options());
