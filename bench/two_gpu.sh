@@ -124,8 +124,14 @@ startup_s = (first - t0) if first else None
 steady = (evals - 1) / (last - first) if first and last and last > first else None
 print(f"  {mode}: first evaluation recorded {startup_s:.1f} s after the start; steady state "
       f"{steady:.2f} candidates/s; last record {t1 - last:.1f} s before the end" if steady else "")
+# The part of check_s / bench_s spent queueing for the GPU lock (worker timings.lock_wait_s).
+waits = con.execute("SELECT SUM(json_extract(result, '$.timings.lock_wait_s.check')), "
+                    "SUM(json_extract(result, '$.timings.lock_wait_s.bench')) FROM evaluations").fetchone()
+per["check_wait_s"] = (waits[0] or 0) / n
+per["bench_wait_s"] = (waits[1] or 0) / n
 print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "
-      f"{per['compile_s']:.2f} s, check {per['check_s']:.2f} s, bench {per['bench_s']:.2f} s")
+      f"{per['compile_s']:.2f} s, check {per['check_s']:.2f} s (waiting for the GPU {per['check_wait_s']:.2f}), "
+      f"bench {per['bench_s']:.2f} s (waiting {per['bench_wait_s']:.2f})")
 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 rec = {"mode": mode, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
        "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),

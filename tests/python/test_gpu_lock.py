@@ -20,6 +20,7 @@ from kiln_worker import bench  # noqa: E402
 def lock_file(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_GPU_LOCK", str(tmp_path / "gpu.lock"))
     bench.take_spans()
+    bench.take_lock_waits()
     yield
 
 
@@ -48,6 +49,23 @@ def test_spans_record_what_held_the_lock():
     assert [k for _, _, k in spans] == ["check", "bench"]
     assert all(b - a >= 0.009 for a, b, _ in spans)
     assert bench.take_spans() == []
+
+
+def test_lock_waits_count_the_queueing_per_kind():
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    holder = ctx.Process(target=_hold, args=(False, 0.5, q))
+    holder.start()
+    assert q.get(timeout=10)[0] == "in"
+    with bench.gpu_lock(shared=True):  # waits for the holder's benchmark
+        pass
+    with bench.gpu_lock():             # free by now
+        pass
+    holder.join(10)
+    waits = bench.take_lock_waits()
+    assert 0.3 <= waits["check"] < 5
+    assert 0 <= waits["bench"] < 0.2
+    assert bench.take_lock_waits() == {}
 
 
 def test_checks_share_the_gpu_and_benchmarks_exclude_them():

@@ -78,12 +78,23 @@ _SPANS: list[tuple[float, float, str]] = []
 # The mode in which this process holds the GPU lock now ("shared", "exclusive")
 # or None: a nested gpu_lock() inside an exclusive one is a no-op.
 _HELD: str | None = None
+# Seconds spent waiting for the GPU lock since the last take_spans(), per kind.
+_WAITS: dict[str, float] = {}
 
 
 def take_spans() -> list[tuple[float, float, str]]:
     """The spans recorded since the last call, and forget them."""
     out = list(_SPANS)
     _SPANS.clear()
+    return out
+
+
+def take_lock_waits() -> dict[str, float]:
+    """Seconds this process waited for the GPU lock since the last call, per
+    kind ("check", "bench"), and forget them: with many workers per GPU, the
+    part of a check or benchmark that was queueing rather than working."""
+    out = dict(_WAITS)
+    _WAITS.clear()
     return out
 
 
@@ -117,6 +128,7 @@ def gpu_lock(shared: bool = False):
         yield  # nested in a lock this process holds already (an OOM retry holds it whole)
         return
     path = lock_path()
+    asked = time.time()
     with open(path + ".turn", "a") as turn, open(path, "a") as f:
         fcntl.flock(turn, fcntl.LOCK_EX)
         try:
@@ -124,12 +136,14 @@ def gpu_lock(shared: bool = False):
         finally:
             fcntl.flock(turn, fcntl.LOCK_UN)
         t0 = time.time()
+        kind = "check" if shared else "bench"
+        _WAITS[kind] = _WAITS.get(kind, 0.0) + (t0 - asked)
         _HELD = "shared" if shared else "exclusive"
         try:
             yield
         finally:
             _HELD = None
-            _SPANS.append((t0, time.time(), "check" if shared else "bench"))
+            _SPANS.append((t0, time.time(), kind))
             fcntl.flock(f, fcntl.LOCK_UN)
 
 

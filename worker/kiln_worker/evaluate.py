@@ -137,10 +137,13 @@ class Evaluation:
         # On a GPU: time this evaluation held the GPU (benchmark exclusively,
         # checks shared), and the spans, for the engine's GPU busy fraction.
         spans = bench.take_spans()
+        waits = bench.take_lock_waits()
         timings = res.get("timings")
         if self.dev.is_gpu and isinstance(timings, dict):
             timings["gpu_s"] = sum(b - a for a, b, _ in spans)
             timings["gpu_spans"] = [[a, b, kind] for a, b, kind in spans]
+            # queueing for the lock, inside check_s / bench_s
+            timings["lock_wait_s"] = {k: round(v, 6) for k, v in waits.items()}
         return res
 
     def _attempt(self, job: Any, config: Any, artifact_dir: Any) -> dict:
