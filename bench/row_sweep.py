@@ -80,6 +80,8 @@ def time_all(op: str, shape: list, params: dict, configs: list[dict], errors: li
     flush, device events, median of `runs`); the best `again` a second time."""
     import torch
     from kiln_worker.bench import _benchmark
+    from kiln_worker.device import install_scratch_allocator
+    install_scratch_allocator()  # kernels with device-side tensor descriptors (attention `tma`)
     target = _target()
     mod = importlib.import_module(f"kernels.{op}")
     inputs = mod.make_inputs(op, shape, "bf16", params, 0, torch.device("cuda"))
