@@ -78,7 +78,7 @@ _SPANS: list[tuple[float, float, str]] = []
 # The mode in which this process holds the GPU lock now ("shared", "exclusive")
 # or None: a nested gpu_lock() inside an exclusive one is a no-op.
 _HELD: str | None = None
-# Seconds spent waiting for the GPU lock since the last take_spans(), per kind.
+# Seconds spent waiting for the GPU lock since the last take_lock_waits(), per kind.
 _WAITS: dict[str, float] = {}
 
 
