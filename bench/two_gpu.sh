@@ -127,6 +127,14 @@ print(f"  {mode}: first evaluation recorded {startup_s:.1f} s after the start; s
 # The part of check_s / bench_s spent queueing for the GPU lock (worker timings.lock_wait_s).
 waits = con.execute("SELECT SUM(json_extract(result, '$.timings.lock_wait_s.check')), "
                     "SUM(json_extract(result, '$.timings.lock_wait_s.bench')) FROM evaluations").fetchone()
+# Job set-ups: a worker draws a job's inputs and computes its reference once
+# (timings.setup_s, inside check_s); the (worker, job) pairs count them.
+setup = con.execute("SELECT SUM(json_extract(e.result, '$.timings.setup_s')), "
+                    "COUNT(DISTINCT c.job_id || '/' || e.worker) FROM evaluations e "
+                    "JOIN candidates c ON c.id = e.candidate_id").fetchone()
+per["setup_s_total"] = setup[0] or 0
+per["setups"] = setup[1] or 0
+print(f"  {mode}: {per['setups']} job set-ups (worker, job pairs), {per['setup_s_total']:.1f} s of set-up in all")
 per["check_wait_s"] = (waits[0] or 0) / n
 per["bench_wait_s"] = (waits[1] or 0) / n
 print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "

@@ -128,7 +128,17 @@ def test_evaluate_ok_hip(worker, artifacts):
     assert a["metadata"]["name"] == "add_kernel" and a["metadata"]["arch"] == "gfx942"
     assert a["metadata"]["target"] == {"backend": "hip", "arch": "gfx942", "warp_size": 64}
     assert r["traffic"] == {"bytes": 3 * N * 4, "flops": N}
-    assert set(r["timings"]) == {"compile_s", "check_s", "bench_s"}
+    assert set(r["timings"]) == {"compile_s", "check_s", "bench_s", "setup_s"}
+
+
+def test_job_setup_is_paid_by_the_first_candidate_only(worker, artifacts):
+    # inputs and reference are made once per job and worker (the input cache)
+    shape = (3, 41)  # a job no other test of this worker uses
+    first = evaluate(worker, artifacts, {"BLOCK": 64, "num_warps": 1, "num_stages": 1}, shape=shape)
+    second = evaluate(worker, artifacts, {"BLOCK": 128, "num_warps": 1, "num_stages": 1}, shape=shape)
+    assert first["status"] == second["status"] == "ok"
+    assert 0 < first["timings"]["setup_s"] <= first["timings"]["check_s"]
+    assert second["timings"]["setup_s"] == 0
 
 
 def test_evaluate_ok_cuda_fp16(worker, artifacts):

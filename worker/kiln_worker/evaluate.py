@@ -109,6 +109,7 @@ class Evaluation:
         if self.compiler is not None:
             self.compiler.start()  # imports torch/triton while the worker waits for requests
         self.inputs = _InputCache()
+        self._setup_s = 0.0  # this evaluation's job set-up time (_check)
         if dev.is_gpu:
             install_scratch_allocator(dev.torch_device)
 
@@ -206,6 +207,9 @@ class Evaluation:
             res["timings"]["check_s"] = time.perf_counter() - t0
             return json_safe(res)
         res["timings"]["check_s"] = time.perf_counter() - t0
+        # the part of check_s that set the job up on this worker (inputs drawn,
+        # reference computed): paid by the first candidate of a job per worker
+        res["timings"]["setup_s"] = self._setup_s
 
         # (3) benchmark on a GPU -----------------------------------------------
         bcfg = job.get("benchmark") or {}
@@ -272,6 +276,7 @@ class Evaluation:
         dev = self.dev.torch_device
         acc: dict[str, Any] = {}
         inputs = out = None
+        self._setup_s = 0.0
         for i, seed in enumerate(seeds):
             try:
                 inputs, out = self._one_seed(mod, op, shape, dtype, params, config, seed, updt,
@@ -289,9 +294,13 @@ class Evaluation:
         import torch
 
         def draw():
+            t0 = time.perf_counter()
             torch.manual_seed(seed)
-            return {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
-                    "ref": None}
+            entry = {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
+                     "ref": None}
+            self._sync()
+            self._setup_s += time.perf_counter() - t0
+            return entry
 
         # The seed's inputs are drawn once per job and worker (the same numbers
         # every time), on the GPU for a GPU device (common.randn).
@@ -325,7 +334,10 @@ class Evaluation:
             raise check.Incorrect(f"kernel modified its inputs ({', '.join(changed)}; seed {seed})",
                                   {})
         if entry["ref"] is None:
+            t0 = time.perf_counter()
             entry["ref"] = mod.reference(op, check.upcast(pristine, updt), params)
+            self._sync()
+            self._setup_s += time.perf_counter() - t0
         ref = entry["ref"]
         self._sync()
         stats = check.compare(out, ref, atol, rtol, scaled, seed)
