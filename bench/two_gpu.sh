@@ -18,6 +18,7 @@
 #             on one GPU: if its GPU time per candidate grows like run-2's, the
 #             host side (CPU contention) slows the GPU work, else the GPUs do
 #   RUN_TIMEOUT  seconds per run (default 300); on expiry it drains (rc 130)
+#   RUN_ARGS     more options for every kiln run / kiln-mpi run (e.g. "--ready-per-slot 0")
 # Prints a table and the 2-GPU / 1-GPU throughput ratios; writes under $OUT
 # (default ./out): machine.txt (GPUs, topology, CPUs), results.jsonl (per run:
 # wall, GPU and CPU busy, seconds per candidate per stage, SM clock and power
@@ -46,14 +47,14 @@ for mode in $MODES; do
   rm -rf "$d" && mkdir -p "$d"
   KILN_CATALOG=$d/k.db $K submit "$M" >/dev/null || exit 1
   case $mode in
-    run-1) cmd=($K run --device gpu --gpus 1 --workers "$W" --catalog "$d/k.db" --scratch "$d/s" --json) ;;
-    run-2) cmd=($K run --device gpu --gpus 2 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json) ;;
-    run-1x2) cmd=($K run --device gpu --gpus 1 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json) ;;
+    run-1) cmd=($K run --device gpu --gpus 1 --workers "$W" --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
+    run-2) cmd=($K run --device gpu --gpus 2 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
+    run-1x2) cmd=($K run --device gpu --gpus 1 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
     mpi-1|mpi-2)
       if [[ ! -x build-gpu/kiln-mpi ]]; then echo "$mode: no kiln-mpi (no MPI found at build)"; continue; fi
       np=$(( ${mode#mpi-} + 1 ))
       cmd=(build-gpu/kiln-mpirun -np "$np" build-gpu/kiln-mpi run --device gpu --workers "$W"
-           --catalog "$d/k.db" --scratch "$d/s" --json) ;;
+           --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
   esac
   # SM clock and power of every GPU once a second during the run: a GPU that
   # slows down when both work would show here.

@@ -92,6 +92,7 @@ Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& ca
   so.owner = opts_.owner;
   so.lease_s = opts_.lease_s;
   so.bench_cutoff = opts_.bench_cutoff;
+  so.min_ready_per_slot = opts_.min_ready_per_slot;
   so.batch = opts_.batch;
   so.artifact_dir = artifact_dir_ / "requests";
   // Evaluations are written in batches (one transaction per record_batch, or

@@ -43,6 +43,7 @@ struct CoordinatorOptions {
   std::optional<std::string> batch;
   double lease_s = 120;
   double bench_cutoff = 1.5;                   // SchedulerOptions::bench_cutoff (0: off)
+  double min_ready_per_slot = 4;               // SchedulerOptions::min_ready_per_slot (0: off)
   std::filesystem::path scratch;               // rank 0's node-local scratch (received code objects)
   double heartbeat_interval_s = 5;
   double heartbeat_timeout_s = 30;

@@ -87,6 +87,7 @@ struct Options {
   std::string device = "auto";
   double lease_s = 120;
   double bench_cutoff = 1.5;
+  double min_ready_per_slot = 4;
   std::optional<fs::path> scratch;
   bool json_out = false, verbose = false;
   int coordinator_slots = 0;
@@ -113,6 +114,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
       "lease", po::value<double>()->default_value(120), "job lease in seconds")(
       "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
+      "ready-per-slot", po::value<double>()->default_value(4), kReadyPerSlotHelp)(
       "scratch", po::value<std::string>(), "node-local scratch dir on every node (default: $TMPDIR/kiln)")(
       "json", "machine-readable summary on stdout (rank 0)")(
       "verbose,v", "copy the evaluators' stderr to ours")(
@@ -155,6 +157,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   o.device = vm["device"].as<std::string>();
   o.lease_s = vm["lease"].as<double>();
   o.bench_cutoff = vm["bench-cutoff"].as<double>();
+  o.min_ready_per_slot = vm["ready-per-slot"].as<double>();
   if (vm.count("scratch")) o.scratch = fs::path(vm["scratch"].as<std::string>());
   o.json_out = vm.count("json") > 0;
   o.verbose = vm.count("verbose") > 0;
@@ -177,6 +180,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   if (o.prefetch < 0) throw UsageError("--prefetch must be 0 or more");
   if (o.lease_s <= 0) throw UsageError("--lease must be positive");
   if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
+  if (auto e = ready_per_slot_error(o.min_ready_per_slot)) throw UsageError(*e);
   if (o.heartbeat_interval_s <= 0) throw UsageError("--heartbeat-interval must be positive");
   if (o.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be 0 (never) or positive");
   if (o.heartbeat_timeout_s > 0 && o.heartbeat_timeout_s < 2 * o.heartbeat_interval_s)
@@ -311,6 +315,7 @@ int run(Options o, int* argc, char*** argv) {
     copts.batch = o.batch;
     copts.lease_s = o.lease_s;
     copts.bench_cutoff = o.bench_cutoff;
+    copts.min_ready_per_slot = o.min_ready_per_slot;
     copts.scratch = run_dir;
     copts.heartbeat_interval_s = o.heartbeat_interval_s;
     copts.heartbeat_timeout_s = o.heartbeat_timeout_s;

@@ -106,6 +106,7 @@ int cmd_run(const Args& args) {
         "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
         "lease", po::value<double>()->default_value(120), "job lease in seconds")(
         "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
+        "ready-per-slot", po::value<double>()->default_value(4), kReadyPerSlotHelp)(
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
         "shard", po::value<std::string>(),
         "I/N: only jobs whose id % N == I (0 <= I < N), e.g. one Slurm array task each")(
@@ -136,6 +137,8 @@ int cmd_run(const Args& args) {
     o.lease_s = (*vm)["lease"].as<double>();
     o.bench_cutoff = (*vm)["bench-cutoff"].as<double>();
     if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
+    o.min_ready_per_slot = (*vm)["ready-per-slot"].as<double>();
+    if (auto e = ready_per_slot_error(o.min_ready_per_slot)) throw UsageError(*e);
     if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();

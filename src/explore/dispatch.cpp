@@ -10,7 +10,7 @@ const SlotAffinity::Recent* SlotAffinity::find(int slot) const {
   return nullptr;
 }
 
-std::optional<long long> SlotAffinity::pick(int slot, const std::vector<JobLoad>& jobs) const {
+std::optional<long long> SlotAffinity::pick(int slot, const std::vector<JobLoad>& jobs, double min_ready) const {
   if (const Recent* r = find(slot)) {
     for (long long id : r->jobs)
       for (const auto& j : jobs)
@@ -26,6 +26,7 @@ std::optional<long long> SlotAffinity::pick(int slot, const std::vector<JobLoad>
       best = j.id;
     }
   }
+  if (min_ready > 0 && best_need < min_ready) return std::nullopt;
   return best;
 }
 

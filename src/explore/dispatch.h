@@ -30,7 +30,15 @@ class SlotAffinity {
   // evaluator already on it (pending / (in_flight + 1); ties: the first
   // listed), so slots spread over the jobs in proportion to the work left.
   // nullopt when no job has candidates ready.
-  std::optional<long long> pick(int slot, const std::vector<JobLoad>& jobs) const;
+  //
+  // With `min_ready` > 0, a job the slot has not set up qualifies only while it
+  // would keep at least min_ready ready candidates per evaluator once this slot
+  // joins (pending / (in_flight + 1)): nullopt when none does, and the
+  // scheduler claims another job instead (a fresh job's set-up is paid by
+  // the slot either way, and it keeps the slot busy for longer). Without it,
+  // a 32-candidate job is spread over every idle slot, one or two candidates
+  // each, and every slot pays the job's set-up.
+  std::optional<long long> pick(int slot, const std::vector<JobLoad>& jobs, double min_ready = 0) const;
 
   // Records that `slot` took a candidate of `job`.
   void took(int slot, long long job);

@@ -123,6 +123,7 @@ class Explorer {
     so.lease_s = options.lease_s;
     so.lookahead = std::max(1, options.workers);
     so.bench_cutoff = options.bench_cutoff;
+    so.min_ready_per_slot = options.min_ready_per_slot;
     so.batch = options.batch;
     if (options.shard) so.shard = JobShard{options.shard->first, options.shard->second};
     so.artifact_dir = artifact_dir_;

@@ -33,6 +33,16 @@ inline std::optional<std::string> bench_cutoff_error(double factor) {
   return std::nullopt;
 }
 
+// --ready-per-slot of kiln run, kiln nightly and kiln-mpi run
+// (SchedulerOptions::min_ready_per_slot).
+inline constexpr const char* kReadyPerSlotHelp =
+    "a slot takes up a job it has not set up (inputs, reference) only while the job keeps this many "
+    "ready candidates per slot on it; below that the next job is claimed first (0: any job with work)";
+inline std::optional<std::string> ready_per_slot_error(double n) {
+  if (!(n >= 0)) return std::string("--ready-per-slot must be 0 or more");
+  return std::nullopt;
+}
+
 struct RunOptions {
   int workers = 1;
   std::string device = "auto";              // auto | cpu | gpu (KILN_DEVICE for workers)
@@ -44,6 +54,7 @@ struct RunOptions {
   std::optional<std::pair<int, int>> shard; // (I, N): only jobs with id % N == I (kiln run --shard I/N)
   double lease_s = 120;                     // job lease, renewed every lease_s / 3
   double bench_cutoff = 1.5;                // SchedulerOptions::bench_cutoff (0: off)
+  double min_ready_per_slot = 4;            // SchedulerOptions::min_ready_per_slot (0: off)
   std::filesystem::path scratch_dir;        // artifacts in flight + Triton cache; empty: a temp dir
   bool echo_worker_stderr = false;
   std::ostream* progress = nullptr;         // progress lines; nullptr: std::cerr

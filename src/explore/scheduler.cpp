@@ -108,7 +108,17 @@ std::optional<WorkItem> Scheduler::next(int slot) {
     // most ready candidates per evaluator already on it (dispatch.h).
     std::vector<JobLoad> loads;
     for (const auto& [id, job] : active_) loads.push_back({id, job->pending.size(), job->in_flight});
-    if (const auto pick = affinity_.pick(slot, loads)) {
+    std::optional<long long> pick = affinity_.pick(slot, loads, opts_.min_ready_per_slot);
+    if (!pick && opts_.min_ready_per_slot > 0) {
+      // No job has enough ready candidates for one more evaluator to be worth
+      // its set-up: claim the next job (this slot then plans it), unless one is
+      // being planned already or none is left; else join what has work.
+      bool planning = false;
+      for (const auto& [jid, j] : active_) planning = planning || !j->space_known || j->proposing;
+      if (!planning && !draining_ && !queue_empty_ && claim()) continue;
+      pick = affinity_.pick(slot, loads);
+    }
+    if (pick) {
       const long long id = *pick;
       Job* job = active_.at(id).get();
       affinity_.took(slot, id);

@@ -60,6 +60,13 @@ struct SchedulerOptions {
   // remaining runs only keep the GPU from the next candidate. 0: every
   // candidate gets every run.
   double bench_cutoff = 1.5;
+  // > 0: an idle slot joins a job it has not set up (the worker's inputs and
+  // reference for it) only while that job keeps at least this many ready
+  // candidates per evaluator; otherwise the next job is claimed first (when
+  // none is being planned and the queue has one), and only then does the slot
+  // join whatever has work (dispatch.h). 0: join the job with the most work
+  // per evaluator.
+  double min_ready_per_slot = 4;
   // Reads a code object the worker reported at `path` (default: the file).
   std::function<std::string(const std::filesystem::path&)> read_artifact;
 };

@@ -65,3 +65,36 @@ TEST(SlotAffinity, SlotsSpreadOverJobsInProportionToWork) {
   std::vector<JobLoad> v = {jobs[1], jobs[2]};
   for (int s = 0; s < 12; ++s) EXPECT_EQ(a.pick(s, v), took[s]) << "slot " << s;
 }
+
+TEST(SlotAffinity, MinReadyKeepsNewSlotsOffJobsWithLittleWorkPerEvaluator) {
+  SlotAffinity a;
+  // job 1: 9 ready with 2 out: 9/3 = 3 per evaluator once a third joins
+  EXPECT_EQ(a.pick(0, {{1, 9, 2}}, 4), std::nullopt);
+  EXPECT_EQ(a.pick(0, {{1, 9, 2}}, 3), 1);
+  EXPECT_EQ(a.pick(0, {{1, 9, 2}}), 1);  // 0: no threshold
+  // the best qualifying job, not the first
+  EXPECT_EQ(a.pick(0, {{1, 9, 2}, {2, 12, 1}}, 4), 2);
+  // a slot's own job is always allowed: its set-up is paid
+  a.took(5, 1);
+  EXPECT_EQ(a.pick(5, {{1, 1, 7}}, 4), 1);
+}
+
+TEST(SlotAffinity, MinReadyBoundsTheSlotsThatSetAJobUp) {
+  // 24 idle slots and one exhaustive job of 32 candidates: with min_ready 4 only
+  // the first slots join (the others would claim other jobs); without, all 24.
+  for (double min_ready : {0.0, 4.0}) {
+    SlotAffinity a;
+    JobLoad job{1, 32, 0};
+    int joined = 0;
+    for (int s = 0; s < 24; ++s) {
+      if (auto id = a.pick(s, {job}, min_ready)) {
+        a.took(s, *id);
+        --job.pending;
+        ++job.in_flight;
+        ++joined;
+      }
+    }
+    if (min_ready == 0) EXPECT_EQ(joined, 24);
+    else EXPECT_EQ(joined, 6);  // the 7th would see 26 / 7 < 4
+  }
+}
