@@ -2,7 +2,7 @@
 // config space an exhaustive run has recorded in a catalog.
 //
 //   kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving
-//               [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F]
+//               [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F] [--tiles F]
 //               [--predict 1] [--hints FILE]
 //
 // The space is the job's recorded template candidates (candidate id order, as
@@ -128,7 +128,7 @@ Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowl
 int usage(int rc) {
   (rc ? std::cerr : std::cout)
       << "usage: kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving\n"
-         "                   [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F]\n"
+         "                   [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F] [--tiles F]\n"
          "                   [--predict 1]   (also print the config model's prediction per config)\n"
          "                   [--hints FILE]  ({config: hint} from the worker's space method)\n";
   return rc;
@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
     if (opt.count("initial")) base.initial = std::stoi(opt["initial"]);
     if (opt.count("keep")) base.keep = std::stod(opt["keep"]);
     if (opt.count("prune")) base.prune = std::stod(opt["prune"]);
+    if (opt.count("tiles")) base.tiles = std::stod(opt["tiles"]);
     const int seeds = opt.count("seeds") ? std::stoi(opt["seeds"]) : 1;
 
     std::map<std::string, const Recorded*> recorded;

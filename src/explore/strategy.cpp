@@ -67,6 +67,14 @@ size_t hamming(const json& a, const json& b) {
   return d;
 }
 
+// The tile a config computes: its BLOCK_* knobs except the reduction step BLOCK_K.
+std::string tile_key(const json& c) {
+  std::string k;
+  for (auto it = c.begin(); it != c.end(); ++it)
+    if (it.key().rfind("BLOCK", 0) == 0 && it.key() != "BLOCK_K") k += it.key() + "=" + it->dump() + ";";
+  return k;
+}
+
 Plan one_round(const std::vector<json>& space, const std::vector<const Principle*>& principles,
                const std::string& backend, const std::string& strategy, int max_candidates,
                unsigned long long seed) {
@@ -152,7 +160,7 @@ void apply_pruning(Ranked& r, double factor) {
 // differ pairwise in at least two knobs where possible (a spread sample of the
 // best tier rather than four copies of one tile), filled up in order.
 std::vector<size_t> pick_spread(const Ranked& r, const std::set<size_t>& exclude, size_t count,
-                                unsigned long long seed) {
+                                unsigned long long seed, double tile_share) {
   std::vector<size_t> order;
   for (size_t i = 0; i < r.configs.size(); ++i)
     if (!exclude.count(i) && r.allowed[i]) order.push_back(i);
@@ -170,8 +178,29 @@ std::vector<size_t> pick_spread(const Ranked& r, const std::set<size_t>& exclude
     }
   }
   std::vector<size_t> picked;
+  // With the model: the last `tile_share` of the picks go to tiles (the BLOCK_*
+  // knobs but BLOCK_K) that no earlier pick has, the best predicted of each: a
+  // model that is wrong about a whole tile shape (as conv2d's was about
+  // 256-pixel tiles once K took several steps) then cannot fill the round.
+  const size_t diverse =
+      r.model ? static_cast<size_t>(std::floor(static_cast<double>(count) * std::clamp(tile_share, 0.0, 1.0))) : 0;
+  for (size_t i : order) {
+    if (picked.size() + diverse >= count) break;
+    bool spread = std::all_of(picked.begin(), picked.end(),
+                              [&](size_t j) { return hamming(r.configs[i], r.configs[j]) >= 2; });
+    if (spread) picked.push_back(i);
+  }
+  if (diverse > 0) {
+    std::set<std::string> tiles;
+    for (size_t j : picked) tiles.insert(tile_key(r.configs[j]));
+    for (size_t i : order) {
+      if (picked.size() >= count) break;
+      if (tiles.insert(tile_key(r.configs[i])).second) picked.push_back(i);
+    }
+  }
   for (size_t i : order) {
     if (picked.size() >= count) break;
+    if (std::find(picked.begin(), picked.end(), i) != picked.end()) continue;
     bool spread = std::all_of(picked.begin(), picked.end(),
                               [&](size_t j) { return hamming(r.configs[i], r.configs[j]) >= 2; });
     if (spread) picked.push_back(i);
@@ -259,7 +288,7 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
   std::vector<size_t> chosen;
   if (evaluated.empty() || ok.empty()) {
     // Round 0, or nothing correct yet: the next spread sample of the best predicted.
-    chosen = pick_spread(r, evaluated, static_cast<size_t>(std::min(initial, left)), st.seed);
+    chosen = pick_spread(r, evaluated, static_cast<size_t>(std::min(initial, left)), st.seed, st.tiles);
   } else {
     // Keep the best measured (fewer each round), propose their unevaluated
     // neighbours, best predicted first, one survivor after another.
@@ -323,6 +352,8 @@ SearchSettings SearchSettings::from_explore(const json& ex) {
       if (k > 0 && k <= 1) s.keep = k;
     }
     if (h->contains("prune") && (*h)["prune"].is_number()) s.prune = std::max(1.0, (*h)["prune"].get<double>());
+    if (h->contains("tiles") && (*h)["tiles"].is_number())
+      s.tiles = std::clamp((*h)["tiles"].get<double>(), 0.0, 1.0);
   }
   return s;
 }

@@ -10,7 +10,9 @@
 //               the job's seed, in one round;
 //   halving     successive halving over rounds, guided by the config model
 //               below: round 0 evaluates the `initial` configs the model ranks
-//               best (near-ties broken by the seed, spread over the space);
+//               best (near-ties broken by the seed, spread over the space;
+//               the last `tiles` share of them each on a tile -- BLOCK_* but
+//               BLOCK_K -- that no other pick has);
 //               every later round keeps the best measured configs (their
 //               number halves each round, by `keep`) and proposes their
 //               unevaluated neighbours (configs that differ in one knob), best
@@ -115,11 +117,12 @@ struct SearchSettings {
   int initial = 0;                      // halving: round-0 size; 0: ⌈√space / 2⌉ clamped to [2, 8]
   double keep = 0.5;                    // halving: survivors shrink by this factor each round
   double prune = 1.5;                   // halving: never propose a config predicted > prune × best
+  double tiles = 0.5;                   // halving: share of round 0 given to tiles no other pick has
   unsigned long long seed = 0;
 
   // From a job's spec["explore"]: strategy, max_candidates, seed, and for
   // halving the optional "budget" (overrides max_candidates) and
-  // "halving": {"initial", "keep", "prune"}.
+  // "halving": {"initial", "keep", "prune", "tiles"}.
   static SearchSettings from_explore(const nlohmann::json& explore);
 };
 

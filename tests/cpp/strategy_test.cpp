@@ -265,6 +265,7 @@ TEST(StrategyHalving, RoundZeroIsASpreadSampleOfTheBestPredicted) {
   SearchSpace sp = gemm(t);
   SearchSettings st = halving();
   st.initial = 4;
+  st.tiles = 0;  // the model's picks only
   Plan p = next_round(sp, {}, "cuda", st, {});
   EXPECT_EQ(p.round, 0);
   ASSERT_EQ(p.configs.size(), 4u);
@@ -284,6 +285,26 @@ TEST(StrategyHalving, RoundZeroIsASpreadSampleOfTheBestPredicted) {
       EXPECT_GE(diff, 2);
     }
   EXPECT_FALSE(p.notes.empty());
+}
+
+TEST(StrategyHalving, HalfOfRoundZeroGoesToTilesNoOtherPickHas) {
+  // The default tiles = 0.5: two picks from the model's best tier, then the best
+  // predicted config of two other tile shapes (BLOCK_M x BLOCK_N), so that a
+  // model wrong about a whole tile shape cannot fill the round.
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  SearchSettings st = halving();
+  st.initial = 4;
+  Plan p = next_round(sp, {}, "cuda", st, {});
+  ASSERT_EQ(p.configs.size(), 4u);
+  auto tile = [](const json& c) { return std::to_string(c["BLOCK_M"].get<int>()) + "x" + std::to_string(c["BLOCK_N"].get<int>()); };
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(p.configs[i]["BLOCK_M"].get<int>() * p.configs[i]["BLOCK_N"].get<int>(), 128 * 256) << p.configs[i].dump();
+  std::set<std::string> tiles;
+  for (size_t i = 0; i < 4; ++i) tiles.insert(tile(p.configs[i]));
+  // the two tile picks add two shapes the first two do not have
+  const std::set<std::string> first = {tile(p.configs[0]), tile(p.configs[1])};
+  EXPECT_EQ(tiles.size(), first.size() + 2) << p.configs[2].dump() << " " << p.configs[3].dump();
 }
 
 TEST(StrategyHalving, IsAPureFunctionOfItsInputs) {
