@@ -14,10 +14,8 @@ best five again for the noise. SDPA: the default dispatch and each backend
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -46,13 +44,7 @@ def configs() -> list[dict]:
                              "num_stages": stages, **knobs}
                         if mod.shared_estimate(c, "bf16", SHAPE[3], target) <= limit:
                             out.append(c)
-    seen, uniq = set(), []
-    for c in out:
-        k = json.dumps(c, sort_keys=True)
-        if k not in seen:
-            seen.add(k)
-            uniq.append(c)
-    return uniq
+    return row_sweep.unique(out)
 
 
 def sdpa_rows(runs: int) -> list[dict]:
@@ -83,11 +75,7 @@ def sdpa_rows(runs: int) -> list[dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json")
-    ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
-    args = ap.parse_args()
+    args = row_sweep.parse_args(__doc__)
 
     cs = configs()
     errors = row_sweep.compile_all("attention", SHAPE, PARAMS, cs, args.jobs)

@@ -46,13 +46,27 @@ def configs_for(op: str) -> list[dict]:
                     if hint:
                         c["l2hint"] = 1
                     out.append(c)
+    return unique(out)
+
+
+def unique(configs: list[dict]) -> list[dict]:
+    """The configs without repeats, in their first order."""
     seen, uniq = set(), []
-    for c in out:
+    for c in configs:
         k = json.dumps(c, sort_keys=True)
         if k not in seen:
             seen.add(k)
             uniq.append(c)
     return uniq
+
+
+def parse_args(doc: str) -> argparse.Namespace:
+    """The sweeps' options: --json FILE, --runs (timed runs per config), --jobs (compile processes)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--json")
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    return ap.parse_args()
 
 
 def _compile(args):
@@ -103,17 +117,13 @@ def time_all(op: str, shape: list, params: dict, configs: list[dict], errors: li
         c = r["config"]
         r["ms2"] = _benchmark(lambda: mod.launch(op, inputs, out, c, params), 25, runs, "gpu",
                               target)["median_ms"]
-    del inputs, out, ref
+    inputs = out = ref = None  # free them before empty_cache
     torch.cuda.empty_cache()
     return rows
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json")
-    ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
-    args = ap.parse_args()
+    args = parse_args(__doc__)
 
     configs = {op: configs_for(op) for op in OPS}
     errors = {op: compile_all(op, SHAPE, {}, configs[op], args.jobs) for op in OPS}
