@@ -587,7 +587,9 @@ def hints(op, shape, dtype, params, config, target) -> dict:
     registers: estimated registers per thread (same cubins, +-10%), for
       occupancy: the engine's generic estimate multiplies every BLOCK_* but
       BLOCK_K, which for BLOCK_P (pixels per program, walked in BLOCK_M chunks,
-      not held at once) is wrong.
+      not held at once) is wrong. Not capped at 255: above that the config
+      spills, and the model counts it (the seed-shape calibration under-counts
+      configs whose K takes several steps by 30-100%, docs/performance.md).
     store_run_bytes: contiguous output bytes one program writes per out channel
       before it moves on (BLOCK_P, or BLOCK_M for a persistent program).
     programs_per_sm: for a persistent grid, the resident programs per SM it
@@ -625,6 +627,6 @@ def hints(op, shape, dtype, params, config, target) -> dict:
     outputs = common.numel(out_shape(shape, params))
     return {"instr_per_output": round(per_chunk / O, 2),
             "instructions": float(outputs * per_chunk / O),
-            "registers": int(min(255, round(regs))),
+            "registers": int(round(regs)),  # past the 255 cap: the model counts the spill
             "store_run_bytes": int(run),
             "programs_per_sm": round(programs / sms, 2) if programs else 0}

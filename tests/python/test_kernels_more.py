@@ -589,6 +589,19 @@ def test_conv2d_variant_knobs_need_one_k_step():
         mod.compile_spec("conv2d", [1, 40, 9, 9], "fp16", params, cfg, TARGETS["sm_90"])
 
 
+def test_conv2d_register_hint_is_not_capped():
+    # 64 input channels (K = 576, several K steps): a 256-pixel tile on 4 warps
+    # needs more than 255 registers (measured on the H200: 255 + 75 words
+    # spilled); the hint says so, and the engine's config model counts the spill.
+    shape, params = [32, 64, 56, 56], defaults("conv2d", {"out_channels": 64, "kernel_size": 3, "padding": 1})
+    mod = module_for("conv2d")
+    tg = dict(TARGETS["sm_90"], compute_units=132)
+    big = {"BLOCK_M": 256, "BLOCK_N": 64, "BLOCK_K": 32, "BLOCK_P": 256, "num_warps": 4, "num_stages": 2}
+    small = dict(big, BLOCK_M=64, BLOCK_P=64)
+    assert mod.hints("conv2d", shape, "fp16", params, big, tg)["registers"] > 255
+    assert mod.hints("conv2d", shape, "fp16", params, small, tg)["registers"] < 255
+
+
 def test_conv2d_seed_space_variants_and_hints():
     shape, params = [64, 3, 224, 224], defaults("conv2d", {"out_channels": 64, "kernel_size": 3, "padding": 1})
     mod = module_for("conv2d")
