@@ -671,17 +671,11 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
 
   // ---- kill / stop ------------------------------------------------------
 
+  // abandon(), then reap the child.
   void kill_now(const std::string& why) {
-    pid_t p = ch ? ch->pid : pid;
-    if (pid > 0) {
-      ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
-      if (!reap_bounded(pid, kKillGiveUp) && !has_exited(pid))
-        std::fprintf(stderr, "[worker %d] did not exit after SIGKILL; abandoned\n", pid);
-      pid = 0;
-    }
-    close_channel(p);
-    end_pending(why);
+    const pid_t child = abandon(why);
+    if (child > 0 && !reap_bounded(child, kKillGiveUp) && !has_exited(child))
+      std::fprintf(stderr, "[worker %d] did not exit after SIGKILL; abandoned\n", child);
   }
 
   void signal_kill() {
@@ -691,8 +685,10 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
     }
   }
 
+  // SIGKILL, close the channel, end a pending request; the child is not
+  // reaped here. Returns its pid (0 if none was running).
   pid_t abandon(const std::string& why) {
-    pid_t p = ch ? ch->pid : pid;
+    const pid_t p = ch ? ch->pid : pid;
     const pid_t child = pid;
     signal_kill();
     pid = 0;
