@@ -19,6 +19,14 @@ using nlohmann::json;
 
 namespace {
 
+// The median of a worker result's `latency` object, when it holds a number.
+std::optional<double> latency_median(const json& latency) {
+  if (!latency.is_object()) return std::nullopt;
+  auto m = latency.find("median_ms");
+  if (m == latency.end() || !m->is_number()) return std::nullopt;
+  return m->get<double>();
+}
+
 std::string now_hms() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -55,6 +63,9 @@ struct Scheduler::Job {
   int in_flight = 0;
   int rounds = 0;
   std::optional<double> best_ms;     // best measured median so far (bench cutoff)
+  void improve_best(double ms) {
+    if (!best_ms || ms < *best_ms) best_ms = ms;
+  }
   std::string error;                 // the generator's "error: " note, if it gave up
   std::string label() const {
     return ctx.row.op + " " + shape_str(ctx.row.shape) + " " + ctx.row.dtype + " " + ctx.row.target;
@@ -97,12 +108,8 @@ std::optional<WorkItem> Scheduler::next(int slot) {
     // flight instead of leaving slots idle when the current jobs run dry.
     if (opts_.lookahead > 0 && !draining_ && !queue_empty_) {
       size_t ready = 0;
-      bool planning = false;
-      for (const auto& [jid, j] : active_) {
-        ready += j->pending.size();
-        planning = planning || !j->space_known || j->proposing;
-      }
-      if (!planning && ready < static_cast<size_t>(opts_.lookahead) && claim()) continue;
+      for (const auto& [jid, j] : active_) ready += j->pending.size();
+      if (!planning() && ready < static_cast<size_t>(opts_.lookahead) && claim()) continue;
     }
     // The candidate's job: one this slot has set up, else the one with the
     // most ready candidates per evaluator already on it (dispatch.h).
@@ -113,9 +120,7 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       // No job has enough ready candidates for one more evaluator to be worth
       // its set-up: claim the next job (this slot then plans it), unless one is
       // being planned already or none is left; else join what has work.
-      bool planning = false;
-      for (const auto& [jid, j] : active_) planning = planning || !j->space_known || j->proposing;
-      if (!planning && !draining_ && !queue_empty_ && claim()) continue;
+      if (!planning() && !draining_ && !queue_empty_ && claim()) continue;
       pick = affinity_.pick(slot, loads);
     }
     if (pick) {
@@ -144,6 +149,12 @@ std::optional<WorkItem> Scheduler::next(int slot) {
     }
     if (draining_ || queue_empty_ || !claim()) return std::nullopt;
   }
+}
+
+bool Scheduler::planning() const {
+  for (const auto& [id, job] : active_)
+    if (!job->space_known || job->proposing) return true;
+  return false;
 }
 
 bool Scheduler::claim() {
@@ -243,11 +254,9 @@ void Scheduler::plan(Job& job) {
     if (job.ctx.measured && job.rounds == 1)
       for (const auto& o : past) {
         const json lat = o.result.value("latency", json());
-        if (o.status != "ok" || !lat.is_object() || !lat.contains("median_ms") || !lat["median_ms"].is_number() ||
-            !TargetRegistry::matches_device(*job.ctx.target, lat.value("device", std::string())))
-          continue;
-        const double ms = lat["median_ms"].get<double>();
-        if (!job.best_ms || ms < *job.best_ms) job.best_ms = ms;
+        const auto ms = latency_median(lat);
+        if (o.status == "ok" && ms && TargetRegistry::matches_device(*job.ctx.target, lat.value("device", std::string())))
+          job.improve_best(*ms);
       }
     job.generator->propose(job.ctx, past,
                            [this, id](std::vector<Proposal> p, std::vector<std::string> notes) {
@@ -443,11 +452,10 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
     ++stats_.candidate_failures;
     return;
   }
-  const json lat = e.result.value("latency", json());
-  if (job.ctx.measured && lat.is_object() && lat.contains("median_ms") && lat["median_ms"].is_number()) {
-    const double ms = lat["median_ms"].get<double>();
-    if (!job.best_ms || ms < *job.best_ms) job.best_ms = ms;
-    stats_.last_best = job.label() + " " + fmt_ms(ms) + " (measured)";
+  const auto ms = latency_median(e.result.value("latency", json()));
+  if (job.ctx.measured && ms) {
+    job.improve_best(*ms);
+    stats_.last_best = job.label() + " " + fmt_ms(*ms) + " (measured)";
   }
   else if (e.estimate_ms)
     stats_.last_best = job.label() + " " + fmt_ms(*e.estimate_ms) + " (estimated)";

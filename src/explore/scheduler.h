@@ -124,6 +124,7 @@ class Scheduler {
  private:
   struct Job;
   bool claim();
+  bool planning() const;  // an active job still waits for its space or its next round
   void plan(Job& job);
   void on_proposals(long long job_id, std::vector<Proposal> proposals, std::vector<std::string> notes);
   void maybe_finish(long long job_id);
