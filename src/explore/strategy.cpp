@@ -184,12 +184,18 @@ std::vector<size_t> pick_spread(const Ranked& r, const std::set<size_t>& exclude
   // 256-pixel tiles once K took several steps) then cannot fill the round.
   const size_t diverse =
       r.model ? static_cast<size_t>(std::floor(static_cast<double>(count) * std::clamp(tile_share, 0.0, 1.0))) : 0;
-  for (size_t i : order) {
-    if (picked.size() + diverse >= count) break;
-    bool spread = std::all_of(picked.begin(), picked.end(),
-                              [&](size_t j) { return hamming(r.configs[i], r.configs[j]) >= 2; });
-    if (spread) picked.push_back(i);
-  }
+  // Picks in order, up to `limit` in all, configs that differ from every pick
+  // in at least two knobs.
+  auto pick_spread_up_to = [&](size_t limit) {
+    for (size_t i : order) {
+      if (picked.size() >= limit) break;
+      if (std::find(picked.begin(), picked.end(), i) != picked.end()) continue;
+      if (std::all_of(picked.begin(), picked.end(),
+                      [&](size_t j) { return hamming(r.configs[i], r.configs[j]) >= 2; }))
+        picked.push_back(i);
+    }
+  };
+  pick_spread_up_to(count - diverse);
   if (diverse > 0) {
     std::set<std::string> tiles;
     for (size_t j : picked) tiles.insert(tile_key(r.configs[j]));
@@ -198,13 +204,7 @@ std::vector<size_t> pick_spread(const Ranked& r, const std::set<size_t>& exclude
       if (tiles.insert(tile_key(r.configs[i])).second) picked.push_back(i);
     }
   }
-  for (size_t i : order) {
-    if (picked.size() >= count) break;
-    if (std::find(picked.begin(), picked.end(), i) != picked.end()) continue;
-    bool spread = std::all_of(picked.begin(), picked.end(),
-                              [&](size_t j) { return hamming(r.configs[i], r.configs[j]) >= 2; });
-    if (spread) picked.push_back(i);
-  }
+  pick_spread_up_to(count);
   for (size_t i : order) {
     if (picked.size() >= count) break;
     if (std::find(picked.begin(), picked.end(), i) == picked.end()) picked.push_back(i);
