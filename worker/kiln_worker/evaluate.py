@@ -333,13 +333,14 @@ class Evaluation:
         if changed:
             raise check.Incorrect(f"kernel modified its inputs ({', '.join(changed)}; seed {seed})",
                                   {})
-        if entry["ref"] is None:
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
+        fresh = entry["ref"] is None
+        if fresh:
             entry["ref"] = mod.reference(op, check.upcast(pristine, updt), params)
-            self._sync()
-            self._setup_s += time.perf_counter() - t0
         ref = entry["ref"]
         self._sync()
+        if fresh:
+            self._setup_s += time.perf_counter() - t0
         stats = check.compare(out, ref, atol, rtol, scaled, seed)
         check.merge_stats(acc, stats)
         return inputs, out
