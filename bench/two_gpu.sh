@@ -46,15 +46,15 @@ for mode in $MODES; do
   d=/tmp/tg-$mode
   rm -rf "$d" && mkdir -p "$d"
   KILN_CATALOG=$d/k.db $K submit "$M" >/dev/null || exit 1
+  common=(--device gpu --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-})
   case $mode in
-    run-1) cmd=($K run --device gpu --gpus 1 --workers "$W" --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
-    run-2) cmd=($K run --device gpu --gpus 2 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
-    run-1x2) cmd=($K run --device gpu --gpus 1 --workers $((2 * W)) --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
+    run-1) cmd=($K run "${common[@]}" --gpus 1 --workers "$W") ;;
+    run-2) cmd=($K run "${common[@]}" --gpus 2 --workers $((2 * W))) ;;
+    run-1x2) cmd=($K run "${common[@]}" --gpus 1 --workers $((2 * W))) ;;
     mpi-1|mpi-2)
       if [[ ! -x build-gpu/kiln-mpi ]]; then echo "$mode: no kiln-mpi (no MPI found at build)"; continue; fi
       np=$(( ${mode#mpi-} + 1 ))
-      cmd=(build-gpu/kiln-mpirun -np "$np" build-gpu/kiln-mpi run --device gpu --workers "$W"
-           --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-}) ;;
+      cmd=(build-gpu/kiln-mpirun -np "$np" build-gpu/kiln-mpi run "${common[@]}" --workers "$W") ;;
   esac
   # SM clock and power of every GPU once a second during the run: a GPU that
   # slows down when both work would show here.
