@@ -3,29 +3,16 @@ evaluator (tests/data/fake_evaluator) that claims to be an H200 and logs the
 benchmark settings of every evaluate request it gets: once a job has a
 measured best, later candidates carry cutoff_ms = factor x that best; with
 --bench-cutoff 0 none does."""
-import json
-import os
-from pathlib import Path
-
 import pytest
 
-from test_e2e import KILN, ROOT, db_rows, kiln
-
-FAKE = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
+from test_e2e import KILN, db_rows, run_fake_evaluator
 
 
 def run_fake(tmp, cutoff):
-    catalog = tmp / "kiln.db"
-    man = tmp / "m.yaml"
-    man.write_text("targets: [H200]\ndefaults:\n  dtypes: [fp32]\n"
-                   "  exploration: {strategy: exhaustive, max_candidates: 12}\n"
-                   "operators:\n  - op: add\n    input_shape: [4096]\n")
-    kiln("submit", man, catalog=catalog)
-    log = tmp / "requests.jsonl"
-    r = kiln("run", "--workers", "1", "--device", "gpu", "--bench-cutoff", cutoff,
-             "--scratch", tmp / "s", "--json", catalog=catalog,
-             env={"KILN_PYTHON": str(FAKE), "FAKE_EVALUATOR_LOG": str(log)})
-    return catalog, [json.loads(l) for l in log.read_text().splitlines()], json.loads(r.stdout.splitlines()[-1])
+    return run_fake_evaluator(tmp, "targets: [H200]\ndefaults:\n  dtypes: [fp32]\n"
+                                   "  exploration: {strategy: exhaustive, max_candidates: 12}\n"
+                                   "operators:\n  - op: add\n    input_shape: [4096]\n",
+                              "--workers", "1", "--bench-cutoff", cutoff)
 
 
 def test_later_candidates_carry_the_cutoff(tmp_path):

@@ -45,6 +45,25 @@ def db_rows(catalog, sql):
         con.close()
 
 
+FAKE_EVALUATOR = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
+
+
+def run_fake_evaluator(tmp, manifest_text, *run_args):
+    """Submits `manifest_text` to a catalog in tmp and runs `kiln run --device gpu
+    RUN_ARGS` against the scripted evaluator (tests/data/fake_evaluator: claims
+    to be an H200, logs each evaluate request). Returns (catalog, the logged
+    requests, the run's JSON summary)."""
+    catalog = tmp / "kiln.db"
+    man = tmp / "m.yaml"
+    man.write_text(manifest_text)
+    kiln("submit", man, catalog=catalog)
+    log = tmp / "requests.jsonl"
+    r = kiln("run", "--device", "gpu", *run_args, "--scratch", tmp / "s", "--json", catalog=catalog,
+             env={"KILN_PYTHON": str(FAKE_EVALUATOR), "FAKE_EVALUATOR_LOG": str(log)})
+    reqs = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return catalog, reqs, json.loads(r.stdout.splitlines()[-1])
+
+
 def worker_pids_with(marker):
     """PIDs of live processes whose environment mentions `marker` (our scratch dir)."""
     pids = []
