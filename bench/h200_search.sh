@@ -7,6 +7,9 @@
 # exhaustive run (bench/search_efficiency.py).
 #   KILN_WORKERS   workers per run (default: kiln's, cores - 1, at most 12 per GPU)
 #   RUN_TIMEOUT    seconds per `kiln run` (default 240); on expiry it drains
+#   SEARCH_OPS     a file with the manifest's `operators:` list to explore
+#                  instead of the six anchor cases, e.g. bench/holdout_ops.yaml
+#                  (shapes the config model and the strategy were never tuned on)
 # Writes under $OUT (or ./out): exhaustive.{log,json}, halving.{log,json},
 # search.md, kiln-h200-search.db
 set -uo pipefail
@@ -20,16 +23,10 @@ K=build-gpu/kiln
 export KILN_CATALOG=/tmp/kiln-h200-search.db
 rm -f "$KILN_CATALOG"*
 W=${KILN_WORKERS:+--workers $KILN_WORKERS}
-# The six anchor cases the first H200 catalog recorded (docs/performance.md).
-for s in exhaustive halving; do
-  cat >/tmp/search_$s.yaml <<YAML
-name: search_$s
-targets: [H200]
-defaults:
-  exploration: {strategy: $s, max_candidates: 96, timeout_s: 300}
-  validation: {seeds: 3}
-  benchmark: {warmup: 25, runs: 100}
-operators:
+if [ -n "${SEARCH_OPS:-}" ]; then
+  OPS=$(sed -n '/^ *-/,$p' "$SEARCH_OPS")  # the list, without comments above it
+else  # the six anchor cases the first H200 catalog recorded (docs/performance.md)
+  OPS=$(cat <<'YAML'
   - {op: add, input_shape: [67108864], dtype: fp32}
   - {op: softmax, input_shape: [16384, 4096], dtype: bf16, knowledge_constraints: [avoid_global_memory]}
   - {op: layernorm, input_shape: [16384, 4096], dtype: bf16}
@@ -42,6 +39,19 @@ operators:
     dtype: fp16
     params: {out_channels: 64, kernel_size: 3, padding: 1}
     knowledge_constraints: [avoid_global_memory, maximize_register_reuse]
+YAML
+)
+fi
+for s in exhaustive halving; do
+  cat >/tmp/search_$s.yaml <<YAML
+name: search_$s
+targets: [H200]
+defaults:
+  exploration: {strategy: $s, max_candidates: 96, timeout_s: 300}
+  validation: {seeds: 3}
+  benchmark: {warmup: 25, runs: 100}
+operators:
+$OPS
 YAML
 done
 for s in exhaustive halving; do

@@ -136,6 +136,20 @@ setup = con.execute("SELECT SUM(json_extract(e.result, '$.timings.setup_s')), "
 per["setup_s_total"] = setup[0] or 0
 per["setups"] = setup[1] or 0
 print(f"  {mode}: {per['setups']} job set-ups (worker, job pairs), {per['setup_s_total']:.1f} s of set-up in all")
+# Per candidate: the GPU lock held by its check (shared, so checks overlap)
+# and by its benchmark, and the kernel load done before the check took the
+# lock (timings.preload_s, worker/kiln_worker/preload.py).
+held, pre = {"check": 0.0, "bench": 0.0}, 0.0
+for (r,) in con.execute("SELECT result FROM evaluations"):
+    t = (json.loads(r) if r else {}).get("timings") or {}
+    pre += t.get("preload_s") or 0
+    for a, b, kind in t.get("gpu_spans") or []:
+        held[kind] = held.get(kind, 0.0) + (b - a)
+per["preload_s"] = pre / n
+per["check_held_s"] = held["check"] / n
+per["bench_held_s"] = held["bench"] / n
+print(f"  {mode}: per candidate the lock held {per['check_held_s']:.3f} s by its check, "
+      f"{per['bench_held_s']:.3f} s by its benchmark; kernel load before the lock {per['preload_s']:.3f} s")
 per["check_wait_s"] = (waits[0] or 0) / n
 per["bench_wait_s"] = (waits[1] or 0) / n
 print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "
