@@ -11,7 +11,7 @@
 #                  instead of the six anchor cases, e.g. bench/holdout_ops.yaml
 #                  (shapes the config model and the strategy were never tuned on)
 # Writes under $OUT (or ./out): exhaustive.{log,json}, halving.{log,json},
-# search.md, kiln-h200-search.db
+# search.md, kiln-h200-search-slim.db (bench/slim_catalog.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -65,5 +65,6 @@ $K best | cut -c1-160
 python3 - <<PY
 import sqlite3; c = sqlite3.connect("$KILN_CATALOG"); c.execute("PRAGMA wal_checkpoint(TRUNCATE)"); c.close()
 PY
-cp "$KILN_CATALOG" "$OUT/kiln-h200-search.db"
+# a GPU run's catalog is mostly code objects: the slim copy comes back, and replays
+python3 bench/slim_catalog.py "$KILN_CATALOG" "$OUT/kiln-h200-search-slim.db"
 python3 bench/search_efficiency.py "$KILN_CATALOG" --replay build-gpu/kiln-replay --seeds 50 | tee "$OUT/search.md"

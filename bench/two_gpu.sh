@@ -69,7 +69,7 @@ for mode in $MODES; do
   cpu1=$(head -1 /proc/stat)
   echo "$mode rc=$rc wall=$(python3 -c "print(round($t1 - $t0, 1))") s"
   python3 - "$mode" "$t0" "$t1" "$rc" "$d/k.db" "$OUT" "$cpu0" "$cpu1" "$LOGS" <<'PY'
-import json, os, sqlite3, sys
+import csv, json, os, sqlite3, sys
 mode, t0, t1, rc, db, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 logs = sys.argv[9]
 # nvidia-smi dmon: a '# gpu pwr gtemp mtemp mclk pclk' header, then one line per GPU per second.
@@ -139,12 +139,26 @@ print(f"  {mode}: {per['setups']} job set-ups (worker, job pairs), {per['setup_s
 # Per candidate: the GPU lock held by its check (shared, so checks overlap)
 # and by its benchmark, and the kernel load done before the check took the
 # lock (timings.preload_s, worker/kiln_worker/preload.py).
+# Every evaluation's timings go to <mode>.evals.csv in the logs archive.
 held, pre = {"check": 0.0, "bench": 0.0}, 0.0
-for (r,) in con.execute("SELECT result FROM evaluations"):
-    t = (json.loads(r) if r else {}).get("timings") or {}
-    pre += t.get("preload_s") or 0
-    for a, b, kind in t.get("gpu_spans") or []:
-        held[kind] = held.get(kind, 0.0) + (b - a)
+cols = ["created_at", "op", "shape", "worker", "status", "compile_s", "check_s", "bench_s", "setup_s",
+        "preload_s", "check_wait_s", "bench_wait_s", "check_held_s", "bench_held_s", "median_ms"]
+with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(cols)
+    for row in con.execute("SELECT e.created_at, j.op, j.shape, e.worker, e.status, e.compile_s, e.check_s, "
+                           "e.bench_s, e.median_ms, e.result FROM evaluations e JOIN candidates c "
+                           "ON c.id = e.candidate_id JOIN jobs j ON j.id = c.job_id ORDER BY e.created_at"):
+        t = (json.loads(row[9]) if row[9] else {}).get("timings") or {}
+        pre += t.get("preload_s") or 0
+        h = {"check": 0.0, "bench": 0.0}
+        for a, b, kind in t.get("gpu_spans") or []:
+            held[kind] = held.get(kind, 0.0) + (b - a)
+            h[kind] = h.get(kind, 0.0) + (b - a)
+        waits_ = t.get("lock_wait_s") or {}
+        w.writerow([row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], t.get("setup_s"),
+                    t.get("preload_s"), waits_.get("check"), waits_.get("bench"), round(h["check"], 6),
+                    round(h["bench"], 6), row[8]])
 per["preload_s"] = pre / n
 per["check_held_s"] = held["check"] / n
 per["bench_held_s"] = held["bench"] / n

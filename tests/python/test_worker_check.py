@@ -77,6 +77,53 @@ def test_compare_in_chunks_matches_the_whole(monkeypatch, scaled):
         assert results[i:i + 3] == whole
 
 
+@pytest.mark.parametrize("scaled", [False, True])
+@pytest.mark.parametrize("chunk", [1 << 24, 7])
+def test_passing_compare_matches_the_detailed_pass(monkeypatch, scaled, chunk):
+    # the one-read pass and the detailed pass give the same statistics for a
+    # passing output, whatever the chunking; a failing one gets the detailed
+    # pass's message and statistics
+    monkeypatch.setattr(check, "COMPARE_CHUNK", chunk)
+    ref = _ref((9, 13), scale=3.0, seed=5)
+    out = (ref + 1e-5 * _ref((9, 13), seed=6)).float()
+    fast = check.compare(out, ref, 1e-4, 1e-4, scaled, 1)
+    # equal to the last bits or so: the two passes reduce the same chunks with
+    # different torch calls, and torch's CPU reductions may vectorise them
+    # differently (seen with torch 2.11)
+    assert fast == pytest.approx(check._compare_detailed(out, ref, 1e-4, 1e-4, scaled, 1), rel=1e-12)
+    memo = {}
+    assert check.compare(out, ref, 1e-4, 1e-4, scaled, 1, memo=memo) == fast
+    assert memo["ref_info"]["bad_ref"] == 0
+    assert check.compare(out, ref, 1e-4, 1e-4, scaled, 1, memo=memo) == fast  # from the memo
+    out[2, 3] += 1.0
+    with pytest.raises(check.Incorrect) as fast_e:
+        check.compare(out, ref, 1e-4, 1e-4, scaled, 1, memo=memo)
+    with pytest.raises(check.Incorrect) as slow_e:
+        check._compare_detailed(out, ref, 1e-4, 1e-4, scaled, 1)
+    assert (fast_e.value.message, fast_e.value.stats) == (slow_e.value.message, slow_e.value.stats)
+
+
+def test_passing_compare_reads_the_device_once(monkeypatch):
+    # every read of a device value is a synchronisation on a GPU: a passing
+    # output is read back in one transfer (two the first time a reference is
+    # seen: its own facts), never element by element
+    reads = []
+    real_tolist, real_item = torch.Tensor.tolist, torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append("tolist") or real_tolist(t))
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: reads.append("item") or real_item(t))
+    monkeypatch.setattr(check, "COMPARE_CHUNK", 16)  # 8 chunks
+    ref = _ref((8, 16))
+    memo = {}
+    check.compare(ref.float(), ref, 1e-4, 1e-4, True, 0, memo=memo)
+    assert reads == ["tolist", "tolist"]
+    reads.clear()
+    check.compare(ref.float(), ref, 1e-4, 1e-4, True, 0, memo=memo)
+    assert reads == ["tolist"]
+    reads.clear()
+    assert check.modified_inputs({"a": ref, "b": ref.float()}, {"a": ref, "b": ref.float()}) == []
+    assert reads == ["tolist"]
+
+
 def test_compare_tolerance_edges():
     ref = torch.full((4,), 2.0, dtype=torch.float64)
     atol, rtol = 1e-3, 1e-2
@@ -133,6 +180,13 @@ def test_modified_inputs_bitwise():
     assert check.modified_inputs(before, {"x": x, "n": 3}) == []  # NaN == NaN bitwise
     x[0] = -0.0  # equal as a number, different bits
     assert check.modified_inputs(before, {"x": x}) == ["x"]
+    y = torch.zeros(2)
+    before = check.snapshot({"x": x, "y": y, "z": y})
+    y[1] = 1.0
+    x[1] = 2.0
+    # in the inputs' order; a missing or reshaped input counts as changed
+    assert check.modified_inputs(before, {"x": x.clone(), "y": y, "z": y}) == ["x", "y", "z"]
+    assert check.modified_inputs(before, {"y": torch.zeros(2), "z": torch.zeros(1, 2)}) == ["x", "z"]
 
 
 def test_upcast_keeps_ints():

@@ -124,15 +124,28 @@ def _bits(t):
 
 
 def modified_inputs(before: dict, after: dict) -> list[str]:
+    """The names of the inputs the kernel changed (bitwise). The comparisons
+    stay on the device and are read back in one transfer when all the inputs
+    share one device (see compare())."""
     import torch
-    changed = []
+    changed, pending = {}, []
     for k, v in before.items():
         a = after.get(k)
         if isinstance(v, torch.Tensor):
             if (not isinstance(a, torch.Tensor) or a.shape != v.shape or a.dtype != v.dtype
-                    or not torch.equal(_bits(a), _bits(v))):
-                changed.append(k)
-    return changed
+                    or a.device != v.device):
+                changed[k] = True
+            else:
+                changed[k] = None
+                pending.append((k, torch.ne(_bits(a), _bits(v)).any()))
+    if pending:
+        if len({f.device for _, f in pending}) == 1:
+            flags = torch.stack([f for _, f in pending]).tolist()
+        else:
+            flags = [bool(f) for _, f in pending]
+        for (k, _), flag in zip(pending, flags):
+            changed[k] = bool(flag)
+    return [k for k, c in changed.items() if c]
 
 
 def _index(flat_idx: int, shape) -> list[int]:
@@ -150,7 +163,66 @@ def _index(flat_idx: int, shape) -> list[int]:
 COMPARE_CHUNK = 1 << 24
 
 
-def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int) -> dict:
+def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
+            memo: dict | None = None) -> dict:
+    """Statistics of one seed; raises Incorrect on failure (the message and
+    statistics of _compare_detailed).
+
+    Nearly every candidate passes, and on a GPU every `.item()` is a round
+    trip that waits for the device -- behind the other workers' kernels when
+    several share it. So this pass keeps every partial result on the device
+    and reads them back once: per chunk of COMPARE_CHUNK elements the
+    non-finite outputs, the elements out of tolerance and the maxima, stacked
+    and read in one transfer. Only a failing output pays for the detailed pass
+    that finds the first non-finite or worst element for the message.
+
+    `memo` (a dict kept with the reference, e.g. per job and seed) keeps what
+    depends on the reference alone -- its non-finite count and sum of squares
+    -- so later candidates against the same reference skip computing it."""
+    import torch
+    if tuple(out.shape) != tuple(ref.shape):
+        raise Incorrect(f"output shape {list(out.shape)} differs from the reference's "
+                        f"{list(ref.shape)} (seed {seed})", {})
+    ref_flat = ref.detach().reshape(-1)
+    out_flat = out.detach().reshape(-1)
+    n = ref_flat.numel()
+    if n == 0:
+        return {"max_abs_err": 0.0, "max_rel_err": 0.0, "atol": atol, "rtol": rtol}
+    steps = [(s, min(n, s + COMPARE_CHUNK)) for s in range(0, n, COMPARE_CHUNK)]
+    ref_info = memo.get("ref_info") if memo is not None else None
+    if ref_info is None:
+        bad = [(~torch.isfinite(ref_flat[a:b])).sum() for a, b in steps]
+        sq = [(ref_flat[a:b].double() ** 2).sum() for a, b in steps] if scaled else []
+        got = torch.stack([x.double() for x in bad + sq]).tolist()
+        # summed in Python chunk by chunk, as _compare_detailed does
+        ref_info = {"bad_ref": int(sum(got[:len(steps)])), "squares": sum(got[len(steps):], 0.0)}
+        if memo is not None:
+            memo["ref_info"] = ref_info
+    if ref_info["bad_ref"]:
+        raise Incorrect(f"the reference has {ref_info['bad_ref']} non-finite values (seed {seed}); "
+                        "the template's inputs or reference are broken", {})
+    atol_eff = atol
+    if scaled:
+        atol_eff = atol * max(1.0, math.sqrt(ref_info["squares"] / n))
+    parts = []
+    for a, b in steps:
+        o, r = out_flat[a:b].to(ref_flat.dtype), ref_flat[a:b]
+        diff = (o - r).abs()
+        aref = r.abs()
+        allowed = atol_eff + rtol * aref
+        rel = diff / torch.clamp(aref, min=max(atol_eff, 1e-30))
+        parts.append(torch.stack([(~torch.isfinite(o)).sum().double(), (diff > allowed).sum().double(),
+                                  diff.max().double(), rel.max().double(),
+                                  (diff / allowed).max().double()]))
+    p = torch.stack(parts)
+    nonfinite, nbad, max_abs, max_rel, worst_ratio = torch.cat([p[:, :2].sum(0), p[:, 2:].max(0).values]).tolist()
+    if nonfinite or nbad:
+        return _compare_detailed(out, ref, atol, rtol, scaled, seed)  # raises with the message
+    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol_eff, "rtol": rtol,
+            "worst_ratio": worst_ratio}
+
+
+def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: int) -> dict:
     """Statistics of one seed; raises Incorrect on failure. Works through the
     flattened tensors COMPARE_CHUNK elements at a time; the result is the
     whole tensors' (maxima, the first worst element, counts)."""

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""What a candidate's correctness check costs on the GPU, alone on the device.
+
+For each case of bench/compile_cost.py (an anchor's best config), runs the
+worker's own evaluation (compile, check on 3 seeds, no benchmark) REPEAT times
+with check.compare's one-read pass and REPEAT times with the detailed pass that
+reads every statistic back separately (the compare before 2026-11-30 late), in
+alternation, after one untimed evaluation that sets the job up (inputs,
+reference, kernel load). Prints, per case, the medians of the time the check
+held the GPU lock and of check_s; --json writes every sample.
+
+    python3 bench/check_cost.py [--repeat 7] [--json out.json]   # on the GPU machine
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "worker"), str(ROOT), str(ROOT / "bench")]
+
+import yaml  # noqa: E402
+
+from compile_cost import CASES  # noqa: E402
+
+
+def held(timings: dict, kind: str) -> float:
+    return sum(b - a for a, b, k in timings.get("gpu_spans") or [] if k == kind)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--json", help="write every sample here")
+    args = ap.parse_args()
+    os.environ.setdefault("KILN_GPU_LOCK", os.path.join(tempfile.mkdtemp(), "gpu.lock"))
+    from kiln_worker import check
+    from kiln_worker.device import select_device
+    from kiln_worker.evaluate import Evaluation
+    from kiln_worker.templates import Library
+
+    dev = select_device()
+    if not dev.is_gpu:
+        print("check_cost: no GPU here", file=sys.stderr)
+        return 2
+    lib = Library()
+    ev = Evaluation(lib, dev)
+    target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
+    fast, detailed = check.compare, check._compare_detailed
+    rows, samples = [], []
+    for op, shape, dtype, params, config in CASES:
+        job = {"op": op, "shape": shape, "dtype": dtype, "params": params, "target": target,
+               "validation": {"seeds": 3}, "benchmark": {"runs": 0}}
+        first = ev.run(job, config, None)
+        if first["status"] != "ok":
+            rows.append({"op": op, "status": first["status"], "message": first["message"][:200]})
+            continue
+        per = {"fast": [], "detailed": []}
+        for i in range(2 * args.repeat):
+            mode = "fast" if i % 2 == 0 else "detailed"
+            check.compare = fast if mode == "fast" else (
+                lambda out, ref, atol, rtol, scaled, seed, memo=None: detailed(out, ref, atol, rtol, scaled, seed))
+            try:
+                res = ev.run(job, config, None)
+            finally:
+                check.compare = fast
+            t = res["timings"]
+            s = {"op": op, "mode": mode, "status": res["status"], "check_s": t["check_s"],
+                 "check_held_s": held(t, "check"), "preload_s": t.get("preload_s")}
+            per[mode].append(s)
+            samples.append(s)
+        row = {"op": op, "status": "ok"}
+        for mode, ss in per.items():
+            row[f"{mode}_held_ms"] = 1e3 * statistics.median(x["check_held_s"] for x in ss)
+            row[f"{mode}_check_ms"] = 1e3 * statistics.median(x["check_s"] for x in ss)
+        rows.append(row)
+    print("| op | check holds the lock, ms (one read / detailed) | check_s ms (one read / detailed) |")
+    print("| --- | ---: | ---: |")
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"| {r['op']} | {r['status']}: {r['message']} | |")
+            continue
+        print(f"| {r['op']} | {r['fast_held_ms']:.1f} / {r['detailed_held_ms']:.1f} | "
+              f"{r['fast_check_ms']:.1f} / {r['detailed_check_ms']:.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "samples": samples, "device": dev.name}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
