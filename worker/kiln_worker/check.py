@@ -163,6 +163,27 @@ def _index(flat_idx: int, shape) -> list[int]:
 COMPARE_CHUNK = 1 << 24
 
 
+def _flattened(out, ref, seed: int):
+    """The flattened reference and output and their COMPARE_CHUNK steps;
+    Incorrect when the shapes differ."""
+    if tuple(out.shape) != tuple(ref.shape):
+        raise Incorrect(f"output shape {list(out.shape)} differs from the reference's "
+                        f"{list(ref.shape)} (seed {seed})", {})
+    ref_flat = ref.detach().reshape(-1)
+    n = ref_flat.numel()
+    return ref_flat, out.detach().reshape(-1), [(s, min(n, s + COMPARE_CHUNK)) for s in range(0, n, COMPARE_CHUNK)]
+
+
+def _broken_reference(bad: int, seed: int) -> Incorrect:
+    return Incorrect(f"the reference has {bad} non-finite values (seed {seed}); "
+                     "the template's inputs or reference are broken", {})
+
+
+def _effective_atol(atol: float, scaled: bool, squares: float, n: int) -> float:
+    """atol, or atol * max(1, rms(ref)) when scaled (module docstring)."""
+    return atol * max(1.0, math.sqrt(squares / n)) if scaled else atol
+
+
 def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
             memo: dict | None = None) -> dict:
     """Statistics of one seed; raises Incorrect on failure (the message and
@@ -180,15 +201,10 @@ def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
     depends on the reference alone -- its non-finite count and sum of squares
     -- so later candidates against the same reference skip computing it."""
     import torch
-    if tuple(out.shape) != tuple(ref.shape):
-        raise Incorrect(f"output shape {list(out.shape)} differs from the reference's "
-                        f"{list(ref.shape)} (seed {seed})", {})
-    ref_flat = ref.detach().reshape(-1)
-    out_flat = out.detach().reshape(-1)
+    ref_flat, out_flat, steps = _flattened(out, ref, seed)
     n = ref_flat.numel()
     if n == 0:
         return {"max_abs_err": 0.0, "max_rel_err": 0.0, "atol": atol, "rtol": rtol}
-    steps = [(s, min(n, s + COMPARE_CHUNK)) for s in range(0, n, COMPARE_CHUNK)]
     ref_info = memo.get("ref_info") if memo is not None else None
     if ref_info is None:
         bad = [(~torch.isfinite(ref_flat[a:b])).sum() for a, b in steps]
@@ -199,11 +215,8 @@ def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
         if memo is not None:
             memo["ref_info"] = ref_info
     if ref_info["bad_ref"]:
-        raise Incorrect(f"the reference has {ref_info['bad_ref']} non-finite values (seed {seed}); "
-                        "the template's inputs or reference are broken", {})
-    atol_eff = atol
-    if scaled:
-        atol_eff = atol * max(1.0, math.sqrt(ref_info["squares"] / n))
+        raise _broken_reference(ref_info["bad_ref"], seed)
+    atol_eff = _effective_atol(atol, scaled, ref_info["squares"], n)
     parts = []
     for a, b in steps:
         o, r = out_flat[a:b].to(ref_flat.dtype), ref_flat[a:b]
@@ -227,15 +240,10 @@ def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: in
     flattened tensors COMPARE_CHUNK elements at a time; the result is the
     whole tensors' (maxima, the first worst element, counts)."""
     import torch
-    if tuple(out.shape) != tuple(ref.shape):
-        raise Incorrect(f"output shape {list(out.shape)} differs from the reference's "
-                        f"{list(ref.shape)} (seed {seed})", {})
-    ref_flat = ref.detach().reshape(-1)
-    out_flat = out.detach().reshape(-1)
+    ref_flat, out_flat, steps = _flattened(out, ref, seed)
     n = ref_flat.numel()
     if n == 0:
         return {"max_abs_err": 0.0, "max_rel_err": 0.0, "atol": atol, "rtol": rtol}
-    steps = [(s, min(n, s + COMPARE_CHUNK)) for s in range(0, n, COMPARE_CHUNK)]
 
     def chunk(a, b):
         return out_flat[a:b].to(ref_flat.dtype), ref_flat[a:b]
@@ -247,8 +255,7 @@ def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: in
         if scaled:
             squares += float((r.double() ** 2).sum().item())
     if bad_ref:
-        raise Incorrect(f"the reference has {bad_ref} non-finite values (seed {seed}); "
-                        "the template's inputs or reference are broken", {})
+        raise _broken_reference(bad_ref, seed)
     nonfinite, first = 0, None
     for a, b in steps:
         bad = ~torch.isfinite(chunk(a, b)[0])
@@ -262,9 +269,7 @@ def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: in
                         f"overflowed); first at index {_index(first, out.shape)}: got {val}, "
                         f"expected {ref_flat[first].item():.6g} (seed {seed})",
                         {"max_abs_err": None, "max_rel_err": None, "nonfinite": nonfinite})
-    atol_eff = atol
-    if scaled:
-        atol_eff = atol * max(1.0, math.sqrt(squares / n))
+    atol_eff = _effective_atol(atol, scaled, squares, n)
     max_abs = max_rel = 0.0
     worst, worst_ratio, nbad = 0, None, 0
     for a, b in steps:
