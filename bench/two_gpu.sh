@@ -162,8 +162,10 @@ with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
 per["preload_s"] = pre / n
 per["check_held_s"] = held["check"] / n
 per["bench_held_s"] = held["bench"] / n
+per["setup_held_s"] = held.get("setup", 0.0) / n  # input draws (worker timings "setup" spans)
 print(f"  {mode}: per candidate the lock held {per['check_held_s']:.3f} s by its check, "
-      f"{per['bench_held_s']:.3f} s by its benchmark; kernel load before the lock {per['preload_s']:.3f} s")
+      f"{per['bench_held_s']:.3f} s by its benchmark, {per['setup_held_s']:.3f} s by input draws; "
+      f"kernel load before the lock {per['preload_s']:.3f} s")
 per["check_wait_s"] = (waits[0] or 0) / n
 per["bench_wait_s"] = (waits[1] or 0) / n
 print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "

@@ -45,10 +45,13 @@ def test_spans_record_what_held_the_lock():
         time.sleep(0.01)
     with bench.gpu_lock():
         time.sleep(0.01)
+    with bench.gpu_lock(shared=True, kind="setup"):
+        time.sleep(0.01)
     spans = bench.take_spans()
-    assert [k for _, _, k in spans] == ["check", "bench"]
+    assert [k for _, _, k in spans] == ["check", "bench", "setup"]
     assert all(b - a >= 0.009 for a, b, _ in spans)
     assert bench.take_spans() == []
+    assert set(bench.take_lock_waits()) == {"check", "bench", "setup"}
 
 
 def test_lock_waits_count_the_queueing_per_kind():
@@ -168,3 +171,27 @@ def test_space_answer_carries_a_templates_own_hints():
                           "params": {"out_channels": 8, "kernel_size": 3, "padding": 1}, "target": target})
     assert len(r["hints"]) == len(r["configs"])
     assert all(h["registers"] > 0 and h["instr_per_output"] > 0 for h in r["hints"])
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU")
+def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
+    # the job's input draws (set-up), the checks and the benchmark each hold
+    # the lock; the kernel is loaded before the checks take it (preload.py)
+    import yaml
+    from kiln_worker.device import select_device
+    from kiln_worker.evaluate import Evaluation
+    from kiln_worker.templates import Library
+
+    ev = Evaluation(Library(), select_device())
+    target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
+    job = {"op": "add", "shape": [1 << 20], "dtype": "fp32", "params": {}, "target": target,
+           "validation": {"seeds": 2}, "benchmark": {"warmup": 2, "runs": 5}}
+    first = ev.run(job, {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}, None)
+    second = ev.run(job, {"BLOCK": 512, "num_warps": 4, "num_stages": 1}, None)
+    assert first["status"] == second["status"] == "ok", (first["message"], second["message"])
+    kinds = [k for _, _, k in first["timings"]["gpu_spans"]]
+    assert kinds == ["setup", "check", "setup", "check", "bench"]
+    assert [k for _, _, k in second["timings"]["gpu_spans"]] == ["check", "check", "bench"]
+    assert first["timings"]["setup_s"] > 0 and second["timings"]["setup_s"] == 0
+    assert first["timings"]["preload_s"] >= 0 and second["timings"]["preload_s"] >= 0
+    assert set(first["timings"]["lock_wait_s"]) == {"setup", "check", "bench"}

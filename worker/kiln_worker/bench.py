@@ -107,7 +107,7 @@ def lock_path() -> str:
 
 
 @contextlib.contextmanager
-def gpu_lock(shared: bool = False):
+def gpu_lock(shared: bool = False, kind: str | None = None):
     """Serialise benchmarks on one GPU across the worker processes sharing it.
 
     Several evaluation slots may share a GPU: they compile concurrently, but
@@ -122,6 +122,10 @@ def gpu_lock(shared: bool = False):
     passes it on the way in, and a benchmark holds it while it waits for the
     checks in progress to finish, so a stream of checks from several workers
     cannot starve it (flock alone does not order waiters).
+
+    ``kind`` names the span and the wait it records (default "check" for a
+    shared hold, "bench" for an exclusive one; the evaluation's input draws
+    hold it shared as "setup").
     """
     global _HELD
     if _HELD is not None and (_HELD == "exclusive" or shared):
@@ -136,7 +140,7 @@ def gpu_lock(shared: bool = False):
         finally:
             fcntl.flock(turn, fcntl.LOCK_UN)
         t0 = time.time()
-        kind = "check" if shared else "bench"
+        kind = kind or ("check" if shared else "bench")
         _WAITS[kind] = _WAITS.get(kind, 0.0) + (t0 - asked)
         _HELD = "shared" if shared else "exclusive"
         try:

@@ -301,10 +301,13 @@ class Evaluation:
 
         def draw():
             t0 = time.perf_counter()
-            torch.manual_seed(seed)
-            entry = {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
-                     "ref": None}
-            self._sync()
+            # Drawing runs kernels on the GPU: it holds the lock shared, like a
+            # check, so that it never runs during another worker's benchmark.
+            with gpu_lock(shared=True, kind="setup") if self.dev.is_gpu else contextlib.nullcontext():
+                torch.manual_seed(seed)
+                entry = {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
+                         "ref": None}
+                self._sync()
             self._setup_s += time.perf_counter() - t0
             return entry
 
