@@ -29,6 +29,7 @@
 #include "common/home.h"
 #include "coordinator.h"
 #include "explore/explorer.h"
+#include "explore/scheduling_flags.h"
 #include "evaluate/gpu_binding.h"
 #include "manifest/manifest.h"
 #include "transport.h"
@@ -112,9 +113,6 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       "workers", po::value<int>()->default_value(1), "evaluator slots per worker rank")(
       "device", po::value<std::string>()->default_value("auto"),
       "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
-      "lease", po::value<double>()->default_value(120), "job lease in seconds")(
-      "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
-      "ready-per-slot", po::value<double>()->default_value(4), kReadyPerSlotHelp)(
       "scratch", po::value<std::string>(), "node-local scratch dir on every node (default: $TMPDIR/kiln)")(
       "json", "machine-readable summary on stdout (rank 0)")(
       "verbose,v", "copy the evaluators' stderr to ours")(
@@ -129,6 +127,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       "seconds between checkpoints (0: only at the end)")(
       "status-file", po::value<std::string>(),
       "rank 0 writes its exit code (line 1) and summary (line 2) here (default: $KILN_MPI_STATUS_FILE)");
+  add_scheduling_flags(d);
   po::options_description hidden("testing");
   hidden.add_options()("noop-evaluator", "answer every request at once without Python (benchmarks)")(
       "noop-space", po::value<int>()->default_value(env_int("KILN_NOOP_SPACE", 1000)),
@@ -155,9 +154,10 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   if (vm.count("batch")) o.batch = vm["batch"].as<std::string>();
   o.workers = vm["workers"].as<int>();
   o.device = vm["device"].as<std::string>();
-  o.lease_s = vm["lease"].as<double>();
-  o.bench_cutoff = vm["bench-cutoff"].as<double>();
-  o.min_ready_per_slot = vm["ready-per-slot"].as<double>();
+  const SchedulingFlags flags = read_scheduling_flags(vm);
+  o.lease_s = flags.lease_s;
+  o.bench_cutoff = flags.bench_cutoff;
+  o.min_ready_per_slot = flags.min_ready_per_slot;
   if (vm.count("scratch")) o.scratch = fs::path(vm["scratch"].as<std::string>());
   o.json_out = vm.count("json") > 0;
   o.verbose = vm.count("verbose") > 0;
@@ -178,9 +178,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
     throw UsageError("--device must be auto, cpu or gpu");
   if (o.coordinator_slots < 0) throw UsageError("--coordinator-slots must be 0 or more");
   if (o.prefetch < 0) throw UsageError("--prefetch must be 0 or more");
-  if (o.lease_s <= 0) throw UsageError("--lease must be positive");
-  if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
-  if (auto e = ready_per_slot_error(o.min_ready_per_slot)) throw UsageError(*e);
+  if (auto e = scheduling_flags_error(flags)) throw UsageError(*e);
   if (o.heartbeat_interval_s <= 0) throw UsageError("--heartbeat-interval must be positive");
   if (o.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be 0 (never) or positive");
   if (o.heartbeat_timeout_s > 0 && o.heartbeat_timeout_s < 2 * o.heartbeat_interval_s)

@@ -18,6 +18,7 @@
 #include "evaluate/estimate.h"
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
+#include "explore/scheduling_flags.h"
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/home.h"
@@ -32,6 +33,15 @@ using nlohmann::json;
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// --lease, --bench-cutoff and --ready-per-slot into a run's options (explore/scheduling_flags.h).
+inline void set_scheduling_flags(RunOptions& o, const po::variables_map& vm) {
+  const SchedulingFlags f = read_scheduling_flags(vm);
+  if (auto e = scheduling_flags_error(f)) throw UsageError(*e);
+  o.lease_s = f.lease_s;
+  o.bench_cutoff = f.bench_cutoff;
+  o.min_ready_per_slot = f.min_ready_per_slot;
+}
 
 inline std::string default_catalog() {
   if (const char* env = std::getenv("KILN_CATALOG"); env && *env) return env;

@@ -280,11 +280,9 @@ int cmd_nightly(const Args& args) {
         "workers", po::value<int>()->default_value(1), "evaluator processes in parallel")(
         "device", po::value<std::string>()->default_value("auto"),
         "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
-        "lease", po::value<double>()->default_value(120), "job lease in seconds")(
-        "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
-        "ready-per-slot", po::value<double>()->default_value(4), kReadyPerSlotHelp)(
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
         "verbose,v", "copy the workers' stderr to ours");
+    add_scheduling_flags(d);
     po::options_description hidden;
     hidden.add_options()("report-only", "no submit, no run: report on the catalog as it is");
     po::options_description all;
@@ -324,11 +322,7 @@ int cmd_nightly(const Args& args) {
     RunOptions o;
     o.workers = (*vm)["workers"].as<int>();
     o.device = (*vm)["device"].as<std::string>();
-    o.lease_s = (*vm)["lease"].as<double>();
-    o.bench_cutoff = (*vm)["bench-cutoff"].as<double>();
-    if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
-    o.min_ready_per_slot = (*vm)["ready-per-slot"].as<double>();
-    if (auto e = ready_per_slot_error(o.min_ready_per_slot)) throw UsageError(*e);
+    set_scheduling_flags(o, *vm);
     if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
       throw UsageError("--device must be auto, cpu or gpu");

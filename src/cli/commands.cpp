@@ -104,13 +104,11 @@ int cmd_run(const Args& args) {
         "all | N | ID,ID...: the GPUs the workers are spread over (worker i on GPU i mod G)")(
         "device", po::value<std::string>()->default_value("auto"),
         "auto | cpu | gpu: where candidates run (cpu = Triton interpreter)")(
-        "lease", po::value<double>()->default_value(120), "job lease in seconds")(
-        "bench-cutoff", po::value<double>()->default_value(1.5), kBenchCutoffHelp)(
-        "ready-per-slot", po::value<double>()->default_value(4), kReadyPerSlotHelp)(
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
         "shard", po::value<std::string>(),
         "I/N: only jobs whose id % N == I (0 <= I < N), e.g. one Slurm array task each")(
         "verbose,v", "copy the workers' stderr to ours");
+    add_scheduling_flags(d);
     auto vm = parse(args, d, nullptr,
                     "usage: kiln run [--batch ID] [--workers N] [--device auto|cpu|gpu] [--shard I/N]\n"
                     "Processes queued jobs until none remain. Progress goes to stderr.");
@@ -134,11 +132,7 @@ int cmd_run(const Args& args) {
     const int gpu_count = std::max<int>(1, static_cast<int>(o.gpus.ids.size()));
     o.workers = vm->count("workers") ? (*vm)["workers"].as<int>()
                                      : (on_gpus ? std::clamp(cores - 1, 1, 12 * gpu_count) : 1);
-    o.lease_s = (*vm)["lease"].as<double>();
-    o.bench_cutoff = (*vm)["bench-cutoff"].as<double>();
-    if (auto e = bench_cutoff_error(o.bench_cutoff)) throw UsageError(*e);
-    o.min_ready_per_slot = (*vm)["ready-per-slot"].as<double>();
-    if (auto e = ready_per_slot_error(o.min_ready_per_slot)) throw UsageError(*e);
+    set_scheduling_flags(o, *vm);
     if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();

@@ -22,27 +22,6 @@
 
 namespace kiln {
 
-// --bench-cutoff of kiln run, kiln nightly and kiln-mpi run
-// (SchedulerOptions::bench_cutoff): the help text, and what is wrong with a
-// value that is neither 0 (off) nor at least 1.
-inline constexpr const char* kBenchCutoffHelp =
-    "stop a candidate's benchmark after 20 runs when their median is above this factor times the "
-    "job's best so far (0: run every candidate's every run)";
-inline std::optional<std::string> bench_cutoff_error(double factor) {
-  if (factor != 0 && factor < 1) return std::string("--bench-cutoff must be 0 (off) or at least 1");
-  return std::nullopt;
-}
-
-// --ready-per-slot of kiln run, kiln nightly and kiln-mpi run
-// (SchedulerOptions::min_ready_per_slot).
-inline constexpr const char* kReadyPerSlotHelp =
-    "a slot takes up a job it has not set up (inputs, reference) only while the job keeps this many "
-    "ready candidates per slot on it; below that the next job is claimed first (0: any job with work)";
-inline std::optional<std::string> ready_per_slot_error(double n) {
-  if (!(n >= 0)) return std::string("--ready-per-slot must be 0 or more");
-  return std::nullopt;
-}
-
 struct RunOptions {
   int workers = 1;
   std::string device = "auto";              // auto | cpu | gpu (KILN_DEVICE for workers)

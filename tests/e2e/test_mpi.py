@@ -351,5 +351,12 @@ def test_help_and_usage_errors(binaries, tmp_path):
     assert "--noop-evaluator" not in r.stdout  # testing only
     r = subprocess.run([str(KILN_MPI), "run", "--workers", "0"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--workers" in r.stderr
+    # the scheduling flags and their checks are kiln run's (explore/scheduling_flags.h)
+    for flag, message in [(["--ready-per-slot", "-1"], "--ready-per-slot must be 0 or more"),
+                          (["--bench-cutoff", "0.5"], "--bench-cutoff must be 0 (off) or at least 1"),
+                          (["--lease", "0"], "--lease must be positive")]:
+        r = subprocess.run([str(KILN_MPI), "run", "--catalog", str(tmp_path / "k.db"), *flag],
+                           capture_output=True, text=True, timeout=30, env=mpi_env(tmp_path / "k.db"))
+        assert r.returncode == 2 and message in r.stderr, (flag, r.stderr)
     r = subprocess.run([str(KILN_MPI), "frobnicate"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2

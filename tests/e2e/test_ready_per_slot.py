@@ -4,7 +4,7 @@ and measured on the H200 pair in docs/performance.md), and a bad value is a
 usage error."""
 import pytest
 
-from test_e2e import KILN, kiln, run_fake_evaluator
+from test_e2e import KILN, ROOT, kiln, run_fake_evaluator
 
 
 @pytest.mark.parametrize("ready", ["0", "4", "2.5"])
@@ -20,6 +20,17 @@ def test_a_run_completes_with_any_threshold(tmp_path, ready):
     assert len(reqs) == 36
 
 
-def test_negative_threshold_is_a_usage_error(tmp_path):
-    r = kiln("run", "--ready-per-slot", "-1", "--scratch", tmp_path / "s", catalog=tmp_path / "k.db", check=False)
-    assert r.returncode == 2 and "--ready-per-slot must be 0 or more" in r.stderr, r.stderr
+BAD_FLAGS = [(["--ready-per-slot", "-1"], "--ready-per-slot must be 0 or more"),
+             (["--bench-cutoff", "0.5"], "--bench-cutoff must be 0 (off) or at least 1"),
+             (["--lease", "0"], "--lease must be positive")]
+
+
+@pytest.mark.parametrize("flag,message", BAD_FLAGS)
+@pytest.mark.parametrize("command", ["run", "nightly"])
+def test_a_bad_scheduling_flag_is_a_usage_error(tmp_path, command, flag, message):
+    # kiln run and kiln nightly share the flags and their checks
+    # (explore/scheduling_flags.h); kiln-mpi run: tests/e2e/test_mpi.py
+    args = [command] + ([str(ROOT / "jobs" / "examples" / "anchors_h200.yaml")] if command == "nightly" else [])
+    r = kiln(*args, *flag, "--scratch", tmp_path / "s", catalog=tmp_path / "k.db", check=False)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert not (tmp_path / "k.db").exists()  # checked before the catalog is opened
