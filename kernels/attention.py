@@ -429,9 +429,10 @@ def compile_spec(op, shape, dtype, params, config, target):
     _check_config(config)
     opts, consts = _options(config, common.backend(target), shape, params)
     ptr = common.pointer_type(dtype)
-    args = [("q_ptr", ptr, None), ("k_ptr", ptr, None), ("v_ptr", ptr, None), ("out_ptr", ptr, None),
+    size = common.numel(shape) * common.element_bytes(dtype)  # each of q, k, v, out
+    args = [("q_ptr", ptr, size), ("k_ptr", ptr, size), ("v_ptr", ptr, size), ("out_ptr", ptr, size),
             ("BH", "i32", B * H), ("S", "i32", S), ("sm_scale", "fp32", _sm_scale(params, D))]
-    return common.spec(attention_fwd_kernel, args, consts, opts, _grid(shape, config))
+    return common.spec(attention_fwd_kernel, args, consts, opts, _grid(shape, config), target)
 
 
 def traffic(op, shape, dtype, params):

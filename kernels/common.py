@@ -480,14 +480,20 @@ def cross_compile(spec_: dict, target: dict):
         return triton.compile(src, target=gpu_target(target), options=spec_["options"])
 
 
-def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options: dict, grid) -> dict:
+def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options: dict, grid,
+         target: dict | None = None) -> dict:
     """The dict that `compile_spec` returns.
 
     args: (name, type, value) for each runtime argument in the kernel's order;
-    type is '*fp16' / 'i32' / 'fp32'. The value is used for divisibility hints,
-    like the JIT does at launch: pointers are assumed 16-byte aligned (torch
-    allocations are) and ints that are multiples of 16 are marked so. The hints go
-    in 'attrs' ({(arg_index,): [["tt.divisibility", 16]]}), to be passed as
+    type is '*fp16' / 'i32' / 'fp32'. The value is used for the specialisation
+    the JIT makes at launch: pointers are assumed 16-byte aligned (torch
+    allocations are) and ints that are multiples of 16 are marked so; an int
+    equal to 1 becomes the constexpr 1. A pointer's value is the byte size of
+    its tensor (None: unknown): for an AMD `target` (the JIT's HIP backend with
+    Triton's `knobs.amd.use_buffer_ops`, on by default) a tensor of at most
+    2^31 - 1 bytes is marked as such (tt.pointer_range 32: buffer loads and
+    stores), as the JIT on an AMD GPU would. The hints go in 'attrs'
+    ({(arg_index,): [["tt.divisibility", 16]]}), to be passed as
     `ASTSource(..., attrs=spec["attrs"])`; without them the compiled code loses
     vectorised loads.
 
@@ -501,15 +507,25 @@ def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options:
     """
     jf = compilable(kernel)
     signature, by_index = {}, {}
+    constexprs = dict(constexprs)
     names = jf.arg_names
+    hip = target is not None and is_hip(target)
+    no_specialise = {names[i] if isinstance(i, int) else i for i in (getattr(jf, "do_not_specialize", None) or [])}
     for name, ty, value in args:
         if ty == "i32" and isinstance(value, int) and not -2**31 <= value < 2**31:
             ty = "i64"  # as the JIT would specialise it
-        signature[name] = ty
         if ty.startswith("*"):
-            by_index[names.index(name)] = "D"
+            signature[name] = ty
+            within_2gb = isinstance(value, int) and value <= 2**31 - 1
+            by_index[names.index(name)] = "DS" if hip and within_2gb and _buffer_ops() else "D"
         elif isinstance(value, int) and not isinstance(value, bool):
+            if value == 1 and name not in no_specialise:
+                constexprs[name] = 1  # the JIT's ("constexpr", 1)
+                continue
+            signature[name] = ty
             by_index[names.index(name)] = "D" if value % 16 == 0 else ""
+        else:
+            signature[name] = ty
     for name, value in constexprs.items():
         signature[name] = "constexpr"
         if isinstance(value, str) and name in names:
@@ -519,20 +535,34 @@ def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options:
     missing = [n for n in names if n not in signature]
     if missing:
         raise ValueError(f"{jf.__name__}: no value for parameter(s) {missing}")
-    attrs = {(i,): _parse_attr(by_index[i]) for i in sorted(by_index)}
+    attrs = {(i,): _parse_attr(by_index[i], hip) for i in sorted(by_index)}
     grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
-    return dict(fn=jf, signature=signature, constexprs=dict(constexprs), attrs=attrs,
+    return dict(fn=jf, signature=signature, constexprs=constexprs, attrs=attrs,
                 options=dict(options), grid=grid)
 
 
-def _parse_attr(desc: str) -> list:
-    """Triton's BaseBackend.parse_attr (the JIT's attribute of a specialisation
-    string: "D" = divisible by 16)."""
+def _buffer_ops() -> bool:
+    """Triton's knobs.amd.use_buffer_ops (TRITON_AMD_USE_BUFFER_OPS), as the
+    JIT's HIP backend reads it."""
     try:
+        from triton import knobs
+        return bool(knobs.amd.use_buffer_ops)
+    except (ImportError, AttributeError):  # pragma: no cover - older Triton
+        return False
+
+
+def _parse_attr(desc: str, hip: bool = False) -> list:
+    """The backend's parse_attr (the JIT's attribute of a specialisation
+    string: "D" = divisible by 16; on AMD "S" = within 2 GiB)."""
+    try:
+        if hip:
+            from triton.backends.amd.compiler import HIPBackend
+            return HIPBackend.parse_attr(desc)
         from triton.backends.compiler import BaseBackend
         return BaseBackend.parse_attr(desc)
     except (ImportError, AttributeError):  # pragma: no cover - older Triton
-        return [["tt.divisibility", 16]] if "D" in desc else []
+        return ([["tt.divisibility", 16]] if "D" in desc else []) + \
+            ([["tt.pointer_range", 32]] if hip and "S" in desc else [])
 
 
 def cdiv(a: int, b: int) -> int:

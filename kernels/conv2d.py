@@ -549,11 +549,14 @@ def compile_spec(op, shape, dtype, params, config, target):
     _, OC, OH, OW = out_shape(shape, params)
     opts, consts = common.runtime_options(config, common.backend(target))
     ptr = common.pointer_type(dtype)
-    args = [("x_ptr", ptr, None), ("w_ptr", ptr, None), ("out_ptr", ptr, None),
+    eb = common.element_bytes(dtype)
+    k = _params(params)[1]
+    args = [("x_ptr", ptr, N * C * H * W * eb), ("w_ptr", ptr, OC * C * k * k * eb),
+            ("out_ptr", ptr, N * OC * OH * OW * eb),
             ("C", "i32", C), ("H", "i32", H), ("W", "i32", W),
             ("OC", "i32", OC), ("OH", "i32", OH), ("OW", "i32", OW)]
     return common.spec(conv2d_kernel, args, _constexprs(config, consts, shape, params), opts,
-                       _grid(shape, params, config))
+                       _grid(shape, params, config), target)
 
 
 def traffic(op, shape, dtype, params):

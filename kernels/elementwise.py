@@ -154,15 +154,17 @@ def compile_spec(op, shape, dtype, params, config, target):
     opts, consts = common.runtime_options(config, common.backend(target))
     ptr = common.pointer_type(dtype)
     grid = _grid(op, shape, config)
+    eb = common.element_bytes(dtype)
     if op == "add":
-        args = [("x_ptr", ptr, None), ("y_ptr", ptr, None), ("out_ptr", ptr, None),
+        size = common.numel(shape) * eb
+        args = [("x_ptr", ptr, size), ("y_ptr", ptr, size), ("out_ptr", ptr, size),
                 ("n_elements", "i32", common.numel(shape))]
-        return common.spec(add_kernel, args, consts, opts, grid)
+        return common.spec(add_kernel, args, consts, opts, grid, target)
     M, N = shape
-    args = [("x_ptr", ptr, None), ("bias_ptr", ptr, None), ("out_ptr", ptr, None),
+    args = [("x_ptr", ptr, M * N * eb), ("bias_ptr", ptr, N * eb), ("out_ptr", ptr, M * N * eb),
             ("M", "i32", M), ("N", "i32", N)]
     consts["APPROX_TANH"] = _approx_tanh(params)
-    return common.spec(bias_gelu_kernel, args, consts, opts, grid)
+    return common.spec(bias_gelu_kernel, args, consts, opts, grid, target)
 
 
 def traffic(op, shape, dtype, params):

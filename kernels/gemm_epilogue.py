@@ -228,11 +228,12 @@ def compile_spec(op, shape, dtype, params, config, target):
     M, N, K = shape
     opts, consts, per_sm = _matmul.split_config(config, common.backend(target))
     ptr = common.pointer_type(dtype)
-    args = [("a_ptr", ptr, None), ("b_ptr", ptr, None), ("bias_ptr", ptr, None), ("c_ptr", ptr, None),
-            ("M", "i32", M), ("N", "i32", N), ("K", "i32", K)]
+    eb = common.element_bytes(dtype)
+    args = [("a_ptr", ptr, M * K * eb), ("b_ptr", ptr, K * N * eb), ("bias_ptr", ptr, N * eb),
+            ("c_ptr", ptr, M * N * eb), ("M", "i32", M), ("N", "i32", N), ("K", "i32", K)]
     kernel = gemm_bias_act_persistent_kernel if per_sm else gemm_bias_act_kernel
     return common.spec(kernel, args, _constexprs(consts, K, params), opts,
-                       _matmul.grid(shape, config, _matmul.sm_count(target)))
+                       _matmul.grid(shape, config, _matmul.sm_count(target)), target)
 
 
 def traffic(op, shape, dtype, params):

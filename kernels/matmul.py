@@ -388,10 +388,12 @@ def compile_spec(op, shape, dtype, params, config, target):
     M, N, K = shape
     opts, consts, per_sm = split_config(config, common.backend(target))
     ptr = common.pointer_type(dtype)
-    args = [("a_ptr", ptr, None), ("b_ptr", ptr, None), ("c_ptr", ptr, None),
+    eb = common.element_bytes(dtype)
+    args = [("a_ptr", ptr, M * K * eb), ("b_ptr", ptr, K * N * eb), ("c_ptr", ptr, M * N * eb),
             ("M", "i32", M), ("N", "i32", N), ("K", "i32", K)]
     kernel = matmul_persistent_kernel if per_sm else matmul_kernel
-    return common.spec(kernel, args, _constexprs(consts, K), opts, grid(shape, config, sm_count(target)))
+    return common.spec(kernel, args, _constexprs(consts, K), opts, grid(shape, config, sm_count(target)),
+                       target)
 
 
 def traffic(op, shape, dtype, params):

@@ -219,10 +219,10 @@ def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     rows, cols = shape
     opts, consts, grid = _options(op, config, common.backend(target), shape)
-    args = [("x_ptr", common.pointer_type(dtype), None),
-            ("out_ptr", common.pointer_type(out_dtype(op, dtype)), None),
+    args = [("x_ptr", common.pointer_type(dtype), rows * cols * common.element_bytes(dtype)),
+            ("out_ptr", common.pointer_type(out_dtype(op, dtype)), rows * common.element_bytes(out_dtype(op, dtype))),
             ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
-    return common.spec(row_reduce_kernel, args, consts, opts, grid)
+    return common.spec(row_reduce_kernel, args, consts, opts, grid, target)
 
 
 def traffic(op, shape, dtype, params):

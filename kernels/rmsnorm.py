@@ -215,9 +215,10 @@ def compile_spec(op, shape, dtype, params, config, target):
     rows, cols = shape
     opts, consts, grid = _options(config, common.backend(target), shape)
     ptr = common.pointer_type(dtype)
-    args = [("x_ptr", ptr, None), ("w_ptr", ptr, None), ("out_ptr", ptr, None),
+    eb = common.element_bytes(dtype)
+    args = [("x_ptr", ptr, rows * cols * eb), ("w_ptr", ptr, cols * eb), ("out_ptr", ptr, rows * cols * eb),
             ("n_rows", "i32", rows), ("n_cols", "i32", cols), ("eps", "fp32", _eps(params))]
-    return common.spec(_kernel(cols, config), args, consts, opts, grid)
+    return common.spec(_kernel(cols, config), args, consts, opts, grid, target)
 
 
 def traffic(op, shape, dtype, params):

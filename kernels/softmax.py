@@ -169,8 +169,9 @@ def compile_spec(op, shape, dtype, params, config, target):
     rows, cols = shape
     opts, consts, grid = _options(config, common.backend(target), shape)
     ptr = common.pointer_type(dtype)
-    args = [("x_ptr", ptr, None), ("out_ptr", ptr, None), ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
-    return common.spec(_kernel(cols, config), args, consts, opts, grid)
+    size = rows * cols * common.element_bytes(dtype)
+    args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
+    return common.spec(_kernel(cols, config), args, consts, opts, grid, target)
 
 
 def traffic(op, shape, dtype, params):

@@ -993,40 +993,82 @@ def test_attention_tma_cross_compiles_sm90():
     assert regs[1] < regs[0] - 20
 
 
-def test_spec_attrs_are_the_jits():
-    """common.spec builds the attrs Triton's JIT builds at launch (JITFunction.
-    _pack_args over its native specialisation), in the same order: Triton's
-    cache key contains str(attrs), so a difference makes the worker's first
-    launch compile the kernel a second time."""
+class _Stand:
+    """A tensor as Triton's specialisation sees it: dtype, address, extent."""
+
+    def __init__(self, dtype, nbytes):
+        self.dtype, self.nbytes = dtype, nbytes
+
+    def data_ptr(self):
+        return 0
+
+    def ptr_range(self):
+        return self.nbytes
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_spec_attrs_are_the_jits(backend):
+    """common.spec builds the signature, constexprs and attrs Triton's JIT
+    builds at launch (JITFunction._pack_args over its native specialisation),
+    in the same order: Triton's cache key contains str(attrs), so a difference
+    makes the worker's first launch compile the kernel a second time, and for
+    an AMD target the code object would not be the one the JIT builds there
+    (tt.pointer_range 32 on tensors within 2 GiB: buffer loads and stores).
+    An int equal to 1 becomes the constexpr 1, as in the JIT."""
     import triton
     import triton.language as tl
+    from triton.backends.amd.compiler import HIPBackend
     from triton.backends.compiler import BaseBackend
     from triton.runtime.jit import native_specialize_impl
 
     @triton.jit
     def k(x_ptr, out_ptr, n_aligned, n_odd, scale, BLOCK: tl.constexpr, POLICY: tl.constexpr,
-          n_big, y_ptr):
+          n_big, y_ptr, n_one, big_ptr):
         pass
 
-    runtime = [("x_ptr", "*bf16", None), ("out_ptr", "*fp32", None), ("n_aligned", "i32", 4096),
+    runtime = [("x_ptr", "*bf16", 4096), ("out_ptr", "*fp32", 2 ** 31 - 1), ("n_aligned", "i32", 4096),
                ("n_odd", "i32", 300), ("scale", "fp32", 0.5), ("n_big", "i32", 2 ** 40),
-               ("y_ptr", "*fp16", None)]
+               ("y_ptr", "*fp16", None), ("n_one", "i32", 1), ("big_ptr", "*fp16", 2 ** 31)]
     constexprs = {"BLOCK": 128, "POLICY": "evict_first"}
-    spec = common.spec(k, runtime, constexprs, {"num_warps": 4}, (1,))
+    target = TARGETS["gfx942"] if backend == "hip" else TARGETS["sm_90"]
+    spec = common.spec(k, runtime, constexprs, {"num_warps": 4}, (1,), target)
 
+    jit = HIPBackend if backend == "hip" else BaseBackend
     dtypes = {"*bf16": torch.bfloat16, "*fp32": torch.float32, "*fp16": torch.float16}
-    values = {n: (torch.empty(16, dtype=dtypes[t]) if t.startswith("*") else v) for n, t, v in runtime}
-    jit_attrs, jit_sig = {}, {}
+    # a pointer of unknown size (None) is specialised as one past 2 GiB would be
+    values = {n: (_Stand(dtypes[t], 2 ** 33 if v is None else v) if t.startswith("*") else v)
+              for n, t, v in runtime}
+    jit_attrs, jit_sig, jit_consts = {}, {}, dict(constexprs)
     for i, name in enumerate(spec["fn"].arg_names):
         if name in constexprs:
             ty, desc = "constexpr", constexprs[name]
         else:
-            ty, desc = native_specialize_impl(BaseBackend, values[name], False, True, True)
+            ty, desc = native_specialize_impl(jit, values[name], False, True, True)
+            if ty == "constexpr":
+                jit_consts[name] = desc
         jit_sig[name] = ty
         if isinstance(desc, str):
-            jit_attrs[(i,)] = BaseBackend.parse_attr(desc)
+            jit_attrs[(i,)] = jit.parse_attr(desc)
     assert str(spec["attrs"]) == str(jit_attrs)
     assert spec["signature"] == jit_sig
+    assert spec["constexprs"] == jit_consts
+    ranged = [spec["fn"].arg_names[i] for (i,), a in spec["attrs"].items() if ["tt.pointer_range", 32] in a]
+    assert ranged == (["x_ptr", "out_ptr"] if backend == "hip" else [])
+
+
+def test_amd_code_objects_use_buffer_ops_within_2gib():
+    """An add cross-compiled for MI300X loads and stores through buffer
+    instructions when its tensors are within 2 GiB (as the JIT would build it
+    on the GPU), and through global ones past that."""
+    mod = module_for("add")
+    tg = TARGETS["gfx942"]
+    asm = {}
+    for n in (1 << 20, (1 << 29) + 1024):  # 4 MiB; just past 2 GiB of fp32
+        config = mod.config_space("add", [n], "fp32", {}, tg)[0]
+        asm[n] = common.cross_compile(mod.compile_spec("add", [n], "fp32", {}, config, tg), tg).asm["amdgcn"]
+    small, big = asm[1 << 20], asm[(1 << 29) + 1024]
+    assert "buffer_load" in small and "global_load" not in small
+    assert "buffer_load" not in big and "global_load" in big
 
 
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
