@@ -239,6 +239,11 @@ class Evaluation:
             import torch
             torch.cuda.synchronize()
 
+    def _shared_gpu_lock(self, kind: str):
+        """On a GPU the GPU lock held shared (bench.gpu_lock), recorded as `kind`;
+        on the CPU nothing to hold."""
+        return gpu_lock(shared=True, kind=kind) if self.dev.is_gpu else contextlib.nullcontext()
+
     def _free_gpu_memory(self):
         self.inputs.clear()
         if self.dev.is_gpu:
@@ -303,10 +308,11 @@ class Evaluation:
             t0 = time.perf_counter()
             # Drawing runs kernels on the GPU: it holds the lock shared, like a
             # check, so that it never runs during another worker's benchmark.
-            with gpu_lock(shared=True, kind="setup") if self.dev.is_gpu else contextlib.nullcontext():
+            with self._shared_gpu_lock("setup"):
                 torch.manual_seed(seed)
+                # memo: compare()'s facts about the reference, once computed
                 entry = {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
-                         "ref": None}
+                         "ref": None, "memo": {}}
                 self._sync()
             self._setup_s += time.perf_counter() - t0
             return entry
@@ -324,7 +330,7 @@ class Evaluation:
             self._preload_s = time.perf_counter() - t0
         # On a GPU the GPU part of the check holds the GPU lock shared: checks of
         # several workers run side by side, never during another's benchmark.
-        with gpu_lock(shared=True) if self.dev.is_gpu else contextlib.nullcontext():
+        with self._shared_gpu_lock("check"):
             return self._seed_on_device(mod, op, params, config, seed, updt, atol, rtol, scaled,
                                         acc, entry, pristine)
 
@@ -352,12 +358,11 @@ class Evaluation:
         fresh = entry["ref"] is None
         if fresh:
             entry["ref"] = mod.reference(op, check.upcast(pristine, updt), params)
-            entry["memo"] = {}  # compare()'s facts about this reference
         ref = entry["ref"]
         self._sync()
         if fresh:
             self._setup_s += time.perf_counter() - t0
-        stats = check.compare(out, ref, atol, rtol, scaled, seed, memo=entry.setdefault("memo", {}))
+        stats = check.compare(out, ref, atol, rtol, scaled, seed, memo=entry["memo"])
         check.merge_stats(acc, stats)
         return inputs, out
 
