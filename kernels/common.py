@@ -510,22 +510,22 @@ def spec(kernel, args: list[tuple[str, str, object]], constexprs: dict, options:
     constexprs = dict(constexprs)
     names = jf.arg_names
     hip = target is not None and is_hip(target)
+    ranged = hip and _buffer_ops()  # pointers within 2 GiB get "S" (HIPBackend)
     no_specialise = {names[i] if isinstance(i, int) else i for i in (getattr(jf, "do_not_specialize", None) or [])}
     for name, ty, value in args:
-        if ty == "i32" and isinstance(value, int) and not -2**31 <= value < 2**31:
+        pointer = ty.startswith("*")
+        integer = not pointer and isinstance(value, int) and not isinstance(value, bool)
+        if integer and value == 1 and name not in no_specialise:
+            constexprs[name] = 1  # the JIT's ("constexpr", 1)
+            continue
+        if ty == "i32" and integer and not -2**31 <= value < 2**31:
             ty = "i64"  # as the JIT would specialise it
-        if ty.startswith("*"):
-            signature[name] = ty
+        signature[name] = ty
+        if pointer:
             within_2gb = isinstance(value, int) and value <= 2**31 - 1
-            by_index[names.index(name)] = "DS" if hip and within_2gb and _buffer_ops() else "D"
-        elif isinstance(value, int) and not isinstance(value, bool):
-            if value == 1 and name not in no_specialise:
-                constexprs[name] = 1  # the JIT's ("constexpr", 1)
-                continue
-            signature[name] = ty
+            by_index[names.index(name)] = "DS" if ranged and within_2gb else "D"
+        elif integer:
             by_index[names.index(name)] = "D" if value % 16 == 0 else ""
-        else:
-            signature[name] = ty
     for name, value in constexprs.items():
         signature[name] = "constexpr"
         if isinstance(value, str) and name in names:
