@@ -125,49 +125,47 @@ startup_s = (first - t0) if first else None
 steady = (evals - 1) / (last - first) if first and last and last > first else None
 print(f"  {mode}: first evaluation recorded {startup_s:.1f} s after the start; steady state "
       f"{steady:.2f} candidates/s; last record {t1 - last:.1f} s before the end" if steady else "")
-# The part of check_s / bench_s spent queueing for the GPU lock (worker timings.lock_wait_s).
-waits = con.execute("SELECT SUM(json_extract(result, '$.timings.lock_wait_s.check')), "
-                    "SUM(json_extract(result, '$.timings.lock_wait_s.bench')) FROM evaluations").fetchone()
-# Job set-ups: a worker draws a job's inputs and computes its reference once
-# (timings.setup_s, inside check_s); the (worker, job) pairs count them.
-setup = con.execute("SELECT SUM(json_extract(e.result, '$.timings.setup_s')), "
-                    "COUNT(DISTINCT c.job_id || '/' || e.worker) FROM evaluations e "
-                    "JOIN candidates c ON c.id = e.candidate_id").fetchone()
-per["setup_s_total"] = setup[0] or 0
-per["setups"] = setup[1] or 0
-print(f"  {mode}: {per['setups']} job set-ups (worker, job pairs), {per['setup_s_total']:.1f} s of set-up in all")
-# Per candidate: the GPU lock held by its check (shared, so checks overlap)
-# and by its benchmark, and the kernel load done before the check took the
-# lock (timings.preload_s, worker/kiln_worker/preload.py).
-# Every evaluation's timings go to <mode>.evals.csv in the logs archive.
-held, pre = {"check": 0.0, "bench": 0.0}, 0.0
-cols = ["created_at", "op", "shape", "worker", "status", "compile_s", "check_s", "bench_s", "setup_s",
-        "preload_s", "check_wait_s", "bench_wait_s", "check_held_s", "bench_held_s", "median_ms"]
+# Every evaluation's worker timings, written to <mode>.evals.csv in the logs
+# archive and summed here: setup_s (the worker drew the job's inputs and
+# computed its reference, once per job; inside check_s), preload_s (the kernel
+# loaded before the check took the lock, worker/kiln_worker/preload.py), and
+# per lock kind the time spent queueing for the GPU lock (inside check_s /
+# bench_s) and holding it (checks and draws share it, so theirs overlap).
+KINDS = ("setup", "check", "bench")
+timing_cols = (["setup_s", "preload_s"] + [f"{k}_wait_s" for k in KINDS] + [f"{k}_held_s" for k in KINDS])
+sums = dict.fromkeys(timing_cols, 0.0)
 with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(cols)
+    w.writerow(["created_at", "op", "shape", "worker", "status", "compile_s", "check_s", "bench_s"]
+               + timing_cols + ["median_ms"])
     for row in con.execute("SELECT e.created_at, j.op, j.shape, e.worker, e.status, e.compile_s, e.check_s, "
                            "e.bench_s, e.median_ms, e.result FROM evaluations e JOIN candidates c "
                            "ON c.id = e.candidate_id JOIN jobs j ON j.id = c.job_id ORDER BY e.created_at"):
         t = (json.loads(row[9]) if row[9] else {}).get("timings") or {}
-        pre += t.get("preload_s") or 0
-        h = {"check": 0.0, "bench": 0.0}
+        waits, held = t.get("lock_wait_s") or {}, {}
         for a, b, kind in t.get("gpu_spans") or []:
             held[kind] = held.get(kind, 0.0) + (b - a)
-            h[kind] = h.get(kind, 0.0) + (b - a)
-        waits_ = t.get("lock_wait_s") or {}
-        w.writerow([row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], t.get("setup_s"),
-                    t.get("preload_s"), waits_.get("check"), waits_.get("bench"), round(h["check"], 6),
-                    round(h["bench"], 6), row[8]])
-per["preload_s"] = pre / n
-per["check_held_s"] = held["check"] / n
-per["bench_held_s"] = held["bench"] / n
-per["setup_held_s"] = held.get("setup", 0.0) / n  # input draws (worker timings "setup" spans)
+        vals = {"setup_s": t.get("setup_s") or 0.0, "preload_s": t.get("preload_s") or 0.0,
+                **{f"{k}_wait_s": waits.get(k, 0.0) for k in KINDS},
+                **{f"{k}_held_s": held.get(k, 0.0) for k in KINDS}}
+        for k, v in vals.items():
+            sums[k] += v
+        w.writerow(list(row[:8]) + [round(vals[k], 6) for k in timing_cols] + [row[8]])
+# Job set-ups: the (worker, job) pairs.
+setups = con.execute("SELECT COUNT(DISTINCT c.job_id || '/' || e.worker) FROM evaluations e "
+                     "JOIN candidates c ON c.id = e.candidate_id").fetchone()[0]
+per["setup_s_total"] = sums["setup_s"]
+per["setups"] = setups or 0
+print(f"  {mode}: {per['setups']} job set-ups (worker, job pairs), {per['setup_s_total']:.1f} s of set-up in all")
+per["preload_s"] = sums["preload_s"] / n
+per["check_held_s"] = sums["check_held_s"] / n
+per["bench_held_s"] = sums["bench_held_s"] / n
+per["setup_held_s"] = sums["setup_held_s"] / n
 print(f"  {mode}: per candidate the lock held {per['check_held_s']:.3f} s by its check, "
       f"{per['bench_held_s']:.3f} s by its benchmark, {per['setup_held_s']:.3f} s by input draws; "
       f"kernel load before the lock {per['preload_s']:.3f} s")
-per["check_wait_s"] = (waits[0] or 0) / n
-per["bench_wait_s"] = (waits[1] or 0) / n
+per["check_wait_s"] = sums["check_wait_s"] / n
+per["bench_wait_s"] = sums["bench_wait_s"] / n
 print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "
       f"{per['compile_s']:.2f} s, check {per['check_s']:.2f} s (waiting for the GPU {per['check_wait_s']:.2f}), "
       f"bench {per['bench_s']:.2f} s (waiting {per['bench_wait_s']:.2f})")
