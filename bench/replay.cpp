@@ -4,6 +4,7 @@
 //   kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving
 //               [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F] [--tiles F]
 //               [--predict 1] [--hints FILE]
+//               [--priors-from DB[,DB...]] [--priors N] [--prior-jobs J]
 //
 // The space is the job's recorded template candidates (candidate id order, as
 // the exhaustive run evaluated them); each config's score is what the scheduler
@@ -14,6 +15,10 @@
 // sees only what it asked for: src/explore/strategy.h's next_round() is called
 // round after round with the history of the configs it proposed, until a round
 // proposes nothing new, as the scheduler does.
+//
+// --priors-from gives halving its priors (src/explore/priors.h) as a live run
+// takes them from its catalog, but from the catalogs named and leave-one-out:
+// past jobs of the replayed job's own shape (and params, dtype) never count.
 //
 // Prints one JSON object: the job, the space size, the exhaustive best, and per
 // seed the evaluations used, rounds, and the best found; with --predict 1 also
@@ -26,13 +31,16 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "catalog/catalog.h"
 #include "common/home.h"
+#include "explore/priors.h"
 #include "explore/strategy.h"
 #include "manifest/manifest.h"
 
@@ -48,8 +56,9 @@ struct Recorded {
 
 struct Job {
   long long id = 0;
-  std::string op, dtype, target;
-  json shape, spec;
+  std::string op, dtype, target, arch;
+  std::string template_name, device;  // of the recorded candidates; the measuring device
+  json shape, params, spec;
   kiln::Traffic traffic;
   std::vector<Recorded> space;
 };
@@ -70,7 +79,7 @@ Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowl
   }
   Job job;
   sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db, "SELECT op, shape, dtype, target, spec FROM jobs WHERE id = ?", -1, &st, nullptr);
+  sqlite3_prepare_v2(db, "SELECT op, shape, dtype, target, spec, params, arch FROM jobs WHERE id = ?", -1, &st, nullptr);
   sqlite3_bind_int64(st, 1, id);
   if (!st || sqlite3_step(st) != SQLITE_ROW) {
     sqlite3_finalize(st);
@@ -83,12 +92,14 @@ Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowl
   job.dtype = text(st, 2);
   job.target = text(st, 3);
   job.spec = json::parse(text(st, 4));
+  job.params = json::parse(text(st, 5));
+  job.arch = text(st, 6);
   sqlite3_finalize(st);
   const kiln::Target* target = knowledge.targets.find(job.target);
   if (!target) throw std::runtime_error("unknown target " + job.target);
 
   sqlite3_prepare_v2(db,
-                     "SELECT c.config, e.status, e.bench_device, e.median_ms, e.estimate_ms, e.result "
+                     "SELECT c.config, e.status, e.bench_device, e.median_ms, e.estimate_ms, e.result, c.template "
                      "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id "
                      "WHERE c.job_id = ? AND c.generator = 'template' ORDER BY c.id",
                      -1, &st, nullptr);
@@ -101,11 +112,14 @@ Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowl
     const json result = json::parse(text(st, 5), nullptr, false);
     if (status == "ok") {
       if (!device.empty() && kiln::TargetRegistry::matches_device(*target, device) &&
-          sqlite3_column_type(st, 3) != SQLITE_NULL)
+          sqlite3_column_type(st, 3) != SQLITE_NULL) {
         r.score = sqlite3_column_double(st, 3);
+        job.device = device;
+      }
       else if (sqlite3_column_type(st, 4) != SQLITE_NULL)
         r.score = sqlite3_column_double(st, 4);
     }
+    if (job.template_name.empty()) job.template_name = text(st, 6);
     r.hint = json::object();
     if (result.is_object()) {
       if (job.traffic.bytes <= 0 && result.contains("traffic"))
@@ -130,7 +144,9 @@ int usage(int rc) {
       << "usage: kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving\n"
          "                   [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F] [--tiles F]\n"
          "                   [--predict 1]   (also print the config model's prediction per config)\n"
-         "                   [--hints FILE]  ({config: hint} from the worker's space method)\n";
+         "                   [--hints FILE]  ({config: hint} from the worker's space method)\n"
+         "                   [--priors-from DB[,DB...]] [--priors N] [--prior-jobs J]\n"
+         "                                   (halving's priors from those catalogs, leave-one-out)\n";
   return rc;
 }
 
@@ -170,6 +186,24 @@ int main(int argc, char** argv) {
     space.target = target;
     space.dtype = job.dtype;
     space.traffic = job.traffic;
+    // Priors, leave-one-out: the measured jobs of the catalogs named, as the
+    // live run's catalog would hold them, less the replayed job's own problem.
+    if (opt.count("priors-from") && !job.device.empty()) {
+      std::vector<kiln::MeasuredJob> past;
+      std::stringstream list(opt["priors-from"]);
+      for (std::string path; std::getline(list, path, ',');) {
+        const kiln::Catalog other = kiln::Catalog::open(path, /*read_only=*/true);
+        for (auto& m : other.measured_configs(job.op, job.arch, job.template_name, job.device, 4)) {
+          m.key = path + "#" + m.key;  // keys are per catalog
+          past.push_back(std::move(m));
+        }
+      }
+      kiln::PriorSettings ps;
+      ps.skip_same_shape = true;
+      if (opt.count("prior-jobs")) ps.jobs = std::stoi(opt["prior-jobs"]);
+      for (const auto& p : kiln::select_priors(job.shape, job.params, job.dtype, "", past, ps))
+        space.priors.push_back(p.config);
+    }
     std::vector<const kiln::Principle*> principles;
     for (const auto& c : job.spec.value("constraints", json::array()))
       if (const kiln::Principle* p = knowledge.principles.find(c.get<std::string>())) principles.push_back(p);
@@ -184,6 +218,7 @@ int main(int argc, char** argv) {
     if (opt.count("keep")) base.keep = std::stod(opt["keep"]);
     if (opt.count("prune")) base.prune = std::stod(opt["prune"]);
     if (opt.count("tiles")) base.tiles = std::stod(opt["tiles"]);
+    if (opt.count("priors")) base.priors = std::stoi(opt["priors"]);
     const int seeds = opt.count("seeds") ? std::stoi(opt["seeds"]) : 1;
 
     std::map<std::string, const Recorded*> recorded;
@@ -241,6 +276,7 @@ int main(int argc, char** argv) {
                 {"target", job.target},   {"strategy", base.strategy},
                 {"budget", base.max_candidates},
                 {"space", job.space.size()},
+                {"priors", space.priors},
                 {"exhaustive_best_ms", best_all ? json(*best_all) : json(nullptr)},
                 {"runs", runs}};
     if (opt.count("predict") && opt["predict"] != "0") {

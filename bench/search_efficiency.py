@@ -24,6 +24,7 @@ Strategies replayed per job:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -92,7 +93,9 @@ def template_hints(catalog: str, job: int, out_dir: str) -> str | None:
     if not hints:
         return None
     table = {json.dumps(c, sort_keys=True, separators=(",", ":")): h for c, h in zip(res["configs"], hints)}
-    path = os.path.join(out_dir, f"hints-{job}.json")
+    # Job ids repeat across catalogs: the file name carries the catalog's too.
+    tag = hashlib.sha256(os.path.abspath(catalog).encode()).hexdigest()[:12]
+    path = os.path.join(out_dir, f"hints-{tag}-{job}.json")
     with open(path, "w") as f:
         json.dump(table, f)
     return path

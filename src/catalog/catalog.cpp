@@ -1002,6 +1002,35 @@ std::optional<BestRow> Catalog::best(long long job_id) const {
   return b;
 }
 
+std::vector<MeasuredJob> Catalog::measured_configs(const std::string& op, const std::string& arch,
+                                                   const std::string& template_name,
+                                                   const std::string& device, int per_job) const {
+  // One row per correct, benchmarked config; a job's rows fastest first.
+  Stmt st(db_, path_,
+          "SELECT j.id, j.key, j.dtype, j.shape, j.params, c.config, e.median_ms "
+          "FROM jobs j JOIN candidates c ON c.job_id = j.id JOIN evaluations e ON e.candidate_id = c.id "
+          "WHERE j.op = ? AND j.arch = ? AND c.generator = 'template' AND c.template = ? "
+          "AND e.status = 'ok' AND e.bench_device = ? AND e.median_ms > 0 "
+          "ORDER BY j.id, e.median_ms, c.id");
+  st.bind(1, op).bind(2, arch).bind(3, template_name).bind(4, device);
+  std::vector<MeasuredJob> out;
+  while (st.step()) {
+    const long long id = st.i64(0);
+    if (out.empty() || out.back().job_id != id) {
+      MeasuredJob m;
+      m.job_id = id;
+      m.key = st.text(1);
+      m.dtype = st.text(2);
+      m.shape = st.js(3);
+      m.params = st.js(4);
+      out.push_back(std::move(m));
+    }
+    MeasuredJob& m = out.back();
+    if (static_cast<int>(m.best.size()) < per_job) m.best.emplace_back(st.js(5), st.dbl(6));
+  }
+  return out;
+}
+
 Catalog::QueryResult Catalog::query(const std::string& sql) const {
   // A separate read-only connection: even a statement that slipped past the
   // checks below cannot write through it.

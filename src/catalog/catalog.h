@@ -104,6 +104,14 @@ struct BestRow {
   std::string device;       // "" is stored as NULL (estimated)
 };
 
+// The measured template configs of one job (Catalog::measured_configs).
+struct MeasuredJob {
+  long long job_id = 0;
+  std::string key, dtype;
+  nlohmann::json shape, params;
+  std::vector<std::pair<nlohmann::json, double>> best;  // (config, median ms), fastest first
+};
+
 // A slice of the job queue: the jobs whose id % count == index (0 <= index < count).
 // In catalogs built the same way (a fresh catalog, the same manifest submitted)
 // job ids are the same, so N runs with shards 0..N-1 split a manifest's jobs
@@ -198,6 +206,13 @@ class Catalog {
   void set_best(const BestRow& best);
   std::optional<BestRow> best(long long job_id) const;
 
+  // Jobs of operator `op` on `arch` whose candidates of template `template_name`
+  // were benchmarked on `device` (evaluations.bench_device): per job its
+  // `per_job` fastest correct configs, jobs in id order. What the halving
+  // strategy starts from on a new shape (src/explore/priors.h).
+  std::vector<MeasuredJob> measured_configs(const std::string& op, const std::string& arch,
+                                            const std::string& template_name, const std::string& device,
+                                            int per_job) const;
   // Read-only SQL; throws CatalogError for anything that is not a read. Runs on
   // a separate SQLITE_OPEN_READONLY connection with an authorizer that allows
   // only reads; several statements are allowed if all are reads, and the rows

@@ -285,21 +285,50 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
   }
   if (left <= 0) return plan;
 
+  // The priors round 0 takes: those in the space (after the principles), in
+  // their order, up to st.priors. The model does not prune them: they are
+  // measurements, if of other shapes.
+  std::vector<size_t> priors;
+  for (const json& p : s.priors) {
+    if (static_cast<int>(priors.size()) >= std::min(st.priors, budget)) break;
+    auto it = index.find(key_of(p));
+    if (it != index.end() && std::find(priors.begin(), priors.end(), it->second) == priors.end())
+      priors.push_back(it->second);
+  }
+  const int round0 = initial + static_cast<int>(priors.size());
+  if (first && !priors.empty())
+    plan.notes.push_back("halving: round 0 starts from " + std::to_string(priors.size()) +
+                         " configs that were fastest on similar jobs");
+
   std::vector<size_t> chosen;
-  if (evaluated.empty() || ok.empty()) {
-    // Round 0, or nothing correct yet: the next spread sample of the best predicted.
+  if (evaluated.empty()) {
+    // Round 0: the priors, then a spread sample of the best predicted.
+    chosen.assign(priors.begin(), priors.begin() + std::min<long>(left, static_cast<long>(priors.size())));
+    std::set<size_t> taken(priors.begin(), priors.end());
+    const int more = std::min(initial, left - static_cast<int>(priors.size()));
+    for (size_t i : pick_spread(r, taken, static_cast<size_t>(std::max(0, more)), st.seed, st.tiles))
+      chosen.push_back(i);
+  } else if (ok.empty()) {
+    // Nothing correct yet: the next spread sample of the best predicted.
     chosen = pick_spread(r, evaluated, static_cast<size_t>(std::min(initial, left)), st.seed, st.tiles);
   } else {
     // Keep the best measured (fewer each round), propose their unevaluated
     // neighbours, best predicted first, one survivor after another.
-    const double k_real = initial * std::pow(std::clamp(st.keep, 0.01, 1.0), plan.round);
+    const double k_real = round0 * std::pow(std::clamp(st.keep, 0.01, 1.0), plan.round);
     const size_t k = std::min(ok.size(), static_cast<size_t>(std::max(1.0, std::floor(k_real))));
     const size_t width = static_cast<size_t>(std::min<long>(left, std::max<long>(kMinRoundWidth, static_cast<long>(k))));
     std::vector<std::vector<size_t>> lists;
     for (size_t a = 0; a < k; ++a) {
+      // A survivor the model pruned (a prior) measured well: the model is wrong
+      // about that corner, so its neighbours are pruned against the survivor's
+      // own prediction instead of the best prediction.
+      const size_t at = ok[a].second;
+      auto eligible = [&](size_t j) {
+        return r.allowed[j] || (!r.allowed[at] && r.pred[j] <= std::max(1.0, st.prune) * r.pred[at]);
+      };
       std::vector<size_t> nb;
-      for (size_t j : neighbourhood(r, ok[a].second))
-        if (!evaluated.count(j) && r.allowed[j]) nb.push_back(j);
+      for (size_t j : neighbourhood(r, at))
+        if (!evaluated.count(j) && eligible(j)) nb.push_back(j);
       std::stable_sort(nb.begin(), nb.end(), [&](size_t x, size_t y) { return r.pred[x] < r.pred[y]; });
       lists.push_back(std::move(nb));
     }
@@ -354,6 +383,8 @@ SearchSettings SearchSettings::from_explore(const json& ex) {
     if (h->contains("prune") && (*h)["prune"].is_number()) s.prune = std::max(1.0, (*h)["prune"].get<double>());
     if (h->contains("tiles") && (*h)["tiles"].is_number())
       s.tiles = std::clamp((*h)["tiles"].get<double>(), 0.0, 1.0);
+    if (h->contains("priors") && (*h)["priors"].is_number_integer())
+      s.priors = std::max(0, (*h)["priors"].get<int>());
   }
   return s;
 }

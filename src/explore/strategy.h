@@ -12,7 +12,9 @@
 //               below: round 0 evaluates the `initial` configs the model ranks
 //               best (near-ties broken by the seed, spread over the space;
 //               the last `tiles` share of them each on a tile -- BLOCK_* but
-//               BLOCK_K -- that no other pick has);
+//               BLOCK_K -- that no other pick has), after up to `priors`
+//               configs that were fastest on similar jobs (SearchSpace::priors,
+//               src/explore/priors.h; never pruned by the model);
 //               every later round keeps the best measured configs (their
 //               number halves each round, by `keep`) and proposes their
 //               unevaluated neighbours (configs that differ in one knob), best
@@ -109,6 +111,10 @@ struct SearchSpace {
   const Target* target = nullptr;       // nullptr: no model; principle order instead
   std::string dtype;
   Traffic traffic;
+  // Configs that were fastest on similar jobs, most telling first
+  // (src/explore/priors.h); halving evaluates up to SearchSettings::priors of
+  // those that are in the space in round 0, before the model's picks.
+  std::vector<nlohmann::json> priors;
 };
 
 struct SearchSettings {
@@ -118,11 +124,12 @@ struct SearchSettings {
   double keep = 0.5;                    // halving: survivors shrink by this factor each round
   double prune = 1.5;                   // halving: never propose a config predicted > prune × best
   double tiles = 0.5;                   // halving: share of round 0 given to tiles no other pick has
+  int priors = 2;                       // halving: round 0 adds up to this many SearchSpace::priors
   unsigned long long seed = 0;
 
   // From a job's spec["explore"]: strategy, max_candidates, seed, and for
   // halving the optional "budget" (overrides max_candidates) and
-  // "halving": {"initial", "keep", "prune", "tiles"}.
+  // "halving": {"initial", "keep", "prune", "tiles", "priors"}.
   static SearchSettings from_explore(const nlohmann::json& explore);
 };
 

@@ -3,10 +3,16 @@
 #include <set>
 
 #include "catalog/job_key.h"
+#include "explore/priors.h"
 #include "explore/strategy.h"
 #include "reflect/reflect.h"
 
 namespace kiln {
+
+namespace {
+// Each past job's fastest configs that the catalog hands over.
+constexpr int kPriorsPerJob = 4;
+}  // namespace
 
 void TemplateGenerator::propose(const JobContext& job, const std::vector<Outcome>& history,
                                 Done done) {
@@ -27,6 +33,24 @@ void TemplateGenerator::propose(const JobContext& job, const std::vector<Outcome
   space.dtype = job.row.dtype;
   space.traffic = job.traffic;
   const SearchSettings settings = SearchSettings::from_explore(job.explore());
+  std::vector<std::string> notes;
+  if (!priors_) {
+    priors_.emplace();
+    // Only where this run measures (the priors are medians on this device
+    // kind) and a catalog is at hand.
+    if (settings.strategy == "halving" && settings.priors > 0 && job.catalog && job.measured) {
+      try {
+        const auto past = job.catalog->measured_configs(job.row.op, job.row.arch, job.module,
+                                                        job.device_name, kPriorsPerJob);
+        for (const Prior& p : select_priors(job.row.shape, job.row.params, job.row.dtype, job.row.key, past))
+          priors_->push_back(p.config);
+      } catch (const std::exception& e) {
+        // A catalog that cannot answer costs the search its head start, no more.
+        notes.push_back(std::string("halving: no priors from the catalog: ") + e.what());
+      }
+    }
+  }
+  space.priors = *priors_;
   std::vector<Evaluated> seen;
   for (const Outcome& o : history) {
     if (o.candidate.generator != "template") continue;
@@ -37,6 +61,7 @@ void TemplateGenerator::propose(const JobContext& job, const std::vector<Outcome
     seen.push_back(std::move(e));
   }
   Plan plan = next_round(space, job.principles, job.target->backend, settings, seen);
+  plan.notes.insert(plan.notes.begin(), notes.begin(), notes.end());
   if (pruned.removed > 0 && settings.strategy != "halving") {
     // A pruned space changes a one-round plan: configs beyond the first plan
     // may come in, in place of the pruned ones, within max_candidates overall.

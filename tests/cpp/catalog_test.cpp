@@ -1083,4 +1083,65 @@ TEST_F(CatalogTest, QueryReturnsRows) {
   EXPECT_EQ(count(ro, "jobs"), 3);
 }
 
+TEST_F(CatalogTest, MeasuredConfigsAreEachJobsFastestOnTheDevice) {
+  auto cat = open();
+  cat.submit("b", "m.yaml", "text", {make_job("a", 64), make_job("b", 256)});
+  auto ids = cat.query("SELECT id FROM jobs ORDER BY id");
+  const long long a = ids.rows.at(0).at(0).get<long long>(), b = ids.rows.at(1).at(0).get<long long>();
+  // (job, BLOCK, status, device, median): a mix of what must and must not count.
+  struct Row { long long job; int block; const char* status; const char* device; double median; };
+  const std::vector<Row> rows = {
+      {a, 256, "ok", "NVIDIA H200", 0.30},   {a, 512, "ok", "NVIDIA H200", 0.10},
+      {a, 1024, "ok", "NVIDIA H200", 0.20},  {a, 2048, "ok", "NVIDIA H100", 0.01},  // other device
+      {a, 4096, "incorrect", "NVIDIA H200", 0.001},                                  // wrong answers
+      {b, 256, "ok", "NVIDIA H200", 0.50},   {b, 512, "ok", "NVIDIA H200", 0.70}};
+  for (const Row& r : rows) {
+    CandidateRow c;
+    c.job_id = r.job;
+    c.generator = "template";
+    c.template_name = "softmax";
+    c.config = {{"BLOCK", r.block}};
+    const long long cand = cat.add_candidate(c).id;
+    EvaluationIn e;
+    e.status = r.status;
+    e.result = ok_result();
+    e.result["status"] = r.status;
+    e.result["latency"]["device"] = r.device;
+    e.result["latency"]["median_ms"] = r.median;
+    cat.record_evaluation(cand, e);
+  }
+  // Another template's candidates of the same job never count.
+  CandidateRow other;
+  other.job_id = a;
+  other.generator = "template";
+  other.template_name = "softmax_v2";
+  other.config = {{"BLOCK", 128}};
+  EvaluationIn e;
+  e.status = "ok";
+  e.result = ok_result();
+  e.result["latency"]["median_ms"] = 0.0001;
+  cat.record_evaluation(cat.add_candidate(other).id, e);
+
+  const auto m = cat.measured_configs("softmax", "gfx942", "softmax", "NVIDIA H200", 2);
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0].job_id, a);
+  EXPECT_EQ(m[0].key, make_job("a", 64).key);
+  EXPECT_EQ(m[0].shape, json::array({64, 1000}));
+  EXPECT_EQ(m[0].dtype, "fp16");
+  ASSERT_EQ(m[0].best.size(), 2u);  // per_job: the fastest two, fastest first
+  EXPECT_EQ(m[0].best[0].first, json({{"BLOCK", 512}}));
+  EXPECT_DOUBLE_EQ(m[0].best[0].second, 0.10);
+  EXPECT_EQ(m[0].best[1].first, json({{"BLOCK", 1024}}));
+  EXPECT_EQ(m[1].job_id, b);
+  EXPECT_EQ(m[1].best[0].first, json({{"BLOCK", 256}}));
+  // Nothing for another device, arch, operator or template.
+  EXPECT_TRUE(cat.measured_configs("softmax", "gfx942", "softmax", "AMD Instinct MI300X", 2).empty());
+  EXPECT_TRUE(cat.measured_configs("softmax", "sm_90", "softmax", "NVIDIA H200", 2).empty());
+  EXPECT_TRUE(cat.measured_configs("layernorm", "gfx942", "softmax", "NVIDIA H200", 2).empty());
+  EXPECT_TRUE(cat.measured_configs("softmax", "gfx942", "layernorm", "NVIDIA H200", 2).empty());
+  // A read-only catalog answers too.
+  auto ro = open(true);
+  EXPECT_EQ(ro.measured_configs("softmax", "gfx942", "softmax", "NVIDIA H200", 8).at(0).best.size(), 3u);
+}
+
 }  // namespace

@@ -401,6 +401,70 @@ TEST(StrategyHalving, FailuresAreNotSurvivorsAndTheSearchGoesOn) {
   EXPECT_GT(h.size(), 3u);
 }
 
+json gemm_config(int bm, int bn, int bk, int w, int st) {
+  return {{"BLOCK_M", bm}, {"BLOCK_N", bn}, {"BLOCK_K", bk}, {"num_warps", w}, {"num_stages", st}};
+}
+
+TEST(StrategyHalving, RoundZeroStartsFromThePriors) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  const json small = gemm_config(64, 64, 32, 4, 3);        // far down the model's ranking
+  const json spills = gemm_config(256, 128, 64, 4, 3);     // predicted to spill: pruned by the model
+  sp.priors = {small, {{"BLOCK_M", 512}}, small, spills, gemm_config(64, 128, 32, 4, 3)};
+  SearchSettings st = halving();
+  st.initial = 4;
+  Plan p = next_round(sp, {}, "cuda", st, {});
+  // Two priors (the default), skipping one not in the space and a repeat, then
+  // the model's four; a prior is measured evidence, so the model never prunes it.
+  ASSERT_EQ(p.configs.size(), 6u);
+  EXPECT_EQ(p.configs[0], small);
+  EXPECT_EQ(p.configs[1], spills);
+  for (size_t i = 2; i < p.configs.size(); ++i) EXPECT_NE(p.configs[i], small);
+  EXPECT_NE(std::find_if(p.notes.begin(), p.notes.end(),
+                         [](const std::string& n) { return n.find("fastest on similar jobs") != std::string::npos; }),
+            p.notes.end());
+  // Without priors, or with `priors: 0`, round 0 is the model's alone.
+  st.priors = 0;
+  Plan none = next_round(sp, {}, "cuda", st, {});
+  EXPECT_EQ(none.configs.size(), 4u);
+  sp.priors.clear();
+  st.priors = 2;
+  EXPECT_EQ(next_round(sp, {}, "cuda", st, {}).configs, none.configs);
+  // A budget smaller than the priors: the priors alone, up to the budget.
+  sp.priors = {small, spills};
+  EXPECT_EQ(next_round(sp, {}, "cuda", halving(1), {}).configs, std::vector<json>{small});
+}
+
+TEST(StrategyHalving, PriorsFindABestTheModelRanksLow) {
+  // The model ranks the large tiles first; this GPU's best is 64x64 tiles with
+  // BLOCK_K 32 on 4 warps and 4 stages, which no seed finds from the model's
+  // picks. A prior one knob away (3 stages) leads there.
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  auto score = [](const json& c) -> std::optional<double> {
+    auto d = [](double v, double best) { return std::abs(std::log2(v / best)); };
+    return 0.2 * (1 + 0.3 * d(c["BLOCK_M"].get<double>(), 64) + 0.3 * d(c["BLOCK_N"].get<double>(), 64) +
+                  0.1 * d(c["BLOCK_K"].get<double>(), 32) + 0.1 * d(c["num_warps"].get<double>(), 4) +
+                  0.1 * d(c["num_stages"].get<double>(), 4));
+  };
+  const json best = gemm_config(64, 64, 32, 4, 4);
+  auto found = [&](const SearchSpace& s, unsigned long long seed) {
+    std::optional<double> f;
+    for (const auto& e : search(s, halving(64, seed), score))
+      if (e.score_ms && (!f || *e.score_ms < *f)) f = e.score_ms;
+    return *f;
+  };
+  int without = 0, with = 0;
+  for (unsigned long long seed = 0; seed < 10; ++seed) {
+    without += found(sp, seed) <= *score(best) * 1.03;
+    SearchSpace primed = sp;
+    primed.priors = {gemm_config(64, 64, 32, 4, 3)};
+    with += found(primed, seed) <= *score(best) * 1.03;
+  }
+  EXPECT_EQ(with, 10);
+  EXPECT_LT(without, 10);
+}
+
 TEST(StrategyHalving, WithoutAModelFollowsThePrincipleOrder) {
   SearchSpace sp;
   sp.configs = space();  // no target: no model
@@ -416,17 +480,19 @@ TEST(StrategyHalving, WithoutAModelFollowsThePrincipleOrder) {
 TEST(StrategyHalving, SettingsFromTheJobSpec) {
   SearchSettings s = SearchSettings::from_explore(
       {{"strategy", "halving"}, {"max_candidates", 64}, {"seed", 7}, {"budget", 12},
-       {"halving", {{"initial", 6}, {"keep", 0.25}, {"prune", 2.0}}}});
+       {"halving", {{"initial", 6}, {"keep", 0.25}, {"prune", 2.0}, {"priors", 3}}}});
   EXPECT_EQ(s.strategy, "halving");
   EXPECT_EQ(s.max_candidates, 12);
   EXPECT_EQ(s.initial, 6);
   EXPECT_DOUBLE_EQ(s.keep, 0.25);
   EXPECT_DOUBLE_EQ(s.prune, 2.0);
+  EXPECT_EQ(s.priors, 3);
   EXPECT_EQ(s.seed, 7u);
   SearchSettings d = SearchSettings::from_explore({{"strategy", "halving"}, {"max_candidates", 10}});
   EXPECT_EQ(d.max_candidates, 10);
   EXPECT_EQ(d.initial, 0);
   EXPECT_DOUBLE_EQ(d.keep, 0.5);
+  EXPECT_EQ(d.priors, 2);
   EXPECT_EQ(strategy_names().size(), 3u);
 }
 
