@@ -11,6 +11,7 @@ to the exhaustive best, over many seeds.
 
     python3 bench/search_efficiency.py CATALOG [--seeds 100] [--replay build/kiln-replay]
                                        [--jobs 14,15] [--min-space 8] [--json]
+                                       [--priors-from DB[,DB...]]
 
 Strategies replayed per job:
   exhaustive       every config (the reference: 1.000 by definition)
@@ -20,6 +21,10 @@ Strategies replayed per job:
   halving@N/5      halving with its budget capped at a fifth of the space
   random@E         random sampling with E = the default halving's mean
                    evaluations (rounded up): the same budget without the model
+  halving+priors   with --priors-from: halving that starts from the configs that
+                   were fastest on the nearest jobs of those catalogs
+                   (src/explore/priors.h), leave-one-out: a job of the replayed
+                   job's own shape there never counts; also capped at a fifth
 """
 from __future__ import annotations
 
@@ -140,6 +145,8 @@ def main() -> int:
     ap.add_argument("--jobs", help="comma-separated job ids (default: every complete exhaustive job)")
     ap.add_argument("--min-space", type=int, default=8, help="skip jobs with fewer configs")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    ap.add_argument("--priors-from", help="comma-separated catalogs: also replay halving with priors "
+                    "from their measured jobs (leave-one-out)")
     ap.add_argument("--recorded-hints", action="store_true",
                     help="give the config model only the recorded code objects' grid and shared "
                          "memory, not the template's hints (as before 2026-11-30 evening)")
@@ -170,6 +177,13 @@ def main() -> int:
         e = math.ceil(rows[1]["evaluations_mean"])
         rd = replay(binary, a.catalog, job["id"], "random", a.seeds, budget=e)
         rows.append(summarise(f"random@{e}", rd))
+        if a.priors_from:
+            hp = replay(binary, a.catalog, job["id"], "halving", a.seeds, hints=hints,
+                        **{"priors-from": a.priors_from})
+            rows.append(summarise("halving+priors", hp))
+            hpc = replay(binary, a.catalog, job["id"], "halving", a.seeds, budget=cap, hints=hints,
+                         **{"priors-from": a.priors_from})
+            rows.append(summarise(f"halving+priors@{cap}", hpc))
         results.append({"job": job, "exhaustive_best_ms": ex["exhaustive_best_ms"], "rows": rows})
 
     if a.json:
