@@ -32,6 +32,8 @@ constexpr double kBaseRegisters = 24;
 constexpr double kTie = 0.03;
 // Halving: the smallest round after round 0 (two configs keep two workers busy).
 constexpr int kMinRoundWidth = 2;
+// Halving: a prior not in the space stands for a config at most this many knobs away.
+constexpr size_t kPriorReach = 2;
 
 double element_bytes(const std::string& dtype) {
   if (dtype == "fp16" || dtype == "bf16") return 2;
@@ -288,12 +290,27 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
   // The priors round 0 takes: those in the space (after the principles), in
   // their order, up to st.priors. The model does not prune them: they are
   // measurements, if of other shapes.
+  // A prior this space lacks (another shape's space: conv2d's BLOCK_N stops at
+  // the output channels) stands for its nearest config here, one or two knobs
+  // away, the best predicted among equals.
+  auto nearest = [&](const json& p) -> std::optional<size_t> {
+    if (auto it = index.find(key_of(p)); it != index.end()) return it->second;
+    std::optional<size_t> best;
+    size_t best_d = kPriorReach + 1;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t d = hamming(p, r.configs[i]);
+      if (d < best_d || (d == best_d && best && r.pred[i] < r.pred[*best])) {
+        best = i;
+        best_d = d;
+      }
+    }
+    return best_d <= kPriorReach ? best : std::nullopt;
+  };
   std::vector<size_t> priors;
   for (const json& p : s.priors) {
     if (static_cast<int>(priors.size()) >= std::min(st.priors, budget)) break;
-    auto it = index.find(key_of(p));
-    if (it != index.end() && std::find(priors.begin(), priors.end(), it->second) == priors.end())
-      priors.push_back(it->second);
+    auto at = nearest(p);
+    if (at && std::find(priors.begin(), priors.end(), *at) == priors.end()) priors.push_back(*at);
   }
   const int round0 = initial + static_cast<int>(priors.size());
   if (first && !priors.empty())

@@ -14,12 +14,15 @@
 //               the last `tiles` share of them each on a tile -- BLOCK_* but
 //               BLOCK_K -- that no other pick has), after up to `priors`
 //               configs that were fastest on similar jobs (SearchSpace::priors,
-//               src/explore/priors.h; never pruned by the model);
+//               src/explore/priors.h; never pruned by the model; one the space
+//               lacks stands for its nearest config, at most two knobs away);
 //               every later round keeps the best measured configs (their
 //               number halves each round, by `keep`) and proposes their
 //               unevaluated neighbours (configs that differ in one knob), best
 //               predicted first. Configs the model predicts far slower than the
-//               best prediction are never proposed (early pruning). The search
+//               best prediction are never proposed (early pruning), except
+//               around a survivor the model pruned (a prior that measured well),
+//               where the survivor's own prediction is the yardstick. The search
 //               ends when the budget (max_candidates) is spent or when every
 //               neighbour of the survivors has been evaluated.
 //

@@ -30,7 +30,8 @@ const std::vector<std::string> kLlmKeys = {
     "base_url", "model", "api_key_env", "temperature", "max_tokens", "timeout_s", "max_retries",
     "max_concurrent", "retrieval_threshold", "rounds", "instance_timeout_s"};
 const std::vector<std::string> kExplorationKeys = {"generator", "strategy", "instances",
-                                                   "max_candidates", "timeout_s", "seed"};
+                                                   "max_candidates", "timeout_s", "seed", "halving"};
+const std::vector<std::string> kHalvingKeys = {"initial", "keep", "prune", "tiles", "priors"};
 const std::vector<std::string> kValidationKeys = {"seeds", "atol", "rtol"};
 const std::vector<std::string> kBenchmarkKeys = {"warmup", "runs"};
 const std::vector<std::string> kStrategies = {"exhaustive", "random", "halving"};
@@ -72,6 +73,7 @@ struct Layer {
   std::optional<int> seeds;
   std::optional<std::optional<double>> atol, rtol;
   std::optional<int> warmup, runs;
+  nlohmann::json halving = nlohmann::json::object();  // the `exploration.halving:` keys given, typed
   nlohmann::json llm = nlohmann::json::object();  // the `llm:` keys given, typed
   // Entry only.
   std::optional<KV> reference, name, description;
@@ -451,6 +453,8 @@ class Parser {
         long long v = integer(kv.val, kv.key.Mark(), what);
         if (v < 0) fail(kv.val, what + " must not be negative, got " + std::to_string(v));
         L.seed = static_cast<unsigned long long>(v);
+      } else if (k == "halving") {
+        L.halving = halving_section(kv, what);
       } else if (k == "seeds") L.seeds = bounded_int(kv, what, 1);
       else if (k == "atol" || k == "rtol") {
         std::optional<double> tol;
@@ -463,6 +467,33 @@ class Parser {
       } else if (k == "warmup") L.warmup = bounded_int(kv, what, 0);
       else if (k == "runs") L.runs = bounded_int(kv, what, 1);
     }
+  }
+
+  // exploration.halving: the halving strategy's settings (src/explore/strategy.h,
+  // SearchSettings), each checked here so that a bad value names its line.
+  json halving_section(const KV& sec, const std::string& s) const {
+    json out = json::object();
+    if (yu::is_null(sec.val)) return out;
+    if (!sec.val.IsMap()) fail(mark_of(sec), s + " must be a mapping, got " + yu::describe(sec.val));
+    for (const KV& kv : entries(sec.val, &kHalvingKeys, s)) {
+      const std::string k = kv.name();
+      const std::string what = s + "." + k;
+      if (k == "initial") {
+        out[k] = bounded_int(kv, what, 1);
+      } else if (k == "priors") {
+        out[k] = bounded_int(kv, what, 0);
+      } else {
+        const double v = number(kv.val, kv.key.Mark(), what);
+        const bool ok = k == "keep" ? v > 0 && v <= 1 : k == "prune" ? v >= 1 : v >= 0 && v <= 1;
+        if (!ok)
+          fail(kv.val, what + (k == "keep"    ? " must be in (0, 1]"
+                               : k == "prune" ? " must be at least 1"
+                                              : " must be in [0, 1]") +
+                           ", got " + kv.val.Scalar());
+        out[k] = v;
+      }
+    }
+    return out;
   }
 
   // A param value checked against its spec.
@@ -515,6 +546,7 @@ class Parser {
       if (l->max_candidates) ex.max_candidates = *l->max_candidates;
       if (l->timeout_s) ex.timeout_s = *l->timeout_s;
       if (l->seed) ex.seed = *l->seed;
+      for (auto it = l->halving.begin(); it != l->halving.end(); ++it) ex.halving[it.key()] = *it;
       if (l->seeds) va.seeds = *l->seeds;
       if (l->atol) va.atol = *l->atol;
       if (l->rtol) va.rtol = *l->rtol;
@@ -770,6 +802,8 @@ nlohmann::json JobSpec::to_json(const Target& t) const {
         {"timeout_s", explore.timeout_s},
         {"seed", explore.seed}}},
   };
+  // Only when given, so that the jobs of manifests without it keep their keys.
+  if (!explore.halving.empty()) j["explore"]["halving"] = explore.halving;
   if (!reference.is_null()) j["reference"] = reference;
   if (explore.generator == "llm") j["llm"] = llm.to_json();
   if (!description.empty()) j["description"] = description;

@@ -32,11 +32,12 @@ class ManifestError : public std::runtime_error {
 
 struct ExplorationSettings {
   std::string generator = "template";   // template | llm
-  std::string strategy = "exhaustive";  // exhaustive | random
+  std::string strategy = "exhaustive";  // exhaustive | random | halving
   int instances = 1;                    // independent exploration instances
   int max_candidates = 64;              // per job
   double timeout_s = 300;               // per candidate
   unsigned long long seed = 0;          // for random strategies
+  nlohmann::json halving = nlohmann::json::object();  // halving's {initial, keep, prune, tiles, priors} given
 };
 
 struct ValidationSettings {

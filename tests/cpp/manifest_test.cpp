@@ -251,6 +251,37 @@ operators:
   EXPECT_EQ(b.params, (json{{"eps", 1e-5}}));
 }
 
+TEST(Expansion, HalvingSettingsKeyByKeyAndOnlyWhenGiven) {
+  Manifest m = parse(R"(
+targets: [H200]
+defaults:
+  exploration: {strategy: halving, halving: {initial: 6, priors: 0}}
+operators:
+  - op: matmul
+    shapes: [[64, 64, 64]]
+    dtype: bf16
+    exploration:
+      halving: {keep: 0.25, prune: 2, tiles: 1, priors: 3}
+  - op: add
+    input_shape: [8]
+    dtype: fp32
+    exploration: {strategy: exhaustive, halving: null}
+)");
+  ASSERT_EQ(m.jobs.size(), 2u);
+  auto spec = [](const JobSpec& j) { return j.to_json(*knowledge().targets.find(j.target)); };
+  const json mm = spec(m.jobs[0])["explore"]["halving"];
+  EXPECT_EQ(mm, json::parse(R"({"initial": 6, "keep": 0.25, "prune": 2.0, "tiles": 1.0, "priors": 3})"));
+  // The entry's `halving: null` gives nothing; the defaults' keys stay.
+  EXPECT_EQ(spec(m.jobs[1])["explore"]["halving"], json::parse(R"({"initial": 6, "priors": 0})"));
+  // Typed as the strategy reads them (SearchSettings::from_explore).
+  EXPECT_TRUE(mm["initial"].is_number_integer());
+  EXPECT_TRUE(mm["priors"].is_number_integer());
+  EXPECT_TRUE(mm["prune"].is_number_float());
+  // Without the section the spec has no `halving` (the jobs keep their keys).
+  Manifest plain = parse("targets: [H200]\noperators:\n  - {op: add, input_shape: [8], dtype: fp32}\n");
+  EXPECT_FALSE(spec(plain.jobs.at(0))["explore"].contains("halving"));
+}
+
 TEST(Expansion, ParamsDefaultsFilledAndOverridden) {
   Manifest m = parse(R"(
 targets: [MI250X]

@@ -435,6 +435,22 @@ TEST(StrategyHalving, RoundZeroStartsFromThePriors) {
   EXPECT_EQ(next_round(sp, {}, "cuda", halving(1), {}).configs, std::vector<json>{small});
 }
 
+TEST(StrategyHalving, APriorTheSpaceLacksStandsForItsNearestConfig) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  // BLOCK_K 128 is not in this space: BLOCK_K 32 and 64 are one knob away, and
+  // the model predicts 64 faster (fewer K steps, same operand traffic).
+  sp.priors = {gemm_config(64, 64, 128, 4, 3)};
+  SearchSettings st = halving();
+  st.initial = 2;
+  Plan p = next_round(sp, {}, "cuda", st, {});
+  ASSERT_EQ(p.configs.size(), 3u);
+  EXPECT_EQ(p.configs[0], gemm_config(64, 64, 64, 4, 3));
+  // More than two knobs away from everything: no stand-in.
+  sp.priors = {{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"BLOCK_K", 16}, {"num_warps", 4}, {"num_stages", 3}}};
+  EXPECT_EQ(next_round(sp, {}, "cuda", st, {}).configs.size(), 2u);
+}
+
 TEST(StrategyHalving, PriorsFindABestTheModelRanksLow) {
   // The model ranks the large tiles first; this GPU's best is 64x64 tiles with
   // BLOCK_K 32 on 4 warps and 4 stages, which no seed finds from the model's
