@@ -9,6 +9,7 @@
 #include <set>
 
 #include "explore/explorer.h"
+#include "h200_like.h"
 
 namespace kiln {
 namespace {
@@ -99,24 +100,7 @@ TEST(Strategy, NextRoundRunsTheOneRoundStrategiesAsBefore) {
 
 // --- the config model and halving ------------------------------------------------
 
-// An H200-like target: 132 SMs, 64 warps and 228 KiB shared memory per SM.
-Target gpu() {
-  Target t;
-  t.name = "TestGPU";
-  t.vendor = "nvidia";
-  t.backend = "cuda";
-  t.arch = "sm_90";
-  t.warp_size = 32;
-  t.compute_units = 132;
-  t.simds_per_cu = 4;
-  t.lds_bytes_per_cu = 233472;
-  t.max_shared_per_block = 232448;
-  t.registers_per_cu = 65536;
-  t.max_waves_per_simd = 16;
-  t.memory_bandwidth_gbs = 4800;
-  t.peak_tflops = {{"fp32", 66.9}, {"bf16", 989.4}};
-  return t;
-}
+Target gpu() { return testing_targets::h200_like(); }
 
 // A GEMM space for M = N = K = 4096 bf16, with the grid and shared memory the
 // matmul template reports.

@@ -10,6 +10,7 @@
 
 #include "catalog/catalog.h"
 #include "catalog/job_key.h"
+#include "h200_like.h"
 
 namespace kiln {
 namespace {
@@ -18,24 +19,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const fs::path kMigrations = fs::path(KILN_SOURCE_DIR) / "db" / "migrations";
-
-Target h200() {
-  Target t;
-  t.name = "H200";
-  t.vendor = "nvidia";
-  t.backend = "cuda";
-  t.arch = "sm_90";
-  t.warp_size = 32;
-  t.compute_units = 132;
-  t.simds_per_cu = 4;
-  t.lds_bytes_per_cu = 233472;
-  t.max_shared_per_block = 232448;
-  t.registers_per_cu = 65536;
-  t.max_waves_per_simd = 16;
-  t.memory_bandwidth_gbs = 4800;
-  t.peak_tflops = {{"bf16", 989.4}};
-  return t;
-}
 
 json cfg(int bm, int bn, int w) { return {{"BLOCK_M", bm}, {"BLOCK_N", bn}, {"BLOCK_K", 64}, {"num_warps", w}}; }
 
@@ -117,7 +100,7 @@ class TemplateGeneratorTest : public ::testing::Test {
   }
 
   fs::path dir;
-  Target target = h200();
+  Target target = testing_targets::h200_like();
 };
 
 TEST_F(TemplateGeneratorTest, HalvingStartsFromTheCatalogsFastestOnASimilarJob) {
