@@ -115,9 +115,9 @@ Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowl
           sqlite3_column_type(st, 3) != SQLITE_NULL) {
         r.score = sqlite3_column_double(st, 3);
         job.device = device;
-      }
-      else if (sqlite3_column_type(st, 4) != SQLITE_NULL)
+      } else if (sqlite3_column_type(st, 4) != SQLITE_NULL) {
         r.score = sqlite3_column_double(st, 4);
+      }
     }
     if (job.template_name.empty()) job.template_name = text(st, 6);
     r.hint = json::object();
@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
       std::stringstream list(opt["priors-from"]);
       for (std::string path; std::getline(list, path, ',');) {
         const kiln::Catalog other = kiln::Catalog::open(path, /*read_only=*/true);
-        for (auto& m : other.measured_configs(job.op, job.arch, job.template_name, job.device, 4)) {
+        for (auto& m : other.measured_configs(job.op, job.arch, job.template_name, job.device,
+                                                  kiln::kPriorConfigsPerJob)) {
           m.key = path + "#" + m.key;  // keys are per catalog
           past.push_back(std::move(m));
         }

@@ -18,6 +18,9 @@
 
 namespace kiln {
 
+// How many of each past job's fastest configs a search asks the catalog for.
+constexpr int kPriorConfigsPerJob = 4;
+
 struct Prior {
   nlohmann::json config;
   long long job_id = 0;   // the past job it was fastest (or nearly) on

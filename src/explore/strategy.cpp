@@ -287,11 +287,10 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
   }
   if (left <= 0) return plan;
 
-  // The priors round 0 takes: those in the space (after the principles), in
-  // their order, up to st.priors. The model does not prune them: they are
-  // measurements, if of other shapes.
-  // A prior this space lacks (another shape's space: conv2d's BLOCK_N stops at
-  // the output channels) stands for its nearest config here, one or two knobs
+  // The priors round 0 takes, in their order, up to st.priors. The model does
+  // not prune them: they are measurements, if of other shapes. A prior this
+  // space lacks (another shape's space: conv2d's BLOCK_N stops at the output
+  // channels) stands for its nearest config here, at most kPriorReach knobs
   // away, the best predicted among equals.
   auto nearest = [&](const json& p) -> std::optional<size_t> {
     if (auto it = index.find(key_of(p)); it != index.end()) return it->second;

@@ -9,11 +9,6 @@
 
 namespace kiln {
 
-namespace {
-// Each past job's fastest configs that the catalog hands over.
-constexpr int kPriorsPerJob = 4;
-}  // namespace
-
 void TemplateGenerator::propose(const JobContext& job, const std::vector<Outcome>& history,
                                 Done done) {
   // The strategy is a pure function of (space, principles, settings, history)
@@ -41,7 +36,7 @@ void TemplateGenerator::propose(const JobContext& job, const std::vector<Outcome
     if (settings.strategy == "halving" && settings.priors > 0 && job.catalog && job.measured) {
       try {
         const auto past = job.catalog->measured_configs(job.row.op, job.row.arch, job.module,
-                                                        job.device_name, kPriorsPerJob);
+                                                        job.device_name, kPriorConfigsPerJob);
         for (const Prior& p : select_priors(job.row.shape, job.row.params, job.row.dtype, job.row.key, past))
           priors_->push_back(p.config);
       } catch (const std::exception& e) {

@@ -14,9 +14,9 @@ class TemplateGenerator : public Generator {
   void propose(const JobContext& job, const std::vector<Outcome>& history, Done done) override;
 
  private:
-  // Halving's priors (src/explore/priors.h), read from the catalog at the
-  // job's first round and kept, so that later rounds plan from the same ones
-  // while other jobs of the run finish.
+  // Halving's priors (src/explore/priors.h), read from the catalog at this
+  // generator's first round (when the run takes up the job) and kept, so that
+  // later rounds plan from the same ones while other jobs of the run finish.
   std::optional<std::vector<nlohmann::json>> priors_;
 };
 
