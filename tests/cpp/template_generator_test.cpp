@@ -22,7 +22,7 @@ const fs::path kMigrations = fs::path(KILN_SOURCE_DIR) / "db" / "migrations";
 
 json cfg(int bm, int bn, int w) { return {{"BLOCK_M", bm}, {"BLOCK_N", bn}, {"BLOCK_K", 64}, {"num_warps", w}}; }
 
-NewJob matmul_job(const json& shape) {
+NewJob matmul_job(const json& shape, const std::string& triton = "3.6.0") {
   NewJob j;
   j.op = "matmul";
   j.dtype = "bf16";
@@ -32,7 +32,7 @@ NewJob matmul_job(const json& shape) {
   j.params = json::object();
   j.spec = {{"op", j.op}, {"shape", shape}, {"dtype", j.dtype}, {"params", j.params},
             {"explore", {{"strategy", "halving"}, {"max_candidates", 16}}}};
-  j.key = job_key(j.spec, "template-sha", "3.6.0");
+  j.key = job_key(j.spec, "template-sha", triton);
   return j;
 }
 
@@ -45,9 +45,10 @@ class TemplateGeneratorTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir); }
 
-  // A past job on 4096^3 whose fastest config measured on `device` is `fast`.
-  void record_past(Catalog& cat, const std::string& device, const json& fast) {
-    cat.submit("past", "m.yaml", "text", {matmul_job({4096, 4096, 4096})});
+  // A past job (4096^3 unless given) whose fastest config measured on `device` is `fast`.
+  void record_past(Catalog& cat, const std::string& device, const json& fast,
+                   const NewJob& past = matmul_job({4096, 4096, 4096})) {
+    cat.submit("past", "m.yaml", "text", {past});
     const long long job = cat.query("SELECT id FROM jobs").rows.at(0).at(0).get<long long>();
     for (const auto& [config, ms] : {std::pair{fast, 0.2}, std::pair{cfg(128, 128, 8), 0.3}}) {
       CandidateRow c;
@@ -112,6 +113,17 @@ TEST_F(TemplateGeneratorTest, HalvingStartsFromTheCatalogsFastestOnASimilarJob) 
   EXPECT_EQ(proposals[0].config, fast);
   EXPECT_EQ(proposals[1].config, cfg(128, 128, 8));
   EXPECT_TRUE(noted(notes, "fastest on similar jobs"));
+}
+
+TEST_F(TemplateGeneratorTest, ARekeyedJobStartsFromItsPreviousKeysBest) {
+  // Last night's job of the same problem under another Triton version (another
+  // key): distance 0, so its fastest comes first.
+  Catalog cat = Catalog::open(dir / "c.db", false, kMigrations);
+  record_past(cat, "NVIDIA H200", cfg(256, 64, 8), matmul_job({2048, 4096, 4096}, "3.5.1"));
+  ASSERT_NE(matmul_job({2048, 4096, 4096}, "3.5.1").key, matmul_job({2048, 4096, 4096}).key);
+  auto [proposals, notes] = round0(&cat);
+  ASSERT_FALSE(proposals.empty());
+  EXPECT_EQ(proposals[0].config, cfg(256, 64, 8));
 }
 
 TEST_F(TemplateGeneratorTest, NoPriorsFromAnotherDeviceOrWhereThisRunDoesNotMeasure) {
