@@ -34,6 +34,8 @@ constexpr double kTie = 0.03;
 constexpr int kMinRoundWidth = 2;
 // Halving: a prior not in the space stands for a config at most this many knobs away.
 constexpr size_t kPriorReach = 2;
+// Halving: the model's picks in a round 0 that has priors (at least, where `initial` allows).
+constexpr int kMinModelPicks = 2;
 
 double element_bytes(const std::string& dtype) {
   if (dtype == "fp16" || dtype == "bf16") return 2;
@@ -277,16 +279,6 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
   std::sort(ok.begin(), ok.end());
   plan.round = first ? 0 : last_round + 1;
 
-  if (first) {
-    plan.notes.push_back(
-        "halving: budget " + std::to_string(budget) + " of " + std::to_string(n) + " configs; round 0: " +
-        std::to_string(std::min(initial, budget)) + (r.model ? " ranked by the config model" : " in principle order") +
-        (r.pruned ? ", " + std::to_string(r.pruned) + " pruned (predicted > " +
-                        std::to_string(st.prune).substr(0, 4) + "x the best)"
-                  : ""));
-  }
-  if (left <= 0) return plan;
-
   // The priors round 0 takes, in their order, up to st.priors. The model does
   // not prune them: they are measurements, if of other shapes. A prior this
   // space lacks (another shape's space: conv2d's BLOCK_N stops at the output
@@ -311,17 +303,31 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
     auto at = nearest(p);
     if (at && std::find(priors.begin(), priors.end(), *at) == priors.end()) priors.push_back(*at);
   }
-  const int round0 = initial + static_cast<int>(priors.size());
-  if (first && !priors.empty())
-    plan.notes.push_back("halving: round 0 starts from " + std::to_string(priors.size()) +
-                         " configs that were fastest on similar jobs");
+  // With priors, they take round-0 places of the model's picks, down to
+  // kMinModelPicks: measured configs of similar jobs are a better bet than the
+  // model's third and fourth guesses, and the round stays small.
+  const int model_picks =
+      priors.empty() ? initial
+                     : std::min(initial, std::max(kMinModelPicks, initial - static_cast<int>(priors.size())));
+  const int round0 = model_picks + static_cast<int>(priors.size());
+  if (first) {
+    plan.notes.push_back(
+        "halving: budget " + std::to_string(budget) + " of " + std::to_string(n) + " configs; round 0: " +
+        (priors.empty() ? "" : std::to_string(priors.size()) + " configs that were fastest on similar jobs, then ") +
+        std::to_string(std::min(model_picks, budget)) +
+        (r.model ? " ranked by the config model" : " in principle order") +
+        (r.pruned ? ", " + std::to_string(r.pruned) + " pruned (predicted > " +
+                        std::to_string(st.prune).substr(0, 4) + "x the best)"
+                  : ""));
+  }
+  if (left <= 0) return plan;
 
   std::vector<size_t> chosen;
   if (evaluated.empty()) {
     // Round 0: the priors, then a spread sample of the best predicted.
     chosen.assign(priors.begin(), priors.begin() + std::min<long>(left, static_cast<long>(priors.size())));
     std::set<size_t> taken(priors.begin(), priors.end());
-    const int more = std::min(initial, left - static_cast<int>(priors.size()));
+    const int more = std::min(model_picks, left - static_cast<int>(priors.size()));
     for (size_t i : pick_spread(r, taken, static_cast<size_t>(std::max(0, more)), st.seed, st.tiles))
       chosen.push_back(i);
   } else if (ok.empty()) {

@@ -15,7 +15,8 @@
 //               BLOCK_K -- that no other pick has), after up to `priors`
 //               configs that were fastest on similar jobs (SearchSpace::priors,
 //               src/explore/priors.h; never pruned by the model; one the space
-//               lacks stands for its nearest config, at most two knobs away);
+//               lacks stands for its nearest config, at most two knobs away),
+//               which take the places of as many model picks, down to two;
 //               every later round keeps the best measured configs (their
 //               number halves each round, by `keep`) and proposes their
 //               unevaluated neighbours (configs that differ in one knob), best

@@ -399,14 +399,21 @@ TEST(StrategyHalving, RoundZeroStartsFromThePriors) {
   st.initial = 4;
   Plan p = next_round(sp, {}, "cuda", st, {});
   // Two priors (the default), skipping one not in the space and a repeat, then
-  // the model's four; a prior is measured evidence, so the model never prunes it.
-  ASSERT_EQ(p.configs.size(), 6u);
+  // the model's picks, two fewer (4 - 2); a prior is measured evidence, so the
+  // model never prunes it.
+  ASSERT_EQ(p.configs.size(), 4u);
   EXPECT_EQ(p.configs[0], small);
   EXPECT_EQ(p.configs[1], spills);
   for (size_t i = 2; i < p.configs.size(); ++i) EXPECT_NE(p.configs[i], small);
   EXPECT_NE(std::find_if(p.notes.begin(), p.notes.end(),
                          [](const std::string& n) { return n.find("fastest on similar jobs") != std::string::npos; }),
             p.notes.end());
+  // The model keeps at least two picks.
+  st.initial = 3;
+  EXPECT_EQ(next_round(sp, {}, "cuda", st, {}).configs.size(), 4u);
+  st.initial = 1;
+  EXPECT_EQ(next_round(sp, {}, "cuda", st, {}).configs.size(), 3u);
+  st.initial = 4;
   // Without priors, or with `priors: 0`, round 0 is the model's alone.
   st.priors = 0;
   Plan none = next_round(sp, {}, "cuda", st, {});
