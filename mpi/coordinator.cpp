@@ -90,9 +90,7 @@ Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& ca
   fs::create_directories(artifact_dir_);
   SchedulerOptions so;
   so.owner = opts_.owner;
-  so.lease_s = opts_.lease_s;
-  so.bench_cutoff = opts_.bench_cutoff;
-  so.min_ready_per_slot = opts_.min_ready_per_slot;
+  so.scheduling = opts_.scheduling;
   so.batch = opts_.batch;
   so.artifact_dir = artifact_dir_ / "requests";
   // Evaluations are written in batches (one transaction per record_batch, or
@@ -540,12 +538,12 @@ void Coordinator::arm_heartbeat() {
 }
 
 void Coordinator::arm_lease() {
-  lease_timer_.expires_after(ms(opts_.lease_s / 3));
+  lease_timer_.expires_after(ms(opts_.scheduling.lease_s / 3));
   std::weak_ptr<bool> alive = alive_;
   lease_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
     try {
-      catalog_.renew_leases(opts_.owner, opts_.lease_s);
+      catalog_.renew_leases(opts_.owner, opts_.scheduling.lease_s);
     } catch (const std::exception& e) {
       log_ << "[" << now_hms() << "] kiln-mpi: warning: lease renewal failed: " << e.what() << std::endl;
     }

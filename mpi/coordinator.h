@@ -41,9 +41,7 @@ inline constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitNoWorkers
 struct CoordinatorOptions {
   int prefetch = 2;                            // items beyond a rank's slots kept at the rank
   std::optional<std::string> batch;
-  double lease_s = 120;
-  double bench_cutoff = 1.5;                   // SchedulerOptions::bench_cutoff (0: off)
-  double min_ready_per_slot = 4;               // SchedulerOptions::min_ready_per_slot (0: off)
+  SchedulingSettings scheduling;               // lease, bench cutoff, ready candidates per slot
   std::filesystem::path scratch;               // rank 0's node-local scratch (received code objects)
   double heartbeat_interval_s = 5;
   double heartbeat_timeout_s = 30;

@@ -86,9 +86,7 @@ struct Options {
   std::optional<std::string> batch;
   int workers = 1;
   std::string device = "auto";
-  double lease_s = 120;
-  double bench_cutoff = 1.5;
-  double min_ready_per_slot = 4;
+  SchedulingSettings scheduling;
   std::optional<fs::path> scratch;
   bool json_out = false, verbose = false;
   int coordinator_slots = 0;
@@ -155,9 +153,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   o.workers = vm["workers"].as<int>();
   o.device = vm["device"].as<std::string>();
   const SchedulingFlags flags = read_scheduling_flags(vm);
-  o.lease_s = flags.lease_s;
-  o.bench_cutoff = flags.bench_cutoff;
-  o.min_ready_per_slot = flags.min_ready_per_slot;
+  o.scheduling = flags;
   if (vm.count("scratch")) o.scratch = fs::path(vm["scratch"].as<std::string>());
   o.json_out = vm.count("json") > 0;
   o.verbose = vm.count("verbose") > 0;
@@ -311,9 +307,7 @@ int run(Options o, int* argc, char*** argv) {
   if (rank == 0) {
     copts.prefetch = o.prefetch;
     copts.batch = o.batch;
-    copts.lease_s = o.lease_s;
-    copts.bench_cutoff = o.bench_cutoff;
-    copts.min_ready_per_slot = o.min_ready_per_slot;
+    copts.scheduling = o.scheduling;
     copts.scratch = run_dir;
     copts.heartbeat_interval_s = o.heartbeat_interval_s;
     copts.heartbeat_timeout_s = o.heartbeat_timeout_s;

@@ -38,9 +38,7 @@ struct UsageError : std::runtime_error {
 inline void set_scheduling_flags(RunOptions& o, const po::variables_map& vm) {
   const SchedulingFlags f = read_scheduling_flags(vm);
   if (auto e = scheduling_flags_error(f)) throw UsageError(*e);
-  o.lease_s = f.lease_s;
-  o.bench_cutoff = f.bench_cutoff;
-  o.min_ready_per_slot = f.min_ready_per_slot;
+  o.scheduling = f;
 }
 
 inline std::string default_catalog() {

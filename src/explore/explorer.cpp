@@ -120,10 +120,8 @@ class Explorer {
     setup_scratch();
     SchedulerOptions so;
     so.owner = owner_;
-    so.lease_s = options.lease_s;
+    so.scheduling = options.scheduling;
     so.lookahead = std::max(1, options.workers);
-    so.bench_cutoff = options.bench_cutoff;
-    so.min_ready_per_slot = options.min_ready_per_slot;
     so.batch = options.batch;
     if (options.shard) so.shard = JobShard{options.shard->first, options.shard->second};
     so.artifact_dir = artifact_dir_;
@@ -318,11 +316,11 @@ class Explorer {
   }
 
   void arm_lease_timer() {
-    lease_timer_.expires_after(std::chrono::milliseconds(static_cast<long long>(opts_.lease_s * 1000 / 3)));
+    lease_timer_.expires_after(std::chrono::milliseconds(static_cast<long long>(opts_.scheduling.lease_s * 1000 / 3)));
     lease_timer_.async_wait([this](auto ec) {
       if (ec || stopping_) return;
       try {
-        catalog_.renew_leases(owner_, opts_.lease_s);
+        catalog_.renew_leases(owner_, opts_.scheduling.lease_s);
       } catch (const std::exception& e) {
         out_ << "[" << now_hms() << "] warning: lease renewal failed: " << e.what() << std::endl;
       }

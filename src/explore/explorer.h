@@ -18,6 +18,7 @@
 #include "catalog/catalog.h"
 #include "evaluate/gpu_binding.h"
 #include "evaluate/worker_process.h"
+#include "explore/scheduling.h"
 #include "manifest/manifest.h"
 
 namespace kiln {
@@ -31,9 +32,7 @@ struct RunOptions {
   NodeGpus gpus;
   std::optional<std::string> batch;         // only this batch's jobs
   std::optional<std::pair<int, int>> shard; // (I, N): only jobs with id % N == I (kiln run --shard I/N)
-  double lease_s = 120;                     // job lease, renewed every lease_s / 3
-  double bench_cutoff = 1.5;                // SchedulerOptions::bench_cutoff (0: off)
-  double min_ready_per_slot = 4;            // SchedulerOptions::min_ready_per_slot (0: off)
+  SchedulingSettings scheduling;             // lease, bench cutoff, ready candidates per slot
   std::filesystem::path scratch_dir;        // artifacts in flight + Triton cache; empty: a temp dir
   bool echo_worker_stderr = false;
   std::ostream* progress = nullptr;         // progress lines; nullptr: std::cerr

@@ -115,8 +115,8 @@ std::optional<WorkItem> Scheduler::next(int slot) {
     // most ready candidates per evaluator already on it (dispatch.h).
     std::vector<JobLoad> loads;
     for (const auto& [id, job] : active_) loads.push_back({id, job->pending.size(), job->in_flight});
-    std::optional<long long> pick = affinity_.pick(slot, loads, opts_.min_ready_per_slot);
-    if (!pick && opts_.min_ready_per_slot > 0) {
+    std::optional<long long> pick = affinity_.pick(slot, loads, opts_.scheduling.min_ready_per_slot);
+    if (!pick && opts_.scheduling.min_ready_per_slot > 0) {
       // No job has enough ready candidates for one more evaluator to be worth
       // its set-up: claim the next job (this slot then plans it), unless one is
       // being planned already or none is left; else join what has work.
@@ -140,8 +140,8 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       std::filesystem::create_directories(dir);
       w.request = {{"method", "evaluate"}, {"job", job->job}, {"config", c.config},
                    {"artifact_dir", dir.string()}};
-      if (opts_.bench_cutoff > 0 && job->best_ms && job->ctx.measured)
-        w.request["job"]["benchmark"]["cutoff_ms"] = *job->best_ms * opts_.bench_cutoff;
+      if (opts_.scheduling.bench_cutoff > 0 && job->best_ms && job->ctx.measured)
+        w.request["job"]["benchmark"]["cutoff_ms"] = *job->best_ms * opts_.scheduling.bench_cutoff;
       if (c.source) w.request["source"] = *c.source;
       w.timeout_s = job->ctx.explore().value("timeout_s", 300.0);
       w.label = job->label();
@@ -160,7 +160,7 @@ bool Scheduler::planning() const {
 bool Scheduler::claim() {
   std::optional<JobRow> row;
   try {
-    row = catalog_.claim_job(opts_.owner, opts_.lease_s, opts_.batch, opts_.shard);
+    row = catalog_.claim_job(opts_.owner, opts_.scheduling.lease_s, opts_.batch, opts_.shard);
   } catch (const std::exception& e) {
     fail(std::string("catalog: ") + e.what());
     return false;

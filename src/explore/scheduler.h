@@ -21,6 +21,7 @@
 #include "catalog/catalog.h"
 #include "evaluate/worker_process.h"
 #include "explore/dispatch.h"
+#include "explore/scheduling.h"
 #include "generate/generator.h"
 #include "manifest/manifest.h"
 
@@ -40,7 +41,7 @@ struct WorkItem {
 
 struct SchedulerOptions {
   std::string owner;               // lease owner, host:pid
-  double lease_s = 120;
+  SchedulingSettings scheduling;   // lease, bench cutoff, ready candidates per slot
   std::optional<std::string> batch;
   std::optional<JobShard> shard;   // only jobs with id % count == index
   std::filesystem::path artifact_dir;  // the worker writes code objects here (per slot subdirs)
@@ -53,20 +54,6 @@ struct SchedulerOptions {
   // are ready to hand out (and no active job is being planned), instead of
   // only when none is; executors pass their slot count. 0: claim on empty.
   int lookahead = 0;
-  // > 0: a candidate's benchmark may stop after its first timed runs when
-  // their median is above this factor times the job's best measured median so
-  // far (the worker's `cutoff_ms`; it records the runs it made and
-  // `stopped_early`). A candidate that slow cannot be the job's best, and its
-  // remaining runs only keep the GPU from the next candidate. 0: every
-  // candidate gets every run.
-  double bench_cutoff = 1.5;
-  // > 0: an idle slot joins a job it has not set up (the worker's inputs and
-  // reference for it) only while that job keeps at least this many ready
-  // candidates per evaluator; otherwise the next job is claimed first (when
-  // none is being planned and the queue has one), and only then does the slot
-  // join whatever has work (dispatch.h). 0: join the job with the most work
-  // per evaluator.
-  double min_ready_per_slot = 4;
   // Reads a code object the worker reported at `path` (default: the file).
   std::function<std::string(const std::filesystem::path&)> read_artifact;
 };

@@ -1,6 +1,7 @@
 // The scheduling flags that kiln run, kiln nightly and kiln-mpi run share:
-// --lease, --bench-cutoff and --ready-per-slot (SchedulerOptions). Header-only:
-// the three binaries link Boost.Program_options, the explore library does not.
+// --lease, --bench-cutoff and --ready-per-slot (SchedulingSettings,
+// scheduling.h). Header-only: the three binaries link Boost.Program_options,
+// the explore library does not.
 #pragma once
 
 #include <optional>
@@ -8,13 +9,11 @@
 
 #include <boost/program_options.hpp>
 
+#include "explore/scheduling.h"
+
 namespace kiln {
 
-struct SchedulingFlags {
-  double lease_s = 120;
-  double bench_cutoff = 1.5;
-  double min_ready_per_slot = 4;
-};
+using SchedulingFlags = SchedulingSettings;
 
 inline void add_scheduling_flags(boost::program_options::options_description& d) {
   namespace po = boost::program_options;
