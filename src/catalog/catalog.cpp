@@ -1004,15 +1004,17 @@ std::optional<BestRow> Catalog::best(long long job_id) const {
 
 std::vector<MeasuredJob> Catalog::measured_configs(const std::string& op, const std::string& arch,
                                                    const std::string& template_name,
-                                                   const std::string& device, int per_job) const {
+                                                   const std::string& device, int per_job,
+                                                   int max_jobs) const {
   // One row per correct, benchmarked config; a job's rows fastest first.
   Stmt st(db_, path_,
           "SELECT j.id, j.key, j.dtype, j.shape, j.params, c.config, e.median_ms "
           "FROM jobs j JOIN candidates c ON c.job_id = j.id JOIN evaluations e ON e.candidate_id = c.id "
-          "WHERE j.op = ? AND j.arch = ? AND c.generator = 'template' AND c.template = ? "
+          "WHERE j.id IN (SELECT id FROM jobs WHERE op = ? AND arch = ? ORDER BY id DESC LIMIT ?) "
+          "AND c.generator = 'template' AND c.template = ? "
           "AND e.status = 'ok' AND e.bench_device = ? AND e.median_ms > 0 "
           "ORDER BY j.id, e.median_ms, c.id");
-  st.bind(1, op).bind(2, arch).bind(3, template_name).bind(4, device);
+  st.bind(1, op).bind(2, arch).bind(3, max_jobs).bind(4, template_name).bind(5, device);
   std::vector<MeasuredJob> out;
   while (st.step()) {
     const long long id = st.i64(0);

@@ -208,11 +208,13 @@ class Catalog {
 
   // Jobs of operator `op` on `arch` whose candidates of template `template_name`
   // were benchmarked on `device` (evaluations.bench_device): per job its
-  // `per_job` fastest correct configs, jobs in id order. What the halving
-  // strategy starts from on a new shape (src/explore/priors.h).
+  // `per_job` fastest correct configs, jobs in id order. Only the `max_jobs`
+  // most recent jobs of that operator and arch are read, so the cost stays
+  // flat as the catalog grows. What the halving strategy starts from on a new
+  // shape (src/explore/priors.h).
   std::vector<MeasuredJob> measured_configs(const std::string& op, const std::string& arch,
                                             const std::string& template_name, const std::string& device,
-                                            int per_job) const;
+                                            int per_job, int max_jobs = 256) const;
   // Read-only SQL; throws CatalogError for anything that is not a read. Runs on
   // a separate SQLITE_OPEN_READONLY connection with an authorizer that allows
   // only reads; several statements are allowed if all are reads, and the rows

@@ -1139,6 +1139,10 @@ TEST_F(CatalogTest, MeasuredConfigsAreEachJobsFastestOnTheDevice) {
   EXPECT_TRUE(cat.measured_configs("softmax", "sm_90", "softmax", "NVIDIA H200", 2).empty());
   EXPECT_TRUE(cat.measured_configs("layernorm", "gfx942", "softmax", "NVIDIA H200", 2).empty());
   EXPECT_TRUE(cat.measured_configs("softmax", "gfx942", "layernorm", "NVIDIA H200", 2).empty());
+  // Only the most recent jobs are read.
+  const auto recent = cat.measured_configs("softmax", "gfx942", "softmax", "NVIDIA H200", 2, /*max_jobs=*/1);
+  ASSERT_EQ(recent.size(), 1u);
+  EXPECT_EQ(recent[0].job_id, b);
   // A read-only catalog answers too.
   auto ro = open(true);
   EXPECT_EQ(ro.measured_configs("softmax", "gfx942", "softmax", "NVIDIA H200", 8).at(0).best.size(), 3u);
