@@ -50,23 +50,65 @@ def one_process(repeat: int, runs: int) -> list[list[float]]:
     return ms
 
 
+def disturb(mode: str) -> None:
+    """Touches the GPU from this process's context until killed."""
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.runtime import driver
+
+    @triton.jit
+    def _tiny(x_ptr):
+        tl.store(x_ptr, 1.0)
+
+    x = torch.empty(1, device="cuda")
+    compiled = _tiny[(1,)](x)
+    torch.cuda.synchronize()
+    device = driver.active.get_current_device()
+    print("ready", flush=True)
+    while True:
+        if mode == "load":
+            driver.active.utils.load_binary(compiled.name, compiled.kernel, compiled.metadata.shared, device)
+        else:
+            y = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+            del y
+            torch.cuda.empty_cache()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--json")
+    ap.add_argument("--disturb", choices=("none", "load", "alloc"), default="none")
+    ap.add_argument("--disturbers", type=int, default=4)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--disturber", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.disturber:
+        disturb(a.disturber)
+        return 0
     if a.child:
         print(json.dumps(one_process(a.repeat, a.runs)))
         return 0
+    others = []
+    if a.disturb != "none":
+        for _ in range(a.disturbers):
+            d = subprocess.Popen([sys.executable, __file__, "--disturber", a.disturb], stdout=subprocess.PIPE, text=True)
+            d.stdout.readline()  # "ready": its context and kernel exist
+            others.append(d)
     per_process = []
-    for _ in range(a.processes):
-        r = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(a.repeat), "--runs", str(a.runs)],
-                           capture_output=True, text=True, check=True)
-        per_process.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    print(f"matmul {SHAPE} {DTYPE}: median ms per repetition, one line per process")
+    try:
+        for _ in range(a.processes):
+            r = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(a.repeat), "--runs", str(a.runs)],
+                               capture_output=True, text=True, check=True)
+            per_process.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    finally:
+        for d in others:
+            d.kill()
+            d.wait()
+    print(f"matmul {SHAPE} {DTYPE}, disturb {a.disturb}: median ms per repetition, one line per process")
     print("| config | process | medians | spread in process | ")
     print("| --- | ---: | --- | ---: |")
     for i, c in enumerate(CONFIGS):
@@ -78,7 +120,8 @@ def main() -> int:
         print(f"| {name} | all | process medians {' '.join(f'{x:.4f}' for x in meds)} | across {max(meds) / min(meds) - 1:.1%} |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"shape": SHAPE, "dtype": DTYPE, "configs": CONFIGS, "per_process": per_process}, f, indent=1)
+            json.dump({"shape": SHAPE, "dtype": DTYPE, "configs": CONFIGS, "disturb": a.disturb,
+                       "disturbers": len(others), "per_process": per_process}, f, indent=1)
     return 0
 
 
