@@ -26,6 +26,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from kernels import common  # noqa: E402
+from space_rules import AMD_KNOBS, checked_space  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="kernel tests run under TRITON_INTERPRET=1")
@@ -42,7 +43,6 @@ TARGETS = {
 # e_flags low byte (EF_AMDGPU_MACH) of the hsaco per gfx.
 GFX_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41}
 
-AMD_KNOBS = {"waves_per_eu", "matrix_instr_nonkdim", "kpack"}
 
 
 def module_for(op):
@@ -231,10 +231,6 @@ def test_target_helpers():
     assert common.dtype_name(torch.float16) == "fp16"
 
 
-def _is_pow2(x):
-    return x > 0 and x & (x - 1) == 0
-
-
 @pytest.mark.parametrize("op", sorted(SHAPES))
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_config_space_rules(op, target):
@@ -243,27 +239,9 @@ def test_config_space_rules(op, target):
     params = defaults(op, params)
     mod = module_for(op)
     for dtype in REGISTRY[op]["dtypes"]:
-        space = mod.config_space(op, shape, dtype, params, tg)
-        assert space, f"empty space for {op} {dtype} on {target}"
-        assert space == mod.config_space(op, shape, dtype, params, tg), "order must be deterministic"
-        keys = [tuple(sorted(c.items())) for c in space]
-        assert len(set(keys)) == len(keys), "duplicate configs"
-        for c in space:
-            assert {"num_warps", "num_stages"} <= c.keys()
-            assert _is_pow2(c["num_warps"]) and c["num_warps"] * tg["warp_size"] <= 1024
-            for k, v in c.items():
-                if k.isupper():
-                    assert k.startswith(("BLOCK", "GROUP")) and _is_pow2(v), (k, v)
-            knobs = AMD_KNOBS & c.keys()
-            if tg["backend"] != "hip":
-                assert not knobs
-            else:
-                assert "waves_per_eu" in c
-                if target == "gfx1100":
-                    assert knobs == {"waves_per_eu"}
-                if target == "gfx950":
-                    assert c.get("kpack", 1) == 1
-            if op in ("matmul", "conv2d"):
+        space = checked_space(mod, op, shape, dtype, params, tg, target)
+        if op in ("matmul", "conv2d"):
+            for c in space:
                 assert mod.shared_bytes(c, dtype, tg) <= common.shared_limit(tg)
 
 

@@ -28,6 +28,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from kernels import common  # noqa: E402
+from space_rules import AMD_KNOBS, checked_space  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="kernel tests run under TRITON_INTERPRET=1")
@@ -43,7 +44,6 @@ TARGETS = {
     "sm_90": {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32},
 }
 GFX_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41}
-AMD_KNOBS = {"waves_per_eu", "matrix_instr_nonkdim", "kpack"}
 
 # Anchor shapes (shared/anchors.md): spaces and compiles only, never run here.
 ANCHORS = {
@@ -100,10 +100,6 @@ def pick(configs, pred=None):
     assert configs, "no config of the requested kind"
     idx = sorted({0, len(configs) // 2, len(configs) - 1})
     return [configs[i] for i in idx]
-
-
-def is_pow2(x):
-    return x > 0 and x & (x - 1) == 0
 
 
 # ---------------------------------------------------------------------------
@@ -347,26 +343,8 @@ def test_config_space_rules(op, target):
     params = defaults(op, params)
     mod = module_for(op)
     for dtype in dtypes:
-        space = mod.config_space(op, shape, dtype, params, tg)
-        assert space, f"empty space for {op} {dtype} on {target}"
-        assert space == mod.config_space(op, shape, dtype, params, tg), "order must be deterministic"
-        keys = [tuple(sorted(c.items())) for c in space]
-        assert len(set(keys)) == len(keys), "duplicate configs"
+        space = checked_space(mod, op, shape, dtype, params, tg, target)
         for c in space:
-            assert {"num_warps", "num_stages"} <= c.keys()
-            assert is_pow2(c["num_warps"]) and c["num_warps"] * tg["warp_size"] <= 1024
-            for k, v in c.items():
-                if k.isupper():
-                    assert k.startswith(("BLOCK", "GROUP")) and is_pow2(v), (k, v)
-            knobs = AMD_KNOBS & c.keys()
-            if tg["backend"] != "hip":
-                assert not knobs
-            else:
-                assert "waves_per_eu" in c
-                if target == "gfx1100":
-                    assert knobs == {"waves_per_eu"}
-                if target == "gfx950":
-                    assert c.get("kpack", 1) == 1
             if op in ("gemm_bias_act", "conv2d"):
                 assert mod.shared_bytes(c, dtype, tg) <= common.shared_limit(tg)
             if op == "attention":
