@@ -4,7 +4,7 @@
 //   kiln-replay --catalog DB --job ID --strategy exhaustive|random|halving
 //               [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F] [--tiles F]
 //               [--predict 1] [--hints FILE]
-//               [--priors-from DB[,DB...]] [--priors N] [--prior-jobs J]
+//               [--priors-from DB[,DB...]] [--priors N] [--prior-jobs J] [--budget-share F]
 //
 // The space is the job's recorded template candidates (candidate id order, as
 // the exhaustive run evaluated them); each config's score is what the scheduler
@@ -145,7 +145,7 @@ int usage(int rc) {
          "                   [--seeds N] [--budget B] [--initial N] [--keep F] [--prune F] [--tiles F]\n"
          "                   [--predict 1]   (also print the config model's prediction per config)\n"
          "                   [--hints FILE]  ({config: hint} from the worker's space method)\n"
-         "                   [--priors-from DB[,DB...]] [--priors N] [--prior-jobs J]\n"
+         "                   [--priors-from DB[,DB...]] [--priors N] [--prior-jobs J] [--budget-share F]\n"
          "                                   (halving's priors from those catalogs, leave-one-out)\n";
   return rc;
 }
@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
     if (opt.count("prune")) base.prune = std::stod(opt["prune"]);
     if (opt.count("tiles")) base.tiles = std::stod(opt["tiles"]);
     if (opt.count("priors")) base.priors = std::stoi(opt["priors"]);
+    if (opt.count("budget-share")) base.budget_share = std::stod(opt["budget-share"]);
     const int seeds = opt.count("seeds") ? std::stoi(opt["seeds"]) : 1;
 
     std::map<std::string, const Recorded*> recorded;

@@ -257,11 +257,8 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
   const size_t n = r.configs.size();
   if (n == 0) return plan;
 
-  const int budget = std::max(0, st.max_candidates);
-  const int used = static_cast<int>(history.size());
-  const int left = budget - used;
-  int initial = st.initial > 0 ? st.initial : default_initial(n);
-  initial = std::max(1, std::min(initial, budget));
+  const int max_candidates = std::max(0, st.max_candidates);
+  int initial = std::max(1, std::min(st.initial > 0 ? st.initial : default_initial(n), max_candidates));
 
   // Where the history lies in the space; the round is one past the last.
   std::map<std::string, size_t> index;
@@ -299,7 +296,7 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
   };
   std::vector<size_t> priors;
   for (const json& p : s.priors) {
-    if (static_cast<int>(priors.size()) >= std::min(st.priors, budget)) break;
+    if (static_cast<int>(priors.size()) >= std::min(st.priors, max_candidates)) break;
     auto at = nearest(p);
     if (at && std::find(priors.begin(), priors.end(), *at) == priors.end()) priors.push_back(*at);
   }
@@ -310,6 +307,13 @@ Plan halving(const SearchSpace& s, const std::vector<const Principle*>& principl
       priors.empty() ? initial
                      : std::min(initial, std::max(kMinModelPicks, initial - static_cast<int>(priors.size())));
   const int round0 = model_picks + static_cast<int>(priors.size());
+  // The budget: max_candidates, and at most a budget_share of the space (never
+  // less than round 0).
+  int budget = max_candidates;
+  if (st.budget_share > 0 && st.budget_share < 1)
+    budget = std::min(budget, std::max(round0, static_cast<int>(std::floor(st.budget_share * static_cast<double>(n)))));
+  const int used = static_cast<int>(history.size());
+  const int left = budget - used;
   if (first) {
     plan.notes.push_back(
         "halving: budget " + std::to_string(budget) + " of " + std::to_string(n) + " configs; round 0: " +
@@ -407,6 +411,8 @@ SearchSettings SearchSettings::from_explore(const json& ex) {
       s.tiles = std::clamp((*h)["tiles"].get<double>(), 0.0, 1.0);
     if (h->contains("priors") && (*h)["priors"].is_number_integer())
       s.priors = std::max(0, (*h)["priors"].get<int>());
+    if (h->contains("budget_share") && (*h)["budget_share"].is_number())
+      s.budget_share = std::clamp((*h)["budget_share"].get<double>(), 0.0, 1.0);
   }
   return s;
 }

@@ -25,7 +25,9 @@
 //               around a survivor the model pruned (a prior that measured well),
 //               where the survivor's own prediction is the yardstick. The search
 //               ends when the budget (max_candidates) is spent or when every
-//               neighbour of the survivors has been evaluated.
+//               neighbour of the survivors has been evaluated. The budget is
+//               max_candidates and at most `budget_share` (a fifth) of the
+//               space after the principles, never less than round 0.
 //
 // next_round() is a pure function of (space, principles, settings, history): the
 // template generator calls it each time the scheduler asks for a round, and
@@ -128,12 +130,13 @@ struct SearchSettings {
   double keep = 0.5;                    // halving: survivors shrink by this factor each round
   double prune = 1.5;                   // halving: never propose a config predicted > prune × best
   double tiles = 0.5;                   // halving: share of round 0 given to tiles no other pick has
-  int priors = 2;                       // halving: round 0 adds up to this many SearchSpace::priors
+  int priors = 2;                       // halving: round 0 takes up to this many SearchSpace::priors
+  double budget_share = 0.2;            // halving: evaluate at most this share of the space (0 or 1: no cap)
   unsigned long long seed = 0;
 
   // From a job's spec["explore"]: strategy, max_candidates, seed, and for
   // halving the optional "budget" (overrides max_candidates) and
-  // "halving": {"initial", "keep", "prune", "tiles", "priors"}.
+  // "halving": {"initial", "keep", "prune", "tiles", "priors", "budget_share"}.
   static SearchSettings from_explore(const nlohmann::json& explore);
 };
 

@@ -31,7 +31,7 @@ const std::vector<std::string> kLlmKeys = {
     "max_concurrent", "retrieval_threshold", "rounds", "instance_timeout_s"};
 const std::vector<std::string> kExplorationKeys = {"generator", "strategy", "instances",
                                                    "max_candidates", "timeout_s", "seed", "halving"};
-const std::vector<std::string> kHalvingKeys = {"initial", "keep", "prune", "tiles", "priors"};
+const std::vector<std::string> kHalvingKeys = {"initial", "keep", "prune", "tiles", "priors", "budget_share"};
 const std::vector<std::string> kValidationKeys = {"seeds", "atol", "rtol"};
 const std::vector<std::string> kBenchmarkKeys = {"warmup", "runs"};
 const std::vector<std::string> kStrategies = {"exhaustive", "random", "halving"};

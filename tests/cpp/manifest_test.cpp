@@ -261,7 +261,7 @@ operators:
     shapes: [[64, 64, 64]]
     dtype: bf16
     exploration:
-      halving: {keep: 0.25, prune: 2, tiles: 1, priors: 3}
+      halving: {keep: 0.25, prune: 2, tiles: 1, priors: 3, budget_share: 0.5}
   - op: add
     input_shape: [8]
     dtype: fp32
@@ -270,7 +270,8 @@ operators:
   ASSERT_EQ(m.jobs.size(), 2u);
   auto spec = [](const JobSpec& j) { return j.to_json(*knowledge().targets.find(j.target)); };
   const json mm = spec(m.jobs[0])["explore"]["halving"];
-  EXPECT_EQ(mm, json::parse(R"({"initial": 6, "keep": 0.25, "prune": 2.0, "tiles": 1.0, "priors": 3})"));
+  EXPECT_EQ(mm, json::parse(
+                    R"({"initial": 6, "keep": 0.25, "prune": 2.0, "tiles": 1.0, "priors": 3, "budget_share": 0.5})"));
   // The entry's `halving: null` gives nothing; the defaults' keys stay.
   EXPECT_EQ(spec(m.jobs[1])["explore"]["halving"], json::parse(R"({"initial": 6, "priors": 0})"));
   // Typed as the strategy reads them (SearchSettings::from_explore).

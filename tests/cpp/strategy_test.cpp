@@ -368,6 +368,41 @@ TEST(StrategyHalving, RespectsTheBudget) {
   }
 }
 
+TEST(StrategyHalving, SpendsAtMostTheBudgetShareOfTheSpace) {
+  const Target t = gpu();
+  SearchSpace sp = gemm(t);
+  const auto score = [](const json& c) { return std::optional<double>(landscape(c)); };
+  // A tenth of the 64 configs: 6 (the default, a fifth, does not bind here:
+  // the search converges within 12).
+  const size_t cap = static_cast<size_t>(std::floor(0.1 * static_cast<double>(sp.configs.size())));
+  size_t most = 0;
+  for (unsigned long long seed = 0; seed < 10; ++seed) {
+    SearchSettings st = halving(64, seed);
+    st.budget_share = 0.1;
+    const size_t used = search(sp, st, score).size();
+    EXPECT_LE(used, cap) << "seed " << seed;
+    most = std::max(most, used);
+  }
+  // Without the cap (budget_share 1, or 0) the same searches go further.
+  SearchSettings open = halving(64, 0);
+  size_t most_open = 0;
+  for (double share : {0.0, 1.0}) {
+    open.budget_share = share;
+    for (unsigned long long seed = 0; seed < 10; ++seed) {
+      open.seed = seed;
+      most_open = std::max(most_open, search(sp, open, score).size());
+    }
+  }
+  EXPECT_GT(most_open, most);
+  // Never below round 0: a share of a tiny space still evaluates round 0.
+  SearchSettings tiny = halving(64, 0);
+  tiny.budget_share = 0.01;
+  tiny.initial = 3;
+  EXPECT_EQ(search(sp, tiny, score).size(), 3u);
+  EXPECT_DOUBLE_EQ(SearchSettings::from_explore({{"halving", {{"budget_share", 0.5}}}}).budget_share, 0.5);
+  EXPECT_DOUBLE_EQ(SearchSettings::from_explore({{"halving", {{"budget_share", 7}}}}).budget_share, 1.0);
+}
+
 TEST(StrategyHalving, FailuresAreNotSurvivorsAndTheSearchGoesOn) {
   const Target t = gpu();
   SearchSpace sp = gemm(t);
