@@ -105,6 +105,41 @@ def test_a_waiting_benchmark_goes_before_later_checks():
     assert late_in >= b_out, "a check that came later did not overtake the waiting benchmark"
 
 
+def test_the_holder_runs_at_the_lock_niceness_and_gets_its_own_back(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench.os, "getpriority", lambda which, who: 3)
+    monkeypatch.setattr(bench.os, "setpriority", lambda which, who, prio: calls.append(prio))
+    monkeypatch.setenv("KILN_GPU_LOCK_NICE", "-5")
+    with bench.gpu_lock():
+        assert calls == [-5]
+    assert calls == [-5, 3]
+    # Unset: the priority is left alone.
+    monkeypatch.delenv("KILN_GPU_LOCK_NICE")
+    with bench.gpu_lock(shared=True):
+        pass
+    assert calls == [-5, 3]
+
+
+def test_a_lock_niceness_that_is_not_permitted_changes_nothing(monkeypatch):
+    real = os.setpriority
+
+    def refuse(which, who, prio):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(bench.os, "setpriority", refuse)
+    monkeypatch.setenv("KILN_GPU_LOCK_NICE", "-20")
+    with bench.gpu_lock():
+        held = True
+    assert held
+    # For real, at this thread's own niceness (always permitted): it has it
+    # inside and after.
+    monkeypatch.setattr(bench.os, "setpriority", real)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    monkeypatch.setenv("KILN_GPU_LOCK_NICE", str(before))
+    with bench.gpu_lock():
+        assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+
+
 def test_space_answer_has_grid_hints():
     os.environ.setdefault("TRITON_INTERPRET", "1")
     from kiln_worker.evaluate import space

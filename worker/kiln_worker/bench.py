@@ -126,6 +126,10 @@ def gpu_lock(shared: bool = False, kind: str | None = None):
     ``kind`` names the span and the wait it records (default "check" for a
     shared hold, "bench" for an exclusive one; the evaluation's input draws
     hold it shared as "setup").
+
+    With $KILN_GPU_LOCK_NICE (an integer), the holder runs at that niceness
+    while it holds the lock (``_lock_priority``): the other workers' compiles
+    then take the CPU from it less, so the GPU waits less for its host work.
     """
     global _HELD
     if _HELD is not None and (_HELD == "exclusive" or shared):
@@ -144,11 +148,36 @@ def gpu_lock(shared: bool = False, kind: str | None = None):
         _WAITS[kind] = _WAITS.get(kind, 0.0) + (t0 - asked)
         _HELD = "shared" if shared else "exclusive"
         try:
-            yield
+            with _lock_priority():
+                yield
         finally:
             _HELD = None
             _SPANS.append((t0, time.time(), kind))
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _lock_priority():
+    """The calling thread at $KILN_GPU_LOCK_NICE's niceness inside, its own
+    outside. Unset, or not permitted (raising priority needs CAP_SYS_NICE):
+    no change."""
+    want = os.environ.get("KILN_GPU_LOCK_NICE", "").strip()
+    if not want:
+        yield
+        return
+    try:
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        os.setpriority(os.PRIO_PROCESS, 0, int(want))
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
+        except OSError:
+            pass
 
 
 # With a cutoff: the runs after which the median is compared with it.
