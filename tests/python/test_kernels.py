@@ -9,9 +9,7 @@ cubin for the AMD and NVIDIA targets in the same process and checks the ELF
 headers.
 """
 
-import importlib
 import os
-import struct
 import sys
 
 # The interpreter must be chosen before Triton is imported.
@@ -23,42 +21,19 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 from kernels import common  # noqa: E402
-from space_rules import AMD_KNOBS, checked_space  # noqa: E402
+from kernel_testing import (AMD_KNOBS, GFX_MACH, REGISTRY, TARGETS, checked_space, defaults,  # noqa: E402
+                            elf_header, module_for, run_case, upcast)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="kernel tests run under TRITON_INTERPRET=1")
 
-REGISTRY = yaml.safe_load(open(os.path.join(ROOT, "kernels", "operators.yaml")))["operators"]
-
-TARGETS = {
-    "gfx90a": {"name": "MI250X", "backend": "hip", "arch": "gfx90a", "warp_size": 64},
-    "gfx942": {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64},
-    "gfx950": {"name": "MI355X", "backend": "hip", "arch": "gfx950", "warp_size": 64},
-    "gfx1100": {"name": "RX7900XTX", "backend": "hip", "arch": "gfx1100", "warp_size": 32},
-    "sm_90": {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32},
-}
-# e_flags low byte (EF_AMDGPU_MACH) of the hsaco per gfx.
-GFX_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41}
 
 
 
-def module_for(op):
-    return importlib.import_module("kernels." + REGISTRY[op]["module"])
 
 
-def defaults(op, params):
-    """Registry defaults filled in, as the engine does for a job."""
-    out = {k: v["default"] for k, v in REGISTRY[op]["params"].items() if "default" in v}
-    out.update(params)
-    return out
-
-
-def upcast(inputs, dtype):
-    wide = torch.float64 if dtype == "fp32" else torch.float32
-    return {k: v.to(wide) for k, v in inputs.items()}
 
 
 def check_close(op, out, ref, dtype):
@@ -67,15 +42,6 @@ def check_close(op, out, ref, dtype):
     assert not torch.isnan(out).any(), f"{op}: NaN in output (unwritten elements?)"
     torch.testing.assert_close(out.to(ref.dtype), ref, atol=tol["atol"], rtol=tol["rtol"])
 
-
-def run_case(op, shape, dtype, params, config, seed=0):
-    mod = module_for(op)
-    inputs = mod.make_inputs(op, shape, dtype, params, seed, "cpu")
-    out = mod.output_like(op, inputs, params)
-    out.fill_(float("nan"))
-    mod.launch(op, inputs, out, config, params)
-    ref = mod.reference(op, upcast(inputs, dtype), params)
-    return out, ref
 
 
 def pick(configs, n_cols=None, looped=None):
@@ -268,13 +234,6 @@ def test_space_sizes_are_real():
 # ---------------------------------------------------------------------------
 # cross-compilation (in the same process as the interpreter runs above)
 # ---------------------------------------------------------------------------
-
-def elf_header(blob):
-    assert blob[:4] == b"\x7fELF", "not an ELF"
-    assert blob[4] == 2, "not ELF64"
-    e_machine = struct.unpack_from("<H", blob, 18)[0]
-    e_flags = struct.unpack_from("<I", blob, 48)[0]
-    return blob[7], e_machine, e_flags
 
 
 # (op, shape, dtype, params, kernel name, which config: looped or not)

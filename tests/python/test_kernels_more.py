@@ -11,10 +11,7 @@ checked. The last test drives the real worker (python -m kiln_worker) as a
 subprocess, end to end, for each new operator.
 """
 
-import importlib
-import math
 import os
-import struct
 import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -25,25 +22,16 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 from kernels import common  # noqa: E402
-from space_rules import AMD_KNOBS, checked_space  # noqa: E402
+from kernel_testing import (AMD_KNOBS, GFX_MACH, REGISTRY, TARGETS, checked_space, defaults,  # noqa: E402
+                            elf_header, module_for, run_case, upcast)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                 reason="kernel tests run under TRITON_INTERPRET=1")
 
-REGISTRY = yaml.safe_load(open(os.path.join(ROOT, "kernels", "operators.yaml")))["operators"]
 NEW_OPS = ["rmsnorm", "row_sum", "row_mean", "row_max", "gemm_bias_act", "attention"]
 
-TARGETS = {
-    "gfx90a": {"name": "MI250X", "backend": "hip", "arch": "gfx90a", "warp_size": 64},
-    "gfx942": {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64},
-    "gfx950": {"name": "MI355X", "backend": "hip", "arch": "gfx950", "warp_size": 64},
-    "gfx1100": {"name": "RX7900XTX", "backend": "hip", "arch": "gfx1100", "warp_size": 32},
-    "sm_90": {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32},
-}
-GFX_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41}
 
 # Anchor shapes (shared/anchors.md): spaces and compiles only, never run here.
 ANCHORS = {
@@ -56,19 +44,7 @@ ANCHORS = {
 }
 
 
-def module_for(op):
-    return importlib.import_module("kernels." + REGISTRY[op]["module"])
 
-
-def defaults(op, params):
-    out = {k: v["default"] for k, v in REGISTRY[op]["params"].items() if "default" in v}
-    out.update(params)
-    return out
-
-
-def upcast(inputs, dtype):
-    wide = torch.float64 if dtype == "fp32" else torch.float32
-    return {k: v.to(wide) for k, v in inputs.items()}
 
 
 def check_close(op, out, ref, dtype):
@@ -79,18 +55,6 @@ def check_close(op, out, ref, dtype):
     atol = tol["atol"] * max(1.0, float(ref.double().pow(2).mean().sqrt()))
     torch.testing.assert_close(out.to(ref.dtype), ref, atol=atol, rtol=tol["rtol"])
 
-
-def run_case(op, shape, dtype, params, config, seed=0):
-    mod = module_for(op)
-    inputs = mod.make_inputs(op, shape, dtype, params, seed, "cpu")
-    before = {k: v.clone() for k, v in inputs.items()}
-    out = mod.output_like(op, inputs, params)
-    out.fill_(float("nan"))
-    mod.launch(op, inputs, out, config, params)
-    for k in inputs:
-        assert torch.equal(inputs[k], before[k]), f"{op} modified its input {k}"
-    ref = mod.reference(op, upcast(inputs, dtype), params)
-    return out, ref
 
 
 def pick(configs, pred=None):
@@ -265,7 +229,6 @@ def test_attention_validation():
 def test_attention_head_groups_cover_every_block():
     # GROUP_H heads x query blocks, heaviest block first: every (head, block)
     # exactly once, also when B*H is not a multiple of GROUP_H.
-    mod = module_for("attention")
     p = defaults("attention", {"causal": True})
     cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "GROUP_H": 8, "num_warps": 4, "num_stages": 1}
     out, ref = run_case("attention", [1, 11, 40, 16], "fp16", p, cfg)
@@ -387,13 +350,6 @@ def test_anchor_space_sizes():
 # ---------------------------------------------------------------------------
 # cross-compilation (in the same process as the interpreter runs above)
 # ---------------------------------------------------------------------------
-
-def elf_header(blob):
-    assert blob[:4] == b"\x7fELF", "not an ELF"
-    assert blob[4] == 2, "not ELF64"
-    e_machine = struct.unpack_from("<H", blob, 18)[0]
-    e_flags = struct.unpack_from("<I", blob, 48)[0]
-    return blob[7], e_machine, e_flags
 
 
 # (op, shape, dtype, params, kernel name, config filter)

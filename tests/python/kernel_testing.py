@@ -1,0 +1,99 @@
+"""What test_kernels.py and test_kernels_more.py share: the operator registry,
+the test targets, running a case under the interpreter, ELF headers, and the
+rules every template's config space keeps whatever the operator (each file adds
+its operators' own). Imported after the test module has chosen the interpreter
+(TRITON_INTERPRET=1) and put the repository on sys.path."""
+
+import importlib
+import os
+import struct
+
+import torch
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REGISTRY = yaml.safe_load(open(os.path.join(ROOT, "kernels", "operators.yaml")))["operators"]
+TARGETS = {
+    "gfx90a": {"name": "MI250X", "backend": "hip", "arch": "gfx90a", "warp_size": 64},
+    "gfx942": {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64},
+    "gfx950": {"name": "MI355X", "backend": "hip", "arch": "gfx950", "warp_size": 64},
+    "gfx1100": {"name": "RX7900XTX", "backend": "hip", "arch": "gfx1100", "warp_size": 32},
+    "sm_90": {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32},
+}
+# e_flags low byte (EF_AMDGPU_MACH) of the hsaco per gfx.
+GFX_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41}
+AMD_KNOBS = {"waves_per_eu", "matrix_instr_nonkdim", "kpack"}
+
+
+def module_for(op):
+    return importlib.import_module("kernels." + REGISTRY[op]["module"])
+
+
+def defaults(op, params):
+    """Registry defaults filled in, as the engine does for a job."""
+    out = {k: v["default"] for k, v in REGISTRY[op]["params"].items() if "default" in v}
+    out.update(params)
+    return out
+
+
+def upcast(inputs, dtype):
+    wide = torch.float64 if dtype == "fp32" else torch.float32
+    return {k: v.to(wide) for k, v in inputs.items()}
+
+
+def run_case(op, shape, dtype, params, config, seed=0):
+    """The kernel's output (NaN-filled before the launch) and the reference,
+    on the CPU; fails if the kernel changed an input."""
+    mod = module_for(op)
+    inputs = mod.make_inputs(op, shape, dtype, params, seed, "cpu")
+    before = {k: v.clone() for k, v in inputs.items()}
+    out = mod.output_like(op, inputs, params)
+    out.fill_(float("nan"))
+    mod.launch(op, inputs, out, config, params)
+    for k in inputs:
+        assert torch.equal(inputs[k], before[k]), f"{op} modified its input {k}"
+    ref = mod.reference(op, upcast(inputs, dtype), params)
+    return out, ref
+
+
+def elf_header(blob):
+    """(EI_OSABI, e_machine, e_flags) of an ELF64 code object."""
+    assert blob[:4] == b"\x7fELF", "not an ELF"
+    assert blob[4] == 2, "not ELF64"
+    e_machine = struct.unpack_from("<H", blob, 18)[0]
+    e_flags = struct.unpack_from("<I", blob, 48)[0]
+    return blob[7], e_machine, e_flags
+
+
+def is_pow2(x):
+    return x > 0 and (x & (x - 1)) == 0
+
+
+def checked_space(mod, op, shape, dtype, params, tg, target):
+    """The template's space for (op, shape, dtype) on target `tg` (named
+    `target`), after checking the rules all templates keep: not empty,
+    deterministic, no repeats; num_warps and num_stages in every config, warps a
+    power of two within 1024 threads; BLOCK_* / GROUP_* knobs powers of two;
+    the AMD knobs only on hip targets, waves_per_eu always there, only it on
+    gfx1100 (no matrix-core knobs on RDNA), no kpack but 1 on gfx950."""
+    space = mod.config_space(op, shape, dtype, params, tg)
+    assert space, f"empty space for {op} {dtype} on {target}"
+    assert space == mod.config_space(op, shape, dtype, params, tg), "order must be deterministic"
+    keys = [tuple(sorted(c.items())) for c in space]
+    assert len(set(keys)) == len(keys), "duplicate configs"
+    for c in space:
+        assert {"num_warps", "num_stages"} <= c.keys()
+        assert is_pow2(c["num_warps"]) and c["num_warps"] * tg["warp_size"] <= 1024
+        for k, v in c.items():
+            if k.isupper():
+                assert k.startswith(("BLOCK", "GROUP")) and is_pow2(v), (k, v)
+        knobs = AMD_KNOBS & c.keys()
+        if tg["backend"] != "hip":
+            assert not knobs
+        else:
+            assert "waves_per_eu" in c
+            if target == "gfx1100":
+                assert knobs == {"waves_per_eu"}
+            if target == "gfx950":
+                assert c.get("kpack", 1) == 1
+    return space
