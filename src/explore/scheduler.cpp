@@ -373,15 +373,16 @@ void Scheduler::finish(Job& job, bool ok, const std::string& message) {
   else ++stats_.jobs_failed;
   Selection sel = select_best(catalog_, id, *job.ctx.target);
   log_ << "[" << now_hms() << "] " << (ok ? "done   " : "FAILED ") << job.label();
-  if (sel.best)
+  if (sel.best) {
     log_ << ": best " << fmt_ms(sel.best->value_ms) << " (" << sel.best->basis
          << (sel.best->basis == "measured" ? " on " + sel.best->device : "") << "), " << sel.correct
          << "/" << sel.evaluated << " correct";
-  // A search that stopped short of the template's space says how short.
-  if (sel.best && !job.ctx.space.empty() && static_cast<size_t>(sel.evaluated) < job.ctx.space.size())
-    log_ << ", " << sel.evaluated << " of " << job.ctx.space.size() << " configs evaluated";
-  else
+    // A search that stopped short of the template's space says how short.
+    if (!job.ctx.space.empty() && static_cast<size_t>(sel.evaluated) < job.ctx.space.size())
+      log_ << ", " << sel.evaluated << " of " << job.ctx.space.size() << " configs evaluated";
+  } else {
     log_ << ": " << message;
+  }
   log_ << std::endl;
   affinity_.forget(id);
   active_.erase(id);
