@@ -470,13 +470,21 @@ def compiler_mode():
         triton.knobs.runtime.interpret = interpret
 
 
+def ast_source(fn, signature, constexprs, attrs=None):
+    """The compiler's source object for a kernel: a GluonASTSource for a Gluon
+    kernel (@gluon.jit; it is lowered from its own layouts), else an ASTSource."""
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource
+        return GluonASTSource(fn, signature, constexprs, attrs)
+    from triton.compiler import ASTSource
+    return ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+
+
 def cross_compile(spec_: dict, target: dict):
     """triton.compile a `compile_spec` dict for a target dict; returns the
     CompiledKernel (`.asm["hsaco"]` / `.asm["cubin"]`, `.metadata`)."""
-    from triton.compiler import ASTSource
     with compiler_mode():
-        src = ASTSource(fn=compilable(spec_["fn"]), signature=spec_["signature"],
-                        constexprs=spec_["constexprs"], attrs=spec_.get("attrs"))
+        src = ast_source(compilable(spec_["fn"]), spec_["signature"], spec_["constexprs"], spec_.get("attrs"))
         return triton.compile(src, target=gpu_target(target), options=spec_["options"])
 
 

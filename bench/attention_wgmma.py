@@ -1,0 +1,115 @@
+"""The Gluon warp-specialised attention kernel (kernels/attention_wgmma.py) on
+this GPU: first checked against the fp32 reference on odd shapes, then timed
+on the anchor case (causal 4x32x2048x128 bf16) beside the template's plain
+Triton kernel at its best config and torch's SDPA, with the worker's harness
+(L2 flush, device events, median of --runs), twice for the noise. Exits 1 when
+a check fails.
+
+    python3 bench/attention_wgmma.py [--runs 50] [--json out.json]   # sm_90 GPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "worker")]
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import yaml  # noqa: E402
+
+from kernels import attention, attention_wgmma  # noqa: E402
+from kiln_worker.bench import _benchmark  # noqa: E402
+from kiln_worker.device import install_scratch_allocator  # noqa: E402
+
+SHAPE = [4, 32, 2048, 128]
+CHECKS = [([1, 2, 128, 64], "fp16", True), ([1, 3, 1000, 128], "bf16", True), ([2, 2, 1000, 128], "bf16", False),
+          ([1, 2, 77, 64], "fp16", False), ([1, 2, 77, 64], "bf16", True), ([2, 4, 512, 128], "bf16", True),
+          ([1, 2, 300, 256], "bf16", True), ([1, 1, 16, 64], "fp16", True)]
+TILES = [(128, 2), (128, 3), (64, 2), (64, 3), (64, 4)]  # (BLOCK_N, stages) at BLOCK_M = 128
+
+
+def _cfg(bm, bn, stages, warps=None):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": warps or bm // 16, "num_stages": stages}
+
+
+def _fits(bn, stages, d, elem=2):
+    return (128 * d + 2 * stages * bn * d) * elem + 1024 <= 227 * 1024
+
+
+def check(shape, dtype, causal, config) -> tuple[float, bool]:
+    p = {"causal": causal}
+    inputs = attention.make_inputs("attention", shape, dtype, p, 0, torch.device("cuda"))
+    out = attention.output_like("attention", inputs, p).fill_(float("nan"))
+    attention_wgmma.launch_ws(inputs["q"], inputs["k"], inputs["v"], out, attention._sm_scale(p, shape[3]), causal,
+                              config)
+    ref = attention.reference("attention", {n: t.float() for n, t in inputs.items()}, p)
+    err = (out.float() - ref).abs().max().item()
+    return err, bool(torch.isfinite(out).all()) and err < 3e-2
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    install_scratch_allocator()  # device-side tensor descriptors need global scratch
+    target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
+    results = {"checks": [], "timings": []}
+
+    for shape, dtype, causal in CHECKS:
+        for bn, stages in TILES:
+            if not _fits(bn, stages, shape[3]):
+                continue
+            c = _cfg(128, bn, stages)
+            err, ok = check(shape, dtype, causal, c)
+            results["checks"].append({"shape": shape, "dtype": dtype, "causal": causal, "config": c,
+                                      "max_err": err, "ok": ok})
+            print(f"check {shape} {dtype} causal={causal} 128x{bn}/{stages}: {'ok' if ok else 'FAIL'} {err:.3g}",
+                  flush=True)
+    bad = sum(not r["ok"] for r in results["checks"])
+
+    p = {"causal": True}
+    inputs = attention.make_inputs("attention", SHAPE, "bf16", p, 1, torch.device("cuda"))
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    out = torch.empty_like(q)
+    scale = attention._sm_scale(p, SHAPE[3])
+    B, H, S, D = SHAPE
+    flops = 4 * B * H * S * (S + 1) / 2 * D
+    fns = {"SDPA (default: cuDNN)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+           "Triton template, 64x64 / 4 warps / 3 stages":
+               lambda: attention.launch("attention", inputs, out, _cfg(64, 64, 3, 4), p)}
+    for bn, stages in TILES:
+        c = _cfg(128, bn, stages)
+        fns[f"Gluon ws, 128x{bn} / {stages} stages"] = (
+            lambda c=c: attention_wgmma.launch_ws(q, k, v, out, scale, True, c))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).float()
+    for name, fn in fns.items():
+        row = {"name": name}
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        if not name.startswith("SDPA"):
+            row["max_err_vs_sdpa"] = (out.float() - ref).abs().max().item()
+        row["ms"] = [_benchmark(fn, 25, args.runs, "gpu", target)["median_ms"] for _ in range(2)]
+        results["timings"].append(row)
+        print(row, flush=True)
+
+    sdpa = min(results["timings"][0]["ms"])
+    print(f"\n{bad} failed checks of {len(results['checks'])}; causal {SHAPE} bf16, {torch.cuda.get_device_name()}")
+    print("| kernel | ms (2 passes) | TFLOP/s | / SDPA | max err vs SDPA |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for r in results["timings"]:
+        m = min(r["ms"])
+        print(f"| {r['name']} | {r['ms'][0]:.4f} / {r['ms'][1]:.4f} | {flops / m / 1e9:.0f} | {m / sdpa:.3f} | "
+              f"{r.get('max_err_vs_sdpa', 0):.3g} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

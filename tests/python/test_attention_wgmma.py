@@ -1,0 +1,95 @@
+"""The Gluon warp-specialised attention kernel (kernels/attention_wgmma.py).
+
+Gluon kernels do not run under the Triton interpreter, so on the CPU this
+cross-compiles them for sm_90 (real Triton lowering and ptxas, as the
+templates' cubins) and checks what the schedule relies on: a producer warp
+and two consumer warpgroups (12 warps with the padding), shared memory of
+exactly Q + the K and V rings + barriers, no register spills, and that ptxas
+did not serialise the wgmmas. On an sm_90 GPU the kernel is also run against
+the fp32 reference on odd shapes (the same checks bench/attention_wgmma.py
+makes before it times anything).
+
+    python3 -m pytest tests/python/test_attention_wgmma.py -q
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [p for p in (os.path.join(ROOT, "worker"), ROOT) if p not in sys.path]
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kernels import attention, attention_wgmma, common  # noqa: E402
+
+H200 = {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32}
+
+
+def _cfg(bm=128, bn=128, stages=2):
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_H": 8, "num_stages": stages}
+
+
+def _ptxas_report(ptx: str) -> str:
+    """ptxas -v of the kernel's PTX with Triton's own ptxas (the one that
+    built the cubin), for the spill and serialisation lines."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    ptxas = get_ptxas(90).path
+    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-", "-o", os.devnull], input=ptx, text=True,
+                         capture_output=True, check=True)
+    return out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("bn,stages,causal,dtype", [(128, 2, True, "bf16"), (64, 3, True, "fp16"),
+                                                    (128, 2, False, "bf16")])
+def test_cross_compiles_for_sm90(bn, stages, causal, dtype):
+    spec = attention_wgmma.compile_spec([4, 32, 2048, 128], dtype, causal, _cfg(bn=bn, stages=stages), H200)
+    compiled = common.cross_compile(spec, H200)
+    assert compiled.asm["cubin"][:4] == b"\x7fELF"
+    md = compiled.metadata
+    assert md.num_warps == 12  # 4 + 4 consumers, 1 producer, padded to warpgroups
+    e = common.element_bytes(dtype)
+    payload = 128 * 128 * e + 2 * stages * bn * 128 * e  # Q, then the K and V rings
+    assert payload < md.shared <= payload + 512  # + the 2 + 4 * stages barriers, aligned
+    ptx = compiled.asm["ptx"]
+    # the consumers grow to 240 registers, the producer shrinks to 24
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
+    assert ptx.count("wgmma.mma_async") > 0 and "cp.async.bulk.tensor.2d" in ptx
+    report = _ptxas_report(ptx)
+    assert "C7514" not in report and "serialized" not in report, report
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", report)]
+    assert spills and max(spills) == 0, report
+
+
+def test_other_targets_are_refused():
+    with pytest.raises(ValueError, match="sm_90"):
+        attention_wgmma.compile_spec([1, 1, 128, 64], "bf16", True, _cfg(),
+                                     {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64})
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU (wgmma, TMA)")
+@pytest.mark.parametrize("shape,dtype,causal,bn,stages", [
+    ([1, 3, 1000, 128], "bf16", True, 128, 2),   # S % BLOCK_M != 0: rows of the next head masked out
+    ([2, 2, 1000, 128], "bf16", False, 64, 3),
+    ([1, 2, 77, 64], "fp16", False, 128, 2),
+    ([1, 2, 300, 256], "bf16", True, 64, 2),
+    ([1, 1, 16, 64], "fp16", True, 64, 2),
+    ([2, 4, 512, 128], "bf16", True, 128, 3),
+])
+def test_matches_the_reference_on_gpu(shape, dtype, causal, bn, stages):
+    from kiln_worker.device import install_scratch_allocator
+    install_scratch_allocator()  # device-side tensor descriptors
+    p = {"causal": causal}
+    inputs = attention.make_inputs("attention", shape, dtype, p, 3, torch.device("cuda"))
+    out = attention.output_like("attention", inputs, p).fill_(float("nan"))
+    attention_wgmma.launch_ws(inputs["q"], inputs["k"], inputs["v"], out, attention._sm_scale(p, shape[3]), causal,
+                              _cfg(bn=bn, stages=stages))
+    ref = attention.reference("attention", {k: v.float() for k, v in inputs.items()}, p)
+    torch.testing.assert_close(out.float(), ref, **common.tolerance(dtype))
