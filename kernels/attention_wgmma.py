@@ -87,8 +87,6 @@ def _softmax_block(s, m_i, l_i, start_n, q_lo, S, qk_scale,
     return p, alpha, m_new, l_i
 
 
-
-
 @gluon.jit
 def _pv(acc, alpha, p, v_ring, v_bars, g, dtype: gl.constexpr, STAGES: gl.constexpr,
         o_layout: gl.constexpr, p_layout: gl.constexpr):
@@ -97,8 +95,6 @@ def _pv(acc, alpha, p, v_ring, v_bars, g, dtype: gl.constexpr, STAGES: gl.conste
     p_op = gl.convert_layout(p.to(dtype), p_layout)
     mbarrier.wait(v_bars.index(g % STAGES), (g // STAGES) & 1)
     return warpgroup_mma(p_op, v_ring.index(g % STAGES), acc, is_async=True)
-
-
 
 
 @gluon.jit
@@ -123,8 +119,6 @@ def _ws_tile(BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.co
     return bh * S, q_lo, n
 
 
-
-
 @gluon.jit
 def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty,
                  BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr,
@@ -145,8 +139,6 @@ def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bars, k_ready
         mbarrier.wait(v_empty.index(slot), phase ^ 1)
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [head_row + j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot))
-
-
 
 
 @gluon.jit
@@ -199,14 +191,11 @@ def _ws_consumer(WG: gl.constexpr, q_smem, k_ring, v_ring, q_bars, k_ready, v_re
     gl.store(out_ptr + offs, o, mask=gl.expand_dims(rows < S, 1))
 
 
-
-
 @gluon.jit
 def attention_fwd_ws_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr,
                             HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr,
-                            CONSUMER_REGS: gl.constexpr):
+                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     HALF: gl.constexpr = BLOCK_M // 2
     q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, HEAD_DIM], dtype)
@@ -244,13 +233,29 @@ def attention_fwd_ws_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
+def _constexprs(D: int, causal: bool, config: dict) -> dict:
+    """The kernel's constexprs for a config: BLOCK_M 128 (two warpgroups of 64
+    rows, the least a wgmma takes), BLOCK_N, GROUP_H, num_stages; optional
+    producer_regs / consumer_regs (setmaxnreg; 24 / 240 by default: 240 keeps
+    the consumers free of spills at 128 x 128, D = 128)."""
+    if config["BLOCK_M"] != 128:
+        raise ValueError("attention_wgmma: BLOCK_M must be 128 (two warpgroups of 64 query rows)")
+    return dict(BLOCK_M=128, BLOCK_N=config["BLOCK_N"], GROUP_H=config["GROUP_H"], HEAD_DIM=D, CAUSAL=causal,
+                STAGES=config["num_stages"], PRODUCER_REGS=config.get("producer_regs", 24),
+                CONSUMER_REGS=config.get("consumer_regs", 240))
+
+
+def _grid(shape) -> tuple:
+    B, H, S, _ = shape
+    return (B * H * triton.cdiv(S, 128), )
+
+
 def launch_ws(q, k, v, out, sm_scale: float, causal: bool, config: dict):
+    """out = attention(q, k, v) on an sm_90 GPU (the worker's scratch allocator,
+    or another triton.set_allocator, must be installed: device-side descriptors)."""
     B, H, S, D = q.shape
-    bm = config["BLOCK_M"]
-    attention_fwd_ws_kernel[(B * H * triton.cdiv(S, bm), )](
-        q, k, v, out, B * H, S, sm_scale, BLOCK_M=bm, BLOCK_N=config["BLOCK_N"], GROUP_H=config["GROUP_H"],
-        HEAD_DIM=D, CAUSAL=causal, STAGES=config["num_stages"],
-        PRODUCER_REGS=config.get("producer_regs", 24), CONSUMER_REGS=config.get("consumer_regs", 240), num_warps=4)
+    attention_fwd_ws_kernel[_grid(q.shape)](q, k, v, out, B * H, S, sm_scale, **_constexprs(D, causal, config),
+                                            num_warps=4)
     return out
 
 
@@ -265,8 +270,5 @@ def compile_spec(shape, dtype: str, causal: bool, config: dict, target: dict) ->
     size = common.numel(shape) * common.element_bytes(dtype)
     args = [("q_ptr", ptr, size), ("k_ptr", ptr, size), ("v_ptr", ptr, size), ("out_ptr", ptr, size),
             ("BH", "i32", B * H), ("S", "i32", S), ("sm_scale", "fp32", 1.0 / D ** 0.5)]
-    consts = dict(BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], GROUP_H=config["GROUP_H"], HEAD_DIM=D,
-                  CAUSAL=causal, STAGES=config["num_stages"], PRODUCER_REGS=config.get("producer_regs", 24),
-                  CONSUMER_REGS=config.get("consumer_regs", 240))
-    grid = (B * H * triton.cdiv(S, config["BLOCK_M"]), )
-    return common.spec(attention_fwd_ws_kernel, args, consts, {"num_warps": 4}, grid, target)
+    return common.spec(attention_fwd_ws_kernel, args, _constexprs(D, causal, config), {"num_warps": 4},
+                       _grid(shape), target)

@@ -12,9 +12,9 @@ What lives here:
   `amd_knobs` (the AMD option axes a target supports) and `runtime_options`,
   which splits a config into compile/launch options and constexprs and keeps the
   AMD knobs only for hip;
-* `compilable`, `cross_compile`, `compiler_mode`: cross-compilation, also while
-  the Triton interpreter is on (see below); `jit_helper`, the decorator for
-  @jit helpers that kernels call;
+* `compilable`, `cross_compile`, `compiler_mode`, `ast_source`: cross-compilation
+  of Triton and Gluon kernels, also while the Triton interpreter is on (see
+  below); `jit_helper`, the decorator for @jit helpers that kernels call;
 * `spec`: builds the dict that `compile_spec` returns.
 
 Interpreter and cross-compilation in one process

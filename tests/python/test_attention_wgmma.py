@@ -64,10 +64,12 @@ def test_cross_compiles_for_sm90(bn, stages, causal, dtype):
     assert spills and max(spills) == 0, report
 
 
-def test_other_targets_are_refused():
+def test_other_targets_and_tiles_are_refused():
     with pytest.raises(ValueError, match="sm_90"):
         attention_wgmma.compile_spec([1, 1, 128, 64], "bf16", True, _cfg(),
                                      {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64})
+    with pytest.raises(ValueError, match="BLOCK_M must be 128"):
+        attention_wgmma.compile_spec([1, 1, 128, 64], "bf16", True, _cfg(bm=64), H200)
 
 
 def _sm90() -> bool:
