@@ -99,9 +99,10 @@ def _pv(acc, alpha, p, v_ring, v_bars, g, dtype: gl.constexpr, STAGES: gl.conste
 
 @gluon.jit
 def _ws_tile(BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr, CAUSAL: gl.constexpr):
-    # program -> (head group, query block heaviest first, head in group); the
-    # first row of the head in the [B*H*S, D] view, the tile's first query
-    # row and its number of key blocks
+    # program -> (head group, query block heaviest first, head in group), the
+    # order of kernels/attention.py's kernel (a Gluon kernel cannot call its
+    # @triton.jit code); returns the first row of the head in the [B*H*S, D]
+    # view, the tile's first query row and its number of key blocks
     pid = gl.program_id(0)
     num_m = gl.cdiv(S, BLOCK_M)
     per_group = GROUP_H * num_m
