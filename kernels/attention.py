@@ -28,7 +28,7 @@ so the short ones fill the tail of the wave (longest-processing-time-first).
 On AMD the config may also carry `waves_per_eu`, `matrix_instr_nonkdim` and
 `kpack` (compile options).
 
-On sm_90 three lower-case knobs (absent = off; never in AMD spaces):
+On sm_90 four lower-case knobs (absent = off; never in AMD spaces):
 
 * `q_regs` 1: Q goes through an exact no-op after its load, so Triton keeps it in
   registers and q @ k^T is a register-A wgmma that reads only K from shared
@@ -48,6 +48,14 @@ On sm_90 three lower-case knobs (absent = off; never in AMD spaces):
   launch allocates through triton.set_allocator (the worker installs one;
   `kiln package` records the size for other launchers). Same results as the
   plain kernel under the interpreter; not yet timed on a GPU.
+* `ws` 1: not this kernel but kernels/attention_wgmma.py's, FlashAttention-3's
+  warp-specialised layout in Gluon (a TMA producer warp, two consumer
+  warpgroups of 64 query rows, async wgmma with the softmax overlapping
+  P @ V), BLOCK_M 128, `num_warps` 12 (what runs). D = 128 only, and offered
+  only where this process has an sm_90 GPU (common.local_gpu_arch): Gluon
+  does not run under the interpreter, so nothing else could check it. On the
+  H200 it takes 0.83-0.91x the plain kernel's best time on long or
+  non-causal attention and 1.02-1.17x on short causal (_with_ws).
 
 Measured on an H200 (causal 4x32x2048x128 bf16, 2026-11-30, every config of the
 space): `q_regs` 1.049x the plain 64 x 64 kernel's time, `maxnreg` 128
@@ -61,8 +69,8 @@ overlaps; +30 registers) -- for the same reason two independent half-block
 softmax chains per program were not pursued. The schedule Triton cannot
 express is written by hand in Gluon in kernels/attention_wgmma.py
 (FlashAttention-3's warp-specialised layout); it measured level with this
-kernel (0.328-0.334 ms against 0.325), so it is not in this space yet
-(docs/performance.md, "Attention in Gluon").
+kernel on this case (0.328-0.334 ms against 0.325) and faster on longer or
+non-causal ones: the `ws` configs (docs/performance.md, "Attention in Gluon").
 """
 
 from __future__ import annotations
@@ -290,6 +298,8 @@ def shared_estimate(config, dtype, D, target) -> int:
     dtype, target), and this estimate needs the head dim D too."""
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     e = common.element_bytes(dtype)
+    if config.get("ws"):  # attention_wgmma: Q, the K and V rings, 10-14 barriers (aligned)
+        return (bm * D + 2 * bn * D * config["num_stages"]) * e + 512
     if common.is_hip(target):
         return (2 * bn * D * max(1, config["num_stages"] - 1) + bm * bn) * e
     # `tma`: 1 KiB more (the TMA loads' barriers), as Triton 3.6 reports
@@ -328,6 +338,8 @@ def config_space(op, shape, dtype, params, target):
                                  "num_warps": warps, "num_stages": stages})
     if not hip:
         base = _nvidia_order(base, D, common.arch(target) == "sm_90")
+        if common.arch(target) == "sm_90" and D == 128 and common.local_gpu_arch() == "sm_90":
+            base = _with_ws(base, S, _causal(params))
 
     def keep(c):
         if shared_estimate(c, dtype, D, target) > limit:
@@ -343,8 +355,27 @@ def config_space(op, shape, dtype, params, target):
 
 # NVIDIA-only config knobs (lower case, as the row kernels' `programs` / `stream`;
 # absent = off): q_regs 1 keeps Q in registers (the Q_REGS constexpr), maxnreg caps
-# the registers per thread (a Triton compile option; more programs per SM).
-NV_KNOBS = ("q_regs", "maxnreg", "tma")
+# the registers per thread (a Triton compile option; more programs per SM), ws 1
+# runs the warp-specialised Gluon kernel of kernels/attention_wgmma.py instead.
+NV_KNOBS = ("q_regs", "maxnreg", "tma", "ws")
+
+# The Gluon kernel's tiles (BLOCK_N, stages) at BLOCK_M 128; num_warps 12 is what
+# runs (two consumer warpgroups and a producer warp, padded), so the engine's
+# model counts the right threads.
+WS_TILES = ((128, 2), (128, 3), (64, 3))
+
+
+def _with_ws(base, S, causal):
+    """The sm_90 space with the warp-specialised Gluon kernel's tiles (D = 128,
+    offered only where this process has an sm_90 GPU: nothing else can run or
+    check them). Measured on an H200 (bench/attention_wgmma.py --shapes,
+    2026-12-01) against the plain kernel's best: 0.83-0.88x its time at S 8k /
+    16k causal and not, 0.91x at S 2k non-causal; 1.02x at S 2k causal and
+    1.17x at S 1k causal. So they lead the space for long or non-causal
+    attention and follow the two measured-best plain tiles otherwise."""
+    ws = [{"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": st, "ws": 1}
+          for bn, st in WS_TILES]
+    return ws + base if S >= 4096 or not causal else base[:2] + ws + base[2:]
 
 
 def _nvidia_order(base, D, sm90):
@@ -414,6 +445,11 @@ def launch(op, inputs, out, config, params):
     assert q.shape == k.shape == v.shape == out.shape, "attention: q, k, v, out of one shape"
     B, H, S, D = _check_shape(q.shape)
     _check_config(config)
+    if config.get("ws"):
+        if common.device_backend(out) != "cuda":
+            raise ValueError("attention: the `ws` configs (Gluon, warp-specialised) run on an sm_90 GPU only")
+        from . import attention_wgmma
+        return attention_wgmma.launch_ws(q, k, v, out, _sm_scale(params, D), _causal(params), config)
     opts, consts = _options(config, common.device_backend(out), q.shape, params)
     attention_fwd_kernel[_grid(q.shape, config)](q, k, v, out, B * H, S, _sm_scale(params, D), **consts, **opts)
     return out
@@ -425,12 +461,17 @@ def _check_config(config):
     # diagonal leak in; seen on an H200 with 64 x 128).
     if config["BLOCK_M"] % config["BLOCK_N"]:
         raise ValueError("attention: BLOCK_M must be a multiple of BLOCK_N")
+    if config.get("ws") and config["BLOCK_M"] != 128:
+        raise ValueError("attention: the `ws` configs take BLOCK_M 128 (two warpgroups of 64 query rows)")
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op, dtype)
     B, H, S, D = _check_shape(shape)
     _check_config(config)
+    if config.get("ws"):
+        from . import attention_wgmma
+        return attention_wgmma.compile_spec(shape, dtype, _causal(params), config, target)
     opts, consts = _options(config, common.backend(target), shape, params)
     ptr = common.pointer_type(dtype)
     size = common.numel(shape) * common.element_bytes(dtype)  # each of q, k, v, out
@@ -462,6 +503,8 @@ def hints(op, shape, dtype, params, config, target) -> dict:
     which the H200 measured the other way round (docs/performance.md)."""
     _check(op, dtype)
     B, H, S, D = _check_shape(shape)
+    if config.get("ws"):
+        return {"registers": 168}  # ptxas for the whole kernel (consumers 240, producer 24 by setmaxnreg)
     threads = config["num_warps"] * common.warp_size(target)
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     regs = bm * D / threads + 1.5 * bm * bn / threads + 65

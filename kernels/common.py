@@ -226,6 +226,17 @@ def device_backend(t: torch.Tensor) -> str:
     return "hip" if getattr(torch.version, "hip", None) else "cuda"
 
 
+def local_gpu_arch() -> str | None:
+    """The arch of this process's CUDA GPU ("sm_90"), or None when kernels run
+    on the CPU here: no CUDA GPU, or the Triton interpreter is on. Spaces use it
+    to offer configs that only such a GPU can run (and so verify), e.g.
+    attention's Gluon `ws` tiles."""
+    if _interpreter_in_use() or getattr(torch.version, "hip", None) or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
 # ---------------------------------------------------------------------------
 # configs
 # ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The Gluon warp-specialised attention kernel (kernels/attention_wgmma.py).
+"""The Gluon warp-specialised attention kernel (kernels/attention_wgmma.py),
+and its tiles in the attention template's space (the `ws` configs).
 
 Gluon kernels do not run under the Triton interpreter, so on the CPU this
 cross-compiles them for sm_90 (real Triton lowering and ptxas, as the
@@ -72,6 +73,57 @@ def test_other_targets_and_tiles_are_refused():
         attention_wgmma.compile_spec([1, 1, 128, 64], "bf16", True, _cfg(bm=64), H200)
 
 
+def _ws_space(shape, causal, monkeypatch, gpu="sm_90", target=H200):
+    monkeypatch.setattr(common, "local_gpu_arch", lambda: gpu)
+    return attention.config_space("attention", shape, "bf16", {"causal": causal}, target)
+
+
+def test_ws_tiles_are_offered_only_where_an_sm90_gpu_can_check_them(monkeypatch):
+    # no GPU here (or the interpreter): never offered, whatever the target
+    assert not any(c.get("ws") for c in attention.config_space("attention", [1, 32, 8192, 128], "bf16",
+                                                                {"causal": True}, H200))
+    assert not any(c.get("ws") for c in _ws_space([1, 32, 8192, 128], True, monkeypatch, gpu=None))
+    assert not any(c.get("ws") for c in _ws_space([1, 32, 8192, 128], True, monkeypatch, gpu="sm_80"))
+    # an sm_90 GPU: D = 128 only, sm_90 targets only
+    assert not any(c.get("ws") for c in _ws_space([4, 32, 2048, 64], True, monkeypatch))
+    mi300 = {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64}
+    assert not any(c.get("ws") for c in _ws_space([1, 32, 8192, 128], True, monkeypatch, target=mi300))
+    long_causal = _ws_space([1, 32, 8192, 128], True, monkeypatch)
+    ws = [c for c in long_causal if c.get("ws")]
+    assert len(ws) == len(attention.WS_TILES)
+    for c in ws:
+        assert c["BLOCK_M"] == 128 and c["num_warps"] == 12
+        assert attention.shared_estimate(c, "bf16", 128, H200) <= common.shared_limit(H200)
+    # they lead long or non-causal spaces, and follow the two best plain tiles on short causal ones
+    assert all(c.get("ws") for c in long_causal[:len(ws)])
+    assert all(c.get("ws") for c in _ws_space([4, 32, 2048, 128], False, monkeypatch)[:len(ws)])
+    short_causal = _ws_space([4, 32, 2048, 128], True, monkeypatch)
+    assert [i for i, c in enumerate(short_causal) if c.get("ws")] == [2, 3, 4]
+    assert len({tuple(sorted(c.items())) for c in short_causal}) == len(short_causal)
+
+
+def test_a_ws_config_compiles_through_the_template_and_the_worker():
+    # the path of the worker's compile stage: the template's compile_spec, then
+    # targetcompile (which must hand a Gluon kernel to GluonASTSource)
+    from kiln_worker import targetcompile
+    c = {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_H": 8, "num_warps": 12, "num_stages": 2, "ws": 1}
+    spec = attention.compile_spec("attention", [2, 4, 1000, 128], "bf16", {"causal": True}, c, H200)
+    assert spec["grid"] == (2 * 4 * 8, 1, 1)
+    art = targetcompile.build_artifact(targetcompile.compile_for_target(spec, H200), spec, H200, None)
+    assert art["block"] == [384, 1, 1] and art["num_warps"] == 12  # what a launcher must start
+    assert art["spills"] == 0
+    assert 163840 < art["shared_bytes"] <= attention.shared_estimate(c, "bf16", 128, H200)  # the estimate bounds it
+    assert art["metadata"]["global_scratch_size"] > 0  # the device-side descriptors
+    assert [a["name"] for a in art["args"] if not a.get("hidden")] == [
+        "q_ptr", "k_ptr", "v_ptr", "out_ptr", "BH", "S", "sm_scale"]
+    p = {"causal": True}
+    inputs = attention.make_inputs("attention", [1, 1, 128, 128], "bf16", p, 0, "cpu")
+    with pytest.raises(ValueError, match="sm_90 GPU only"):
+        attention.launch("attention", inputs, attention.output_like("attention", inputs, p), c, p)
+    with pytest.raises(ValueError, match="BLOCK_M 128"):
+        attention.compile_spec("attention", [1, 1, 128, 128], "bf16", p, dict(c, BLOCK_M=64, BLOCK_N=64), H200)
+
+
 def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
@@ -95,3 +147,20 @@ def test_matches_the_reference_on_gpu(shape, dtype, causal, bn, stages):
                               _cfg(bn=bn, stages=stages))
     ref = attention.reference("attention", {k: v.float() for k, v in inputs.items()}, p)
     torch.testing.assert_close(out.float(), ref, **common.tolerance(dtype))
+
+
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU (wgmma, TMA)")
+def test_the_templates_ws_configs_run_on_gpu():
+    # on this machine the space offers them, and the template's launch runs them
+    from kiln_worker.device import install_scratch_allocator
+    install_scratch_allocator()
+    shape, p = [1, 4, 4096, 128], {"causal": True}
+    space = attention.config_space("attention", shape, "bf16", p, H200)
+    ws = [c for c in space if c.get("ws")]
+    assert ws and all(c.get("ws") for c in space[:len(ws)])
+    inputs = attention.make_inputs("attention", shape, "bf16", p, 5, torch.device("cuda"))
+    ref = attention.reference("attention", {k: v.float() for k, v in inputs.items()}, p)
+    for c in ws:
+        out = attention.output_like("attention", inputs, p).fill_(float("nan"))
+        attention.launch("attention", inputs, out, c, p)
+        torch.testing.assert_close(out.float(), ref, **common.tolerance("bf16"))

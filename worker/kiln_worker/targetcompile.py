@@ -112,9 +112,12 @@ def compile_for_target(spec: dict, target: dict):
         tgt = gpu_target(target)
     except ValueError as exc:
         raise CompileFailure("compile_error", str(exc)) from None
+    source = ASTSource
+    if getattr(spec["fn"], "is_gluon", lambda: False)():
+        # a @gluon.jit kernel (attention's `ws` tiles) is lowered from its own layouts
+        from triton.experimental.gluon._runtime import GluonASTSource as source
     try:
-        src = ASTSource(fn=spec["fn"], signature=dict(spec["signature"]),
-                        constexprs=dict(spec.get("constexprs") or {}), attrs=spec.get("attrs"))
+        src = source(spec["fn"], dict(spec["signature"]), dict(spec.get("constexprs") or {}), spec.get("attrs"))
         return triton.compile(src, target=tgt, options=dict(spec.get("options") or {}))
     except Exception as exc:
         status = "resource_error" if is_resource_error(exc) else "compile_error"
