@@ -54,8 +54,8 @@ On sm_90 four lower-case knobs (absent = off; never in AMD spaces):
   P @ V), BLOCK_M 128, `num_warps` 12 (what runs). D = 128 only, and offered
   only where this process has an sm_90 GPU (common.local_gpu_arch): Gluon
   does not run under the interpreter, so nothing else could check it. On the
-  H200 it takes 0.83-0.91x the plain kernel's best time on long or
-  non-causal attention and 1.02-1.17x on short causal (_with_ws).
+  H200 it takes 0.80-0.91x the plain kernel's best time on long or
+  non-causal attention and 1.01-1.17x on short causal (_with_ws).
 
 Measured on an H200 (causal 4x32x2048x128 bf16, 2026-11-30, every config of the
 space): `q_regs` 1.049x the plain 64 x 64 kernel's time, `maxnreg` 128
@@ -368,11 +368,12 @@ WS_TILES = ((128, 2), (128, 3), (64, 3))
 def _with_ws(base, S, causal):
     """The sm_90 space with the warp-specialised Gluon kernel's tiles (D = 128,
     offered only where this process has an sm_90 GPU: nothing else can run or
-    check them). Measured on an H200 (bench/attention_wgmma.py --shapes,
-    2026-12-01) against the plain kernel's best: 0.83-0.88x its time at S 8k /
-    16k causal and not, 0.91x at S 2k non-causal; 1.02x at S 2k causal and
-    1.17x at S 1k causal. So they lead the space for long or non-causal
-    attention and follow the two measured-best plain tiles otherwise."""
+    check them). Measured on an H200 (2026-12-01), the best `ws` tile against
+    the plain kernel's best: `kiln run` over the whole space
+    (jobs/examples/attention_h200.yaml) 0.80x at S 8k causal, 0.80x at 16k
+    causal, 0.91x at 2k non-causal, 1.01x at 2k causal; bench/attention_wgmma.py
+    --shapes also 1.17x at 1k causal. So they lead the space for long or
+    non-causal attention and follow the two measured-best plain tiles otherwise."""
     ws = [{"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": st, "ws": 1}
           for bn, st in WS_TILES]
     return ws + base if S >= 4096 or not causal else base[:2] + ws + base[2:]
