@@ -313,7 +313,9 @@ def config_space(op, shape, dtype, params, target):
     On NVIDIA the shapes that measured best on an H200 (causal, 4x32x2048x128
     bf16: 64 x 64 / 4 warps / 3 stages 0.325-0.344 ms, 128 x 64 / 8 warps 0.350,
     128 x 128 / 8 warps 0.361) come first; on sm_90 (D <= 128) interleaved with
-    the q_regs / maxnreg variants (see _nvidia_order; unmeasured)."""
+    the q_regs / maxnreg variants (see _nvidia_order). On sm_90 with D = 128,
+    where this process has an sm_90 GPU, also the Gluon kernel's `ws` tiles
+    (_with_ws)."""
     _check(op, dtype)
     B, H, S, D = _check_shape(shape)
     hip = common.is_hip(target)
