@@ -53,7 +53,8 @@ they are the cause is not settled.
 
 On longer sequences it wins: `kiln run` of jobs/examples/attention_h200.yaml
 picked it at S 8k / 16k causal (0.899 / 1.748 ms, 0.80x the plain kernel's
-best, 0.93-0.94x SDPA's time) and 2k non-causal (0.91x the plain kernel), so
+best; level with SDPA at 8k, 5-7% faster at 16k) and 2k non-causal (0.91x the
+plain kernel), so
 kernels/attention.py offers its tiles as the sm_90 space's `ws` configs.
 """
 
