@@ -147,21 +147,26 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, q
     return acc, l_i, m_i
 
 
-@triton.jit
-def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_H: tl.constexpr,
-                         HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
-                         Q_REGS: tl.constexpr, TMA: tl.constexpr):
-    # pid -> (head group, query block heaviest first, head in group)
-    pid = tl.program_id(0)
+@common.jit_helper
+def tile_order(pid, BH, S, BLOCK_M: tl.constexpr, GROUP_H: tl.constexpr):
+    # program -> (query block, head): head groups of GROUP_H, in each the query
+    # blocks heaviest first, the heads inside (module docstring). Also called by
+    # kernels/attention_wgmma.py's Gluon kernel (scalar code inlines there too).
     num_m = tl.cdiv(S, BLOCK_M)
     per_group = GROUP_H * num_m
     group = pid // per_group
     first_bh = group * GROUP_H
     group_size = tl.minimum(BH - first_bh, GROUP_H)
     r = pid - group * per_group
-    start_m = num_m - 1 - r // group_size
-    bh = first_bh + r % group_size
+    return num_m - 1 - r // group_size, first_bh + r % group_size
+
+
+@triton.jit
+def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_H: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, EVEN_N: tl.constexpr,
+                         Q_REGS: tl.constexpr, TMA: tl.constexpr):
+    start_m, bh = tile_order(tl.program_id(0), BH, S, BLOCK_M, GROUP_H)
 
     base = bh.to(tl.int64) * S * HEAD_DIM
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)

@@ -70,6 +70,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from . import attention, common
+
 
 @gluon.jit
 def _softmax_block(s, m_i, l_i, start_n, q_lo, S, qk_scale,
@@ -106,19 +108,10 @@ def _pv(acc, alpha, p, v_ring, v_bars, g, dtype: gl.constexpr, STAGES: gl.conste
 
 @gluon.jit
 def _ws_tile(BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr, CAUSAL: gl.constexpr):
-    # program -> (head group, query block heaviest first, head in group), the
-    # order of kernels/attention.py's kernel (a Gluon kernel cannot call its
-    # @triton.jit code); returns the first row of the head in the [B*H*S, D]
-    # view, the tile's first query row and its number of key blocks
-    pid = gl.program_id(0)
-    num_m = gl.cdiv(S, BLOCK_M)
-    per_group = GROUP_H * num_m
-    group = pid // per_group
-    first_bh = group * GROUP_H
-    group_size = gl.minimum(BH - first_bh, GROUP_H)
-    r = pid - group * per_group
-    start_m = num_m - 1 - r // group_size
-    bh = first_bh + r % group_size
+    # the tile's query block and head in kernels/attention.py's order; returns
+    # the first row of the head in the [B*H*S, D] view, the tile's first query
+    # row and its number of key blocks
+    start_m, bh = attention.tile_order(gl.program_id(0), BH, S, BLOCK_M, GROUP_H)
     q_lo = start_m * BLOCK_M
     if CAUSAL:
         n = gl.cdiv(gl.minimum(q_lo + BLOCK_M, S), BLOCK_N)
@@ -270,7 +263,6 @@ def launch_ws(q, k, v, out, sm_scale: float, causal: bool, config: dict):
 def compile_spec(shape, dtype: str, causal: bool, config: dict, target: dict) -> dict:
     """The `common.spec` of one config (for cross-compiling, as the templates'
     compile_spec): sm_90 targets only."""
-    from . import attention, common
     if common.is_hip(target) or common.arch(target) != "sm_90":
         raise ValueError("attention_wgmma: sm_90 (wgmma, TMA, setmaxnreg) only")
     B, H, S, D = attention._check_shape(shape)
