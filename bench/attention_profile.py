@@ -18,7 +18,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "worker")]
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernels import attention, attention_wgmma  # noqa: E402
+from kernels import attention  # noqa: E402
 from kiln_worker.device import install_scratch_allocator  # noqa: E402
 
 SHAPE = [4, 32, 2048, 128]
@@ -31,19 +31,17 @@ def main() -> int:
     inputs = attention.make_inputs("attention", SHAPE, "bf16", p, 1, torch.device("cuda"))
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     out = torch.empty_like(q)
-    scale = attention._sm_scale(p, SHAPE[3])
-    cfg = {"GROUP_H": 8}
+    configs = {  # the template's configs; `ws` selects the Gluon kernel
+        "triton": {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 3},
+        "ws": {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_H": 8, "num_warps": 12, "num_stages": 2, "ws": 1},
+    }
+    if which != "sdpa" and which not in configs:
+        raise SystemExit(f"unknown kernel {which!r}: sdpa, triton or ws")
     for _ in range(2):
         if which == "sdpa":
             F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        elif which == "triton":
-            attention.launch("attention", inputs, out, cfg | {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4,
-                                                              "num_stages": 3}, p)
-        elif which == "ws":
-            attention_wgmma.launch_ws(q, k, v, out, scale, True, cfg | {"BLOCK_M": 128, "BLOCK_N": 128,
-                                                                         "num_stages": 2})
         else:
-            raise SystemExit(f"unknown kernel {which!r}: sdpa, triton or ws")
+            attention.launch("attention", inputs, out, configs[which], p)
         torch.cuda.synchronize()
     return 0
 

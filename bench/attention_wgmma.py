@@ -25,7 +25,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import yaml  # noqa: E402
 
-from kernels import attention, attention_wgmma  # noqa: E402
+from kernels import attention, common  # noqa: E402
 from kiln_worker.bench import _benchmark  # noqa: E402
 from kiln_worker.device import install_scratch_allocator  # noqa: E402
 
@@ -34,22 +34,24 @@ CHECKS = [([1, 2, 128, 64], "fp16", True), ([1, 3, 1000, 128], "bf16", True), ([
           ([1, 2, 77, 64], "fp16", False), ([1, 2, 77, 64], "bf16", True), ([2, 4, 512, 128], "bf16", True),
           ([1, 2, 300, 256], "bf16", True), ([1, 1, 16, 64], "fp16", True)]
 TILES = [(128, 2), (128, 3), (64, 2), (64, 3), (64, 4)]  # (BLOCK_N, stages) at BLOCK_M = 128
+PLAIN_BEST = {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 3}  # the H200's best
 
 
-def _cfg(bm, bn, stages, warps=None):
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": warps or bm // 16, "num_stages": stages}
+def _ws(bn, stages):
+    """A `ws` config as the template's space writes them (attention._with_ws):
+    the Gluon kernel's tile, run through attention.launch."""
+    return {"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": stages, "ws": 1}
 
 
-def _fits(bn, stages, d, elem=2):
-    return (128 * d + 2 * stages * bn * d) * elem + 1024 <= 227 * 1024
+def _fits(config, dtype, d, target):
+    return attention.shared_estimate(config, dtype, d, target) <= common.shared_limit(target)
 
 
 def check(shape, dtype, causal, config) -> tuple[float, bool]:
     p = {"causal": causal}
     inputs = attention.make_inputs("attention", shape, dtype, p, 0, torch.device("cuda"))
     out = attention.output_like("attention", inputs, p).fill_(float("nan"))
-    attention_wgmma.launch_ws(inputs["q"], inputs["k"], inputs["v"], out, attention._sm_scale(p, shape[3]), causal,
-                              config)
+    attention.launch("attention", inputs, out, config, p)
     ref = attention.reference("attention", {n: t.float() for n, t in inputs.items()}, p)
     err = (out.float() - ref).abs().max().item()
     return err, bool(torch.isfinite(out).all()) and err < 3e-2
@@ -77,7 +79,6 @@ def shapes(args, target) -> int:
         inputs = attention.make_inputs("attention", shape, "bf16", p, 1, torch.device("cuda"))
         q, k, v = inputs["q"], inputs["k"], inputs["v"]
         out = torch.empty_like(q)
-        scale = attention._sm_scale(p, shape[3])
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal).float()
         B, H, S, D = shape
         flops = 4 * B * H * (S * (S + 1) // 2 if causal else S * S) * D
@@ -106,9 +107,9 @@ def shapes(args, target) -> int:
                        "".join(f" {kk}" for kk in attention.NV_KNOBS if c.get(kk)),
                        lambda c=c: attention.launch("attention", inputs, out, c, p))
                       for c in _plain_candidates(attention.config_space("attention", shape, "bf16", p, target))])
-        ws = best([(f"128x{bn}/{st}st", lambda c=_cfg(128, bn, st): attention_wgmma.launch_ws(q, k, v, out, scale,
-                                                                                             causal, c))
-                   for bn, st in ((128, 2), (64, 3)) if _fits(bn, st, D)])
+        ws = best([(f"128x{c['BLOCK_N']}/{c['num_stages']}st", lambda c=c: attention.launch("attention", inputs, out,
+                                                                                          c, p))
+                   for c in (_ws(128, 2), _ws(64, 3)) if _fits(c, "bf16", D, target)])
         row = {"shape": shape, "causal": causal, "flops": flops, "sdpa": sdpa, "plain": plain, "ws": ws}
         rows.append(row)
         print(row, flush=True)
@@ -137,9 +138,9 @@ def main() -> int:
 
     for shape, dtype, causal in CHECKS:
         for bn, stages in TILES:
-            if not _fits(bn, stages, shape[3]):
+            c = _ws(bn, stages)
+            if not _fits(c, dtype, shape[3], target):
                 continue
-            c = _cfg(128, bn, stages)
             err, ok = check(shape, dtype, causal, c)
             results["checks"].append({"shape": shape, "dtype": dtype, "causal": causal, "config": c,
                                       "max_err": err, "ok": ok})
@@ -151,16 +152,14 @@ def main() -> int:
     inputs = attention.make_inputs("attention", SHAPE, "bf16", p, 1, torch.device("cuda"))
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     out = torch.empty_like(q)
-    scale = attention._sm_scale(p, SHAPE[3])
     B, H, S, D = SHAPE
     flops = 4 * B * H * S * (S + 1) / 2 * D
     fns = {"SDPA (default: cuDNN)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
            "Triton template, 64x64 / 4 warps / 3 stages":
-               lambda: attention.launch("attention", inputs, out, _cfg(64, 64, 3, 4), p)}
+               lambda: attention.launch("attention", inputs, out, PLAIN_BEST, p)}
     for bn, stages in TILES:
-        c = _cfg(128, bn, stages)
         fns[f"Gluon ws, 128x{bn} / {stages} stages"] = (
-            lambda c=c: attention_wgmma.launch_ws(q, k, v, out, scale, True, c))
+            lambda c=_ws(bn, stages): attention.launch("attention", inputs, out, c, p))
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).float()
     for name, fn in fns.items():
         row = {"name": name}
