@@ -475,17 +475,24 @@ def _check_config(config):
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op, dtype)
-    B, H, S, D = _check_shape(shape)
+    _check_shape(shape)
     _check_config(config)
     if config.get("ws"):
         from . import attention_wgmma
         return attention_wgmma.compile_spec(shape, dtype, _causal(params), config, target)
     opts, consts = _options(config, common.backend(target), shape, params)
+    return common.spec(attention_fwd_kernel, kernel_args(shape, dtype, params), consts, opts,
+                       _grid(shape, config), target)
+
+
+def kernel_args(shape, dtype, params) -> list:
+    """`common.spec`'s runtime arguments of both attention kernels (this
+    module's and attention_wgmma's take the same ones)."""
+    B, H, S, D = _check_shape(shape)
     ptr = common.pointer_type(dtype)
     size = common.numel(shape) * common.element_bytes(dtype)  # each of q, k, v, out
-    args = [("q_ptr", ptr, size), ("k_ptr", ptr, size), ("v_ptr", ptr, size), ("out_ptr", ptr, size),
+    return [("q_ptr", ptr, size), ("k_ptr", ptr, size), ("v_ptr", ptr, size), ("out_ptr", ptr, size),
             ("BH", "i32", B * H), ("S", "i32", S), ("sm_scale", "fp32", _sm_scale(params, D))]
-    return common.spec(attention_fwd_kernel, args, consts, opts, _grid(shape, config), target)
 
 
 def traffic(op, shape, dtype, params):

@@ -265,10 +265,6 @@ def compile_spec(shape, dtype: str, causal: bool, config: dict, target: dict) ->
     compile_spec): sm_90 targets only."""
     if common.is_hip(target) or common.arch(target) != "sm_90":
         raise ValueError("attention_wgmma: sm_90 (wgmma, TMA, setmaxnreg) only")
-    B, H, S, D = attention._check_shape(shape)
-    ptr = common.pointer_type(dtype)
-    size = common.numel(shape) * common.element_bytes(dtype)
-    args = [("q_ptr", ptr, size), ("k_ptr", ptr, size), ("v_ptr", ptr, size), ("out_ptr", ptr, size),
-            ("BH", "i32", B * H), ("S", "i32", S), ("sm_scale", "fp32", 1.0 / D ** 0.5)]
-    return common.spec(attention_fwd_ws_kernel, args, _constexprs(D, causal, config), {"num_warps": 4},
+    args = attention.kernel_args(shape, dtype, {"causal": causal})
+    return common.spec(attention_fwd_ws_kernel, args, _constexprs(shape[3], causal, config), {"num_warps": 4},
                        _grid(shape), target)
