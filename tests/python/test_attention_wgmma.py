@@ -25,8 +25,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from kernels import attention, attention_wgmma, common  # noqa: E402
+from kernel_testing import TARGETS  # noqa: E402
 
-H200 = {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32}
+H200 = TARGETS["sm_90"]
 
 
 def _cfg(bm=128, bn=128, stages=2):
@@ -67,8 +68,7 @@ def test_cross_compiles_for_sm90(bn, stages, causal, dtype):
 
 def test_other_targets_and_tiles_are_refused():
     with pytest.raises(ValueError, match="sm_90"):
-        attention_wgmma.compile_spec([1, 1, 128, 64], "bf16", True, _cfg(),
-                                     {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64})
+        attention_wgmma.compile_spec([1, 1, 128, 64], "bf16", True, _cfg(), TARGETS["gfx942"])
     with pytest.raises(ValueError, match="BLOCK_M must be 128"):
         attention_wgmma.compile_spec([1, 1, 128, 64], "bf16", True, _cfg(bm=64), H200)
 
@@ -87,8 +87,7 @@ def test_ws_tiles_are_offered_only_where_an_sm90_gpu_can_check_them(monkeypatch)
     assert not any(c.get("ws") for c in _ws_space([1, 32, 8192, 128], True, monkeypatch, gpu="sm_80"))
     # an sm_90 GPU: D = 128 only, sm_90 targets only
     assert not any(c.get("ws") for c in _ws_space([4, 32, 2048, 64], True, monkeypatch))
-    mi300 = {"name": "MI300X", "backend": "hip", "arch": "gfx942", "warp_size": 64}
-    assert not any(c.get("ws") for c in _ws_space([1, 32, 8192, 128], True, monkeypatch, target=mi300))
+    assert not any(c.get("ws") for c in _ws_space([1, 32, 8192, 128], True, monkeypatch, target=TARGETS["gfx942"]))
     long_causal = _ws_space([1, 32, 8192, 128], True, monkeypatch)
     ws = [c for c in long_causal if c.get("ws")]
     assert len(ws) == len(attention.WS_TILES)
