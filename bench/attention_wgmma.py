@@ -33,14 +33,21 @@ SHAPE = [4, 32, 2048, 128]
 CHECKS = [([1, 2, 128, 64], "fp16", True), ([1, 3, 1000, 128], "bf16", True), ([2, 2, 1000, 128], "bf16", False),
           ([1, 2, 77, 64], "fp16", False), ([1, 2, 77, 64], "bf16", True), ([2, 4, 512, 128], "bf16", True),
           ([1, 2, 300, 256], "bf16", True), ([1, 1, 16, 64], "fp16", True)]
-TILES = [(128, 2), (128, 3), (64, 2), (64, 3), (64, 4)]  # (BLOCK_N, stages) at BLOCK_M = 128
+TILES = [(128, 2, 0), (128, 2, 1), (128, 3, 0), (64, 2, 0), (64, 3, 0), (64, 4, 0)]  # (BLOCK_N, stages, pair)
 PLAIN_BEST = {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 3}  # the H200's best
 
 
-def _ws(bn, stages):
+def _ws(bn, stages, pair=0):
     """A `ws` config as the template's space writes them (attention._with_ws):
     the Gluon kernel's tile, run through attention.launch."""
-    return {"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": stages, "ws": 1}
+    c = {"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": stages, "ws": 1}
+    if pair:
+        c["pair"] = 1
+    return c
+
+
+def _name(c):
+    return f"Gluon ws, 128x{c['BLOCK_N']} / {c['num_stages']} stages" + (", pair" if c.get("pair") else "")
 
 
 def _fits(config, dtype, d, target):
@@ -107,9 +114,9 @@ def shapes(args, target) -> int:
                        "".join(f" {kk}" for kk in attention.NV_KNOBS if c.get(kk)),
                        lambda c=c: attention.launch("attention", inputs, out, c, p))
                       for c in _plain_candidates(attention.config_space("attention", shape, "bf16", p, target))])
-        ws = best([(f"128x{c['BLOCK_N']}/{c['num_stages']}st", lambda c=c: attention.launch("attention", inputs, out,
-                                                                                          c, p))
-                   for c in (_ws(128, 2), _ws(64, 3)) if _fits(c, "bf16", D, target)])
+        ws = best([(_name(c), lambda c=c: attention.launch("attention", inputs, out, c, p))
+                   for c in (_ws(128, 2), _ws(128, 2, 1), _ws(64, 3))
+                   if _fits(c, "bf16", D, target) and (not c.get("pair") or attention.ws_pairs_fit(S))])
         row = {"shape": shape, "causal": causal, "flops": flops, "sdpa": sdpa, "plain": plain, "ws": ws}
         rows.append(row)
         print(row, flush=True)
@@ -130,21 +137,21 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--shapes", action="store_true", help="other shapes, each kernel at its best (docstring)")
     args = ap.parse_args()
-    install_scratch_allocator()  # device-side tensor descriptors need global scratch
+    install_scratch_allocator()  # the plain kernel's `tma` knob makes device-side descriptors
     target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
     if args.shapes:
         return shapes(args, target)
     results = {"checks": [], "timings": []}
 
     for shape, dtype, causal in CHECKS:
-        for bn, stages in TILES:
-            c = _ws(bn, stages)
-            if not _fits(c, dtype, shape[3], target):
+        for bn, stages, pair in TILES:
+            c = _ws(bn, stages, pair)
+            if not _fits(c, dtype, shape[3], target) or (pair and not attention.ws_pairs_fit(shape[2])):
                 continue
             err, ok = check(shape, dtype, causal, c)
             results["checks"].append({"shape": shape, "dtype": dtype, "causal": causal, "config": c,
                                       "max_err": err, "ok": ok})
-            print(f"check {shape} {dtype} causal={causal} 128x{bn}/{stages}: {'ok' if ok else 'FAIL'} {err:.3g}",
+            print(f"check {shape} {dtype} causal={causal} {_name(c)}: {'ok' if ok else 'FAIL'} {err:.3g}",
                   flush=True)
     bad = sum(not r["ok"] for r in results["checks"])
 
@@ -157,9 +164,9 @@ def main() -> int:
     fns = {"SDPA (default: cuDNN)": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
            "Triton template, 64x64 / 4 warps / 3 stages":
                lambda: attention.launch("attention", inputs, out, PLAIN_BEST, p)}
-    for bn, stages in TILES:
-        fns[f"Gluon ws, 128x{bn} / {stages} stages"] = (
-            lambda c=_ws(bn, stages): attention.launch("attention", inputs, out, c, p))
+    for bn, stages, pair in TILES:
+        c = _ws(bn, stages, pair)
+        fns[_name(c)] = lambda c=c: attention.launch("attention", inputs, out, c, p)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).float()
     for name, fn in fns.items():
         row = {"name": name}

@@ -51,11 +51,11 @@ On sm_90 four lower-case knobs (absent = off; never in AMD spaces):
 * `ws` 1: not this kernel but kernels/attention_wgmma.py's, FlashAttention-3's
   warp-specialised layout in Gluon (a TMA producer warp, two consumer
   warpgroups of 64 query rows, async wgmma with the softmax overlapping
-  P @ V), BLOCK_M 128, `num_warps` 12 (what runs). D = 128 only, and offered
-  only where this process has an sm_90 GPU (common.local_gpu_arch): Gluon
-  does not run under the interpreter, so nothing else could check it. On the
-  H200 it takes 0.80-0.91x the plain kernel's best time on long or
-  non-causal attention and 1.01-1.17x on short causal (_with_ws).
+  P @ V, host-side TMA descriptors), BLOCK_M 128, `num_warps` 12 (what runs);
+  `pair` 1 gives each program two query tiles of one head. D = 128 only, and
+  offered only where this process has an sm_90 GPU (common.local_gpu_arch):
+  Gluon does not run under the interpreter, so nothing else could check it.
+  On the H200 it is the fastest kernel on every shape measured (_with_ws).
 
 Measured on an H200 (causal 4x32x2048x128 bf16, 2026-11-30, every config of the
 space): `q_regs` 1.049x the plain 64 x 64 kernel's time, `maxnreg` 128
@@ -68,9 +68,9 @@ current softmax (Triton waits for that wgmma right after issuing it, so nothing
 overlaps; +30 registers) -- for the same reason two independent half-block
 softmax chains per program were not pursued. The schedule Triton cannot
 express is written by hand in Gluon in kernels/attention_wgmma.py
-(FlashAttention-3's warp-specialised layout); it measured level with this
-kernel on this case (0.328-0.334 ms against 0.325) and faster on longer or
-non-causal ones: the `ws` configs (docs/performance.md, "Attention in Gluon").
+(FlashAttention-3's warp-specialised layout): the `ws` configs, 0.89-0.91x
+this kernel's best on the anchor case and 0.76-0.82x on longer or non-causal
+ones (docs/performance.md, "Attention in Gluon").
 """
 
 from __future__ import annotations
@@ -303,8 +303,9 @@ def shared_estimate(config, dtype, D, target) -> int:
     dtype, target), and this estimate needs the head dim D too."""
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     e = common.element_bytes(dtype)
-    if config.get("ws"):  # attention_wgmma: Q, the K and V rings, 10-14 barriers (aligned)
-        return (bm * D + 2 * bn * D * config["num_stages"]) * e + 512
+    if config.get("ws"):  # attention_wgmma: Q (two tiles' with `pair`), the K and V rings, barriers
+        tiles = 2 if config.get("pair") else 1
+        return (tiles * bm * D + 2 * bn * D * config["num_stages"]) * e + 512
     if common.is_hip(target):
         return (2 * bn * D * max(1, config["num_stages"] - 1) + bm * bn) * e
     # `tma`: 1 KiB more (the TMA loads' barriers), as Triton 3.6 reports
@@ -346,7 +347,7 @@ def config_space(op, shape, dtype, params, target):
     if not hip:
         base = _nvidia_order(base, D, common.arch(target) == "sm_90")
         if common.arch(target) == "sm_90" and D == 128 and common.local_gpu_arch() == "sm_90":
-            base = _with_ws(base, S, _causal(params))
+            base = _with_ws(base, S)
 
     def keep(c):
         if shared_estimate(c, dtype, D, target) > limit:
@@ -364,26 +365,41 @@ def config_space(op, shape, dtype, params, target):
 # absent = off): q_regs 1 keeps Q in registers (the Q_REGS constexpr), maxnreg caps
 # the registers per thread (a Triton compile option; more programs per SM), ws 1
 # runs the warp-specialised Gluon kernel of kernels/attention_wgmma.py instead.
-NV_KNOBS = ("q_regs", "maxnreg", "tma", "ws")
+NV_KNOBS = ("q_regs", "maxnreg", "tma", "ws", "pair")
 
-# The Gluon kernel's tiles (BLOCK_N, stages) at BLOCK_M 128; num_warps 12 is what
-# runs (two consumer warpgroups and a producer warp, padded), so the engine's
-# model counts the right threads.
-WS_TILES = ((128, 2), (128, 3), (64, 3))
+# The Gluon kernel's tiles (BLOCK_N, stages, pair) at BLOCK_M 128; num_warps 12
+# is what runs (two consumer warpgroups and a producer warp, padded), so the
+# engine's model counts the right threads. `pair` 1: two query tiles per
+# program (attention_wgmma._tile), offered where the query blocks pair up.
+WS_TILES = ((128, 2, 0), (128, 2, 1), (128, 3, 0), (64, 3, 0))
 
 
-def _with_ws(base, S, causal):
-    """The sm_90 space with the warp-specialised Gluon kernel's tiles (D = 128,
-    offered only where this process has an sm_90 GPU: nothing else can run or
-    check them). Measured on an H200 (2026-12-01), the best `ws` tile against
-    the plain kernel's best: `kiln run` over the whole space
-    (jobs/examples/attention_h200.yaml) 0.80x at S 8k causal, 0.80x at 16k
-    causal, 0.91x at 2k non-causal, 1.01x at 2k causal; bench/attention_wgmma.py
-    --shapes also 1.17x at 1k causal. So they lead the space for long or
-    non-causal attention and follow the two measured-best plain tiles otherwise."""
-    ws = [{"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": st, "ws": 1}
-          for bn, st in WS_TILES]
-    return ws + base if S >= 4096 or not causal else base[:2] + ws + base[2:]
+def _with_ws(base, S):
+    """The sm_90 space with the warp-specialised Gluon kernel's tiles first
+    (D = 128, offered only where this process has an sm_90 GPU: nothing else
+    can run or check them). Measured on an H200 (2026-12-01, host-side TMA
+    descriptors; bench/attention_wgmma.py and `kiln run` over the whole space,
+    bench/results/h200-2026-12-01-hostdesc/): the best `ws` tile against the
+    plain kernel's best config 0.89x at 2k causal (0.2914 against 0.3270 ms),
+    0.83x at 2k non-causal, 0.76x at 8k causal; `pair` won at 2k causal and
+    non-causal and at 16k causal, 128 x 128 / 3 stages at 8k. So `pair` leads
+    short sequences and comes second on long ones."""
+    tiles = [(bn, st, pair) for bn, st, pair in WS_TILES if not pair or ws_pairs_fit(S)]
+    if S < 4096:
+        tiles = [t for t in tiles if t[2]] + [t for t in tiles if not t[2]]
+    ws = []
+    for bn, st, pair in tiles:
+        c = {"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": st, "ws": 1}
+        if pair:
+            c["pair"] = 1
+        ws.append(c)
+    return ws + base
+
+
+def ws_pairs_fit(S: int) -> bool:
+    """Whether a `ws` config can take `pair` (two query tiles per program): an
+    even number of 128-row query blocks."""
+    return triton.cdiv(S, 128) % 2 == 0
 
 
 def _nvidia_order(base, D, sm90):
@@ -471,6 +487,8 @@ def _check_config(config):
         raise ValueError("attention: BLOCK_M must be a multiple of BLOCK_N")
     if config.get("ws") and config["BLOCK_M"] != 128:
         raise ValueError("attention: the `ws` configs take BLOCK_M 128 (two warpgroups of 64 query rows)")
+    if config.get("pair") and not config.get("ws"):
+        raise ValueError("attention: `pair` (two query tiles per program) is a knob of the `ws` configs only")
 
 
 def compile_spec(op, shape, dtype, params, config, target):

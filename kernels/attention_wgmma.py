@@ -14,14 +14,17 @@ gives no warp specialisation on sm_90 (kernels/attention.py's docstring);
 Gluon exposes async `warpgroup_mma` / `warpgroup_mma_wait`, TMA, mbarriers and
 `warp_specialize`, so the schedule below is written by hand.
 
-One program = one tile of BLOCK_M = 128 query rows of one (batch, head):
+One program = one tile of BLOCK_M = 128 query rows of one (batch, head), or
+with `pair` two (query blocks num_m - 1 - i and i of one head: the same causal
+work in every program, the second tile's Q loaded while the first is
+computed):
 
-* the producer (1 warp, 24 registers) loads both halves of Q once and streams
-  K and V through STAGES-deep rings in shared memory with TMA (device-side
-  descriptors over the [B*H*S, D] views, so the kernel takes plain pointers;
-  rows of another head that a block reaches past S are masked out as keys and
-  never stored as queries). Each slot has a "ready" barrier (TMA bytes) and
-  an "empty" one that both consumers arrive on;
+* the producer (1 warp, 24 registers) loads both halves of Q and streams K and
+  V through STAGES-deep rings in shared memory with TMA (host-side descriptors
+  over the [B*H*S, D] views, made by launch_ws; rows past the end load as
+  zeros, and rows of another head that a block reaches past S are masked out
+  as keys and never stored as queries). Each slot has a "ready" barrier (TMA
+  bytes) and an "empty" one that both consumers arrive on;
 * each consumer warpgroup (240 registers) owns 64 query rows and, per key
   block j, issues S[j+1] = Q @ K[j+1]^T and acc = acc * alpha[j] + P[j] @ V[j]
   (async wgmma), waits for S[j+1] only, releases K[j+1]'s slot, runs the
@@ -33,33 +36,47 @@ One program = one tile of BLOCK_M = 128 query rows of one (batch, head):
 * keys past the diagonal (causal) or past S are masked to -inf only in the
   blocks that reach them; the output is stored from registers, rows < S.
 
-Measured on one H200 (causal 4x32x2048x128 bf16, bench/attention_wgmma.py,
-2026-12-01): 128 x 128 / 2 stages 0.328-0.334 ms in three runs, the plain
-Triton kernel's best (64 x 64 / 4 warps / 3 stages) 0.325-0.326, SDPA (cuDNN)
-0.270-0.272. Tried and measured, not kept: a one-warpgroup version with the
-same overlap and 2 programs per SM (64 x 64: 0.347-0.353 ms; with S[j+1] in
-flight over the back edge, serialised: 0.43); ping-pong between the two
-consumers (each issues its round of wgmma in turn, mbarrier-ordered): no
-change (0.3344 against 0.3336); a persistent grid (one program per SM, Q
+The descriptors are made on the host (Triton's launcher encodes each
+CUtensorMap and passes it by value; `kiln package` lists them as nvTmaDesc
+arguments with the compiler's tensordesc_meta). Made on the device, per
+program, as this kernel first did, they cost 11% at the anchor shape: one
+program per SM (384 threads, 160 KiB of shared memory) and 2048 short
+programs, so every program's prologue is exposed.
+
+Measured on one H200 (2026-12-01; bench/attention_wgmma.py and `kiln run` of
+jobs/examples/anchors_h200.yaml + attention_h200.yaml,
+bench/results/h200-2026-12-01-hostdesc/):
+
+| causal 4x32x2048x128 bf16 | ms |
+| --- | ---: |
+| SDPA (cuDNN) | 0.2727 (bench) / 0.2765-0.2782 (torch eager in the run) |
+| this kernel, device-side descriptors (before) | 0.3316-0.3332 |
+| host-side, 128 x 128 / 2 stages | 0.2965-0.2987 |
+| host-side, 128 x 128 / 2 stages, pair | 0.2944-0.2961; `kiln run`'s best 0.2914 / 0.2921 |
+| the plain Triton kernel's best (64 x 64 / 4 warps / 3 stages) | 0.3269-0.3272 |
+
+So 1.05-1.08x SDPA (the issue's goal: within 10%). Elsewhere, `kiln run`'s
+best against torch's SDPA in the same run: 2k non-causal 0.4651 ms (1.09x),
+8k causal 0.8753 (0.90x: faster), 16k causal 1.7566 (0.92x).
+
+Tried and measured, not kept (all with device-side descriptors): a
+one-warpgroup version with the same overlap and 2 programs per SM (64 x 64:
+0.347-0.353 ms; with S[j+1] in flight over the back edge, serialised: 0.43);
+ping-pong between the two consumers (each issues its round of wgmma in turn,
+mbarrier-ordered): no change; a persistent grid (one program per SM, Q
 double-buffered, tiles dealt heaviest first in a snake order): slower
 (0.377-0.380); releasing K and V together: slower at 2 stages (0.438).
 Nsight Compute (bench/attention_profile.py) against cuDNN's kernel, which is
-the same design (132 persistent programs of 384 threads, 168 registers):
-tensor pipe active 47% against 64%, and 4.9 cycles per issued instruction
-stalled at barriers against 1.8 -- Gluon puts a `bar.sync` of the warpgroup
-before each mbarrier wait in a loop and each arrive (three per key block per
-warpgroup); one fewer (K and V released together) was not faster, so whether
-they are the cause is not settled.
-
-On longer sequences it wins: `kiln run` of jobs/examples/attention_h200.yaml
-picked it at S 8k / 16k causal (0.899 / 1.748 ms, 0.80x the plain kernel's
-best; level with SDPA at 8k, 5-7% faster at 16k) and 2k non-causal (0.91x the
-plain kernel), so
-kernels/attention.py offers its tiles as the sm_90 space's `ws` configs.
+the same design (132 persistent programs of 384 threads, 168 registers), with
+device-side descriptors: tensor pipe active 47% against 64%, and 4.9 cycles
+per issued instruction stalled at barriers against 1.8 -- Gluon puts a
+`bar.sync` of the warpgroup before each mbarrier wait in a loop and each
+arrive; one fewer (K and V released together) was not faster.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -69,6 +86,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import mangle_type
 
 from . import attention, common
 
@@ -107,11 +126,28 @@ def _pv(acc, alpha, p, v_ring, v_bars, g, dtype: gl.constexpr, STAGES: gl.conste
 
 
 @gluon.jit
-def _ws_tile(BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr, CAUSAL: gl.constexpr):
-    # the tile's query block and head in kernels/attention.py's order; returns
-    # the first row of the head in the [B*H*S, D] view, the tile's first query
-    # row and its number of key blocks
-    start_m, bh = attention.tile_order(gl.program_id(0), BH, S, BLOCK_M, GROUP_H)
+def _tile(t, BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr, CAUSAL: gl.constexpr,
+          PAIR: gl.constexpr):
+    # Tile t of this program: the first row of its head in the [B*H*S, D] view,
+    # its first query row and its number of key blocks. One tile per program in
+    # kernels/attention.py's order, or with PAIR two: query blocks
+    # num_m - 1 - i and i of one head (the same causal work in every program;
+    # the head groups of GROUP_H as tile_order's).
+    if PAIR:
+        num_m = gl.cdiv(S, BLOCK_M)
+        per_group = GROUP_H * (num_m // 2)
+        pid = gl.program_id(0)
+        group = pid // per_group
+        first_bh = group * GROUP_H
+        group_size = gl.minimum(BH - first_bh, GROUP_H)
+        r = pid - group * per_group
+        bh = first_bh + r % group_size
+        if t == 0:
+            start_m = num_m - 1 - r // group_size
+        else:
+            start_m = r // group_size
+    else:
+        start_m, bh = attention.tile_order(gl.program_id(0), BH, S, BLOCK_M, GROUP_H)
     q_lo = start_m * BLOCK_M
     if CAUSAL:
         n = gl.cdiv(gl.minimum(q_lo + BLOCK_M, S), BLOCK_N)
@@ -121,32 +157,39 @@ def _ws_tile(BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.co
 
 
 @gluon.jit
-def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty,
-                 BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr,
-                 CAUSAL: gl.constexpr, STAGES: gl.constexpr):
-    head_row, q_lo, n = _ws_tile(BH, S, BLOCK_M, BLOCK_N, GROUP_H, CAUSAL)
+def _producer(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty,
+              BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr,
+              CAUSAL: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr):
     HALF: gl.constexpr = BLOCK_M // 2
-    for i in gl.static_range(2):
-        mbarrier.expect(q_bars.index(i), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [head_row + q_lo + i * HALF, 0], q_bars.index(i), q_smem.index(i))
-    for j in range(n):
-        slot = j % STAGES
-        phase = (j // STAGES) & 1
-        # a slot is free when both consumers released it (a fresh barrier's
-        # "previous phase" counts as complete: the first pass does not wait)
-        mbarrier.wait(k_empty.index(slot), phase ^ 1)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [head_row + j * BLOCK_N, 0], k_ready.index(slot), k_ring.index(slot))
-        mbarrier.wait(v_empty.index(slot), phase ^ 1)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [head_row + j * BLOCK_N, 0], v_ready.index(slot), v_ring.index(slot))
+    g = 0  # key blocks streamed so far: the rings' position
+    for t in range(TILES):
+        head_row, q_lo, n = _tile(t, BH, S, BLOCK_M, BLOCK_N, GROUP_H, CAUSAL, TILES == 2)
+        # both halves of the tile's Q (a second tile's while the first is computed)
+        for i in gl.static_range(2):
+            mbarrier.expect(q_bars.index(t * 2 + i), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [head_row + q_lo + i * HALF, 0], q_bars.index(t * 2 + i),
+                                            q_smem.index(t * 2 + i))
+        for j in range(n):
+            slot = (g + j) % STAGES
+            phase = ((g + j) // STAGES) & 1
+            # a slot is free when both consumers released it (a fresh barrier's
+            # "previous phase" counts as complete: the first pass does not wait)
+            mbarrier.wait(k_empty.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [head_row + j * BLOCK_N, 0], k_ready.index(slot),
+                                            k_ring.index(slot))
+            mbarrier.wait(v_empty.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [head_row + j * BLOCK_N, 0], v_ready.index(slot),
+                                            v_ring.index(slot))
+        g += n
 
 
 @gluon.jit
-def _ws_consumer(WG: gl.constexpr, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty,
-                 out_ptr, BH, S, sm_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr,
-                 HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr):
-    # One warpgroup, query rows WG * BLOCK_M / 2 .. of the tile (module docstring).
+def _consumer(WG: gl.constexpr, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty,
+              out_ptr, BH, S, sm_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr,
+              HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr, TILES: gl.constexpr):
+    # One warpgroup, query rows WG * BLOCK_M / 2 .. of each tile (module docstring).
     dtype: gl.constexpr = out_ptr.dtype.element_ty
     HALF: gl.constexpr = BLOCK_M // 2
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -154,69 +197,64 @@ def _ws_consumer(WG: gl.constexpr, q_smem, k_ring, v_ring, q_bars, k_ready, v_re
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    head_row, q_lo, n = _ws_tile(BH, S, BLOCK_M, BLOCK_N, GROUP_H, CAUSAL)
-    my_lo = q_lo + WG * HALF
-    q = q_smem.index(WG)
-
     qk_scale = sm_scale * 1.4426950408889634
     s_zero = gl.zeros([HALF, BLOCK_N], gl.float32, layout=s_layout)
-    m_i = gl.full([HALF], -float("inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.full([HALF], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([HALF, HEAD_DIM], gl.float32, layout=o_layout)
+    g = 0  # the rings' position, as the producer's
+    for t in range(TILES):
+        head_row, q_lo, n = _tile(t, BH, S, BLOCK_M, BLOCK_N, GROUP_H, CAUSAL, TILES == 2)
+        my_lo = q_lo + WG * HALF
+        q = q_smem.index(t * 2 + WG)
+        m_i = gl.full([HALF], -float("inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+        l_i = gl.full([HALF], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([HALF, HEAD_DIM], gl.float32, layout=o_layout)
 
-    mbarrier.wait(q_bars.index(WG), 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    s_tok = warpgroup_mma(q, k_ring.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=[s_tok])
-    mbarrier.arrive(k_empty.index(0), count=1)
-    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, my_lo, S, qk_scale, HALF, BLOCK_N, CAUSAL, s_layout)
-    for j in range(0, n - 1):
-        nslot = (j + 1) % STAGES
-        mbarrier.wait(k_ready.index(nslot), ((j + 1) // STAGES) & 1)
-        s_tok = warpgroup_mma(q, k_ring.index(nslot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        acc_tok = _pv(acc, alpha, p, v_ring, v_ready, j, dtype, STAGES, o_layout, p_layout)
-        s = warpgroup_mma_wait(1, deps=[s_tok])
-        mbarrier.arrive(k_empty.index(nslot), count=1)
-        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, (j + 1) * BLOCK_N, my_lo, S, qk_scale,
-                                            HALF, BLOCK_N, CAUSAL, s_layout)
+        mbarrier.wait(q_bars.index(t * 2 + WG), 0)
+        first = g % STAGES
+        mbarrier.wait(k_ready.index(first), (g // STAGES) & 1)
+        s_tok = warpgroup_mma(q, k_ring.index(first).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s_tok])
+        mbarrier.arrive(k_empty.index(first), count=1)
+        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, my_lo, S, qk_scale, HALF, BLOCK_N, CAUSAL, s_layout)
+        for j in range(0, n - 1):
+            nxt = g + j + 1
+            mbarrier.wait(k_ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+            s_tok = warpgroup_mma(q, k_ring.index(nxt % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                                  is_async=True)
+            acc_tok = _pv(acc, alpha, p, v_ring, v_ready, g + j, dtype, STAGES, o_layout, p_layout)
+            s = warpgroup_mma_wait(1, deps=[s_tok])
+            mbarrier.arrive(k_empty.index(nxt % STAGES), count=1)
+            p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, (j + 1) * BLOCK_N, my_lo, S, qk_scale,
+                                                HALF, BLOCK_N, CAUSAL, s_layout)
+            acc = warpgroup_mma_wait(0, deps=[acc_tok])
+            mbarrier.arrive(v_empty.index((g + j) % STAGES), count=1)
+        acc_tok = _pv(acc, alpha, p, v_ring, v_ready, g + n - 1, dtype, STAGES, o_layout, p_layout)
         acc = warpgroup_mma_wait(0, deps=[acc_tok])
-        mbarrier.arrive(v_empty.index(j % STAGES), count=1)
-    acc_tok = _pv(acc, alpha, p, v_ring, v_ready, n - 1, dtype, STAGES, o_layout, p_layout)
-    acc = warpgroup_mma_wait(0, deps=[acc_tok])
-    mbarrier.arrive(v_empty.index((n - 1) % STAGES), count=1)
+        mbarrier.arrive(v_empty.index((g + n - 1) % STAGES), count=1)
 
-    o = (acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)).to(dtype)
-    rows = my_lo + gl.arange(0, HALF, layout=gl.SliceLayout(1, o_layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    offs = (head_row + gl.expand_dims(rows, 1)).to(gl.int64) * HEAD_DIM + gl.expand_dims(cols, 0)
-    gl.store(out_ptr + offs, o, mask=gl.expand_dims(rows < S, 1))
+        o = (acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)).to(dtype)
+        rows = my_lo + gl.arange(0, HALF, layout=gl.SliceLayout(1, o_layout))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        offs = (head_row + gl.expand_dims(rows, 1)).to(gl.int64) * HEAD_DIM + gl.expand_dims(cols, 0)
+        gl.store(out_ptr + offs, o, mask=gl.expand_dims(rows < S, 1))
+        g += n
 
 
 @gluon.jit
-def attention_fwd_ws_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
+def attention_fwd_ws_kernel(q_desc, k_desc, v_desc, out_ptr, BH, S, sm_scale,
                             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.constexpr,
                             HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-    dtype: gl.constexpr = q_ptr.dtype.element_ty
+                            TILES: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    dtype: gl.constexpr = out_ptr.dtype.element_ty
     HALF: gl.constexpr = BLOCK_M // 2
-    q_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, HEAD_DIM], dtype)
-    kv_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    rows_total = BH * S
-    q_desc = tma.make_tensor_descriptor(q_ptr, shape=[rows_total, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                        block_shape=[HALF, HEAD_DIM], layout=q_smem_layout)
-    k_desc = tma.make_tensor_descriptor(k_ptr, shape=[rows_total, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                        block_shape=[BLOCK_N, HEAD_DIM], layout=kv_smem_layout)
-    v_desc = tma.make_tensor_descriptor(v_ptr, shape=[rows_total, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                        block_shape=[BLOCK_N, HEAD_DIM], layout=kv_smem_layout)
-    q_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], q_smem_layout)
-    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_smem_layout)
-    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_smem_layout)
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_smem = gl.allocate_shared_memory(dtype, [2 * TILES, HALF, HEAD_DIM], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bars = gl.allocate_shared_memory(gl.int64, [2 * TILES, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
+    for i in gl.static_range(2 * TILES):
         mbarrier.init(q_bars.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
@@ -225,46 +263,76 @@ def attention_fwd_ws_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
         mbarrier.init(v_empty.index(i), count=2)
 
     gl.warp_specialize([
-        (_ws_consumer, (0, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty, out_ptr,
-                        BH, S, sm_scale, BLOCK_M, BLOCK_N, GROUP_H, HEAD_DIM, CAUSAL, STAGES)),
-        (_ws_consumer, (1, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty, out_ptr,
-                        BH, S, sm_scale, BLOCK_M, BLOCK_N, GROUP_H, HEAD_DIM, CAUSAL, STAGES)),
-        (_ws_producer, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty,
-                        BH, S, BLOCK_M, BLOCK_N, GROUP_H, CAUSAL, STAGES)),
+        (_consumer, (0, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty, out_ptr,
+                     BH, S, sm_scale, BLOCK_M, BLOCK_N, GROUP_H, HEAD_DIM, CAUSAL, STAGES, TILES)),
+        (_consumer, (1, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty, out_ptr,
+                     BH, S, sm_scale, BLOCK_M, BLOCK_N, GROUP_H, HEAD_DIM, CAUSAL, STAGES, TILES)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bars, k_ready, v_ready, k_empty, v_empty,
+                     BH, S, BLOCK_M, BLOCK_N, GROUP_H, CAUSAL, STAGES, TILES)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 def _constexprs(D: int, causal: bool, config: dict) -> dict:
     """The kernel's constexprs for a config: BLOCK_M 128 (two warpgroups of 64
-    rows, the least a wgmma takes), BLOCK_N, GROUP_H, num_stages; optional
-    producer_regs / consumer_regs (setmaxnreg; 24 / 240 by default: 240 keeps
-    the consumers free of spills at 128 x 128, D = 128)."""
+    rows, the least a wgmma takes), BLOCK_N, GROUP_H, num_stages, TILES 2 with
+    `pair` (else 1); optional producer_regs / consumer_regs (setmaxnreg; 24 /
+    240 by default: 240 keeps the consumers free of spills at 128 x 128,
+    D = 128)."""
     if config["BLOCK_M"] != 128:
         raise ValueError("attention_wgmma: BLOCK_M must be 128 (two warpgroups of 64 query rows)")
     return dict(BLOCK_M=128, BLOCK_N=config["BLOCK_N"], GROUP_H=config["GROUP_H"], HEAD_DIM=D, CAUSAL=causal,
-                STAGES=config["num_stages"], PRODUCER_REGS=config.get("producer_regs", 24),
-                CONSUMER_REGS=config.get("consumer_regs", 240))
+                STAGES=config["num_stages"], TILES=2 if config.get("pair") else 1,
+                PRODUCER_REGS=config.get("producer_regs", 24), CONSUMER_REGS=config.get("consumer_regs", 240))
 
 
-def _grid(shape) -> tuple:
+def _grid(shape, config) -> tuple:
     B, H, S, _ = shape
-    return (B * H * triton.cdiv(S, 128), )
+    tiles = B * H * triton.cdiv(S, 128)
+    if config.get("pair"):
+        if not attention.ws_pairs_fit(S):
+            raise ValueError(f"attention_wgmma: `pair` needs an even number of 128-row query blocks (S = {S})")
+        return (tiles // 2, )
+    return (tiles, )
+
+
+def _layouts(dtype: str, D: int, config: dict):
+    """The shared-memory layouts of the Q box (64 rows: one warpgroup's half)
+    and the K / V boxes (BLOCK_N rows) -- the TMA descriptors' and the rings'."""
+    el = {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype]
+    return (gl.NVMMASharedLayout.get_default_for([64, D], el),
+            gl.NVMMASharedLayout.get_default_for([config["BLOCK_N"], D], el))
+
+
+def _descriptors(q, k, v, dtype: str, config: dict):
+    """Host-side TMA descriptors over the [B*H*S, D] views of q, k and v (rows
+    past the end load as zeros)."""
+    D = q.shape[-1]
+    ql, kl = _layouts(dtype, D, config)
+    bn = config["BLOCK_N"]
+    return (TensorDescriptor.from_tensor(q.view(-1, D), [64, D], ql),
+            TensorDescriptor.from_tensor(k.view(-1, D), [bn, D], kl),
+            TensorDescriptor.from_tensor(v.view(-1, D), [bn, D], kl))
 
 
 def launch_ws(q, k, v, out, sm_scale: float, causal: bool, config: dict):
-    """out = attention(q, k, v) on an sm_90 GPU (the worker's scratch allocator,
-    or another triton.set_allocator, must be installed: device-side descriptors)."""
+    """out = attention(q, k, v) on an sm_90 GPU."""
     B, H, S, D = q.shape
-    attention_fwd_ws_kernel[_grid(q.shape)](q, k, v, out, B * H, S, sm_scale, **_constexprs(D, causal, config),
-                                            num_warps=4)
+    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[q.dtype]
+    attention_fwd_ws_kernel[_grid(q.shape, config)](*_descriptors(q, k, v, dtype, config), out, B * H, S, sm_scale,
+                                                    **_constexprs(D, causal, config), num_warps=4)
     return out
 
 
 def compile_spec(shape, dtype: str, causal: bool, config: dict, target: dict) -> dict:
     """The `common.spec` of one config (for cross-compiling, as the templates'
-    compile_spec): sm_90 targets only."""
+    compile_spec): sm_90 targets only. The descriptors' argument types are the
+    JIT's for the descriptors launch_ws makes (over a meta tensor: no memory)."""
     if common.is_hip(target) or common.arch(target) != "sm_90":
         raise ValueError("attention_wgmma: sm_90 (wgmma, TMA, setmaxnreg) only")
-    args = attention.kernel_args(shape, dtype, {"causal": causal})
-    return common.spec(attention_fwd_ws_kernel, args, _constexprs(shape[3], causal, config), {"num_warps": 4},
-                       _grid(shape), target)
+    B, H, S, D = shape
+    rows = torch.empty(B * H * S, D, dtype=common.torch_dtype(dtype), device="meta")
+    descs = _descriptors(rows, rows, rows, dtype, config)
+    args = [(name, mangle_type(d), None) for name, d in zip(("q_desc", "k_desc", "v_desc"), descs)]
+    args += attention.kernel_args(shape, dtype, {"causal": causal})[3:]  # out_ptr, BH, S, sm_scale
+    return common.spec(attention_fwd_ws_kernel, args, _constexprs(D, causal, config), {"num_warps": 4},
+                       _grid(shape, config), target)

@@ -119,7 +119,11 @@ PackageResult package_target(const Catalog& catalog, const Target& target,
                     "profile scratch): pass 0 when the kernel's global_scratch_size / "
                     "profile_scratch_size is 0 or absent, else a buffer of that many bytes per "
                     "program of the grid, aligned to *_scratch_align. block = num_warps x "
-                    "warp_size threads; dynamic shared memory = shared_bytes."},
+                    "warp_size threads; dynamic shared memory = shared_bytes. An argument of "
+                    "type nvTmaDesc (a Gluon kernel's host-side TMA descriptor) is a 128-byte "
+                    "CUtensorMap passed by value: encode it with cuTensorMapEncodeTiled over the "
+                    "2-D row-major view its shape and strides arguments (which follow it) give, "
+                    "with its `tensormap` entry's element type, swizzle and box (block_size)."},
                    {"kernels", kernels}};
   const std::string mtext = manifest.dump(2) + "\n";
   write_file(tmp / "manifest.json", mtext);

@@ -124,13 +124,34 @@ def compile_for_target(spec: dict, target: dict):
         raise CompileFailure(status, describe_exception(exc)) from exc
 
 
-def kernel_args(spec: dict, n_code_args: int | None) -> list[dict]:
+def kernel_args(spec: dict, n_code_args: int | None, tensordesc_meta: list | None = None) -> list[dict]:
+    """The kernel's parameters as a launcher passes them: the runtime arguments
+    in order, then Triton's hidden scratch pointers. A host-side TMA descriptor
+    argument (type "tensordesc<...>", a Gluon kernel's) is several parameters,
+    as Triton's own launcher passes them (backends/nvidia/driver.py): the
+    CUtensorMap by value ("nvTmaDesc", 128 bytes; encode it with
+    cuTensorMapEncodeTiled from `tensormap`, the compiler's tensordesc_meta:
+    swizzle, element size and type, box = block_size), then the tensor's shape
+    (i32 each) and strides (i64 each, in elements)."""
     constexprs = set((spec.get("constexprs") or {}).keys())
+    metas = list(tensordesc_meta or [])
     args = []
     for name, ty in dict(spec["signature"]).items():
         if ty == "constexpr" or name in constexprs:
             continue
-        args.append({"name": name, "type": str(ty)})
+        ty = str(ty)
+        if ty.startswith("tensordesc"):
+            m = re.match(r"tensordesc<([^\[>]*)\[([^\]]*)\]", ty)
+            rank = m.group(2).count(",") + 1 if m else 2
+            desc = {"name": name, "type": "nvTmaDesc", "dtype": m.group(1) if m else None,
+                    "block_shape": [int(x) for x in m.group(2).split(",")] if m else None}
+            if metas:
+                desc["tensormap"] = metas.pop(0)
+            args.append(desc)
+            args += [{"name": f"{name}.shape[{i}]", "type": "i32"} for i in range(rank)]
+            args += [{"name": f"{name}.strides[{i}]", "type": "i64"} for i in range(rank)]
+            continue
+        args.append({"name": name, "type": ty})
     hidden = 2  # Triton 3.x: global scratch, profile scratch
     if n_code_args is not None and n_code_args >= len(args):
         hidden = n_code_args - len(args)
@@ -211,7 +232,7 @@ def build_artifact(compiled, spec: dict, target: dict, artifact_dir: str | None)
         "occupancy": rep.get("occupancy"),
         "grid": normalise_grid(spec.get("grid")),
         "block": [num_warps * warp_size, 1, 1],
-        "args": kernel_args(spec, rep.get("num_kernel_args")),
+        "args": kernel_args(spec, rep.get("num_kernel_args"), getattr(md, "tensordesc_meta", None)),
         "metadata": meta,
         "resources": json_safe({k: v for k, v in rep.items() if k != "kernel_args"}),
     }
