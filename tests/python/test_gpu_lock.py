@@ -230,3 +230,91 @@ def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
     assert first["timings"]["setup_s"] > 0 and second["timings"]["setup_s"] == 0
     assert first["timings"]["preload_s"] >= 0 and second["timings"]["preload_s"] >= 0
     assert set(first["timings"]["lock_wait_s"]) == {"setup", "check", "bench"}
+
+
+def test_warm_up_off_a_gpu_does_nothing():
+    from kiln_worker.device import Device, warm_up
+    assert warm_up(Device("cpu", "cpu", "cpu", None)) == 0.0
+    assert bench.take_spans() == []  # no lock taken
+
+
+def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
+    # The warm-up's kernels run holding the lock shared (kind "warmup"): a
+    # benchmark holding it excludes them. Stand-ins for torch record what runs
+    # when, so this runs without a GPU.
+    from kiln_worker import device
+    order = []
+
+    class FakeCuda:
+        @staticmethod
+        def synchronize():
+            order.append(("sync", bench._HELD))
+
+        @staticmethod
+        def _sleep(cycles):
+            order.append(("sleep", bench._HELD))
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                order.append(("event", bench._HELD))
+
+    class FakeTensor:
+        def __matmul__(self, other):
+            order.append(("matmul", bench._HELD))
+            return self
+
+        def float(self):
+            return self
+
+        def __sub__(self, other):
+            return self
+
+        def abs(self):
+            return self
+
+        def max(self):
+            return self
+
+        def all(self):
+            return self
+
+        def zero_(self):
+            return self
+
+    class FakeTorch:
+        float32, bfloat16, float16 = "fp32", "bf16", "fp16"
+        cuda = FakeCuda
+
+        @staticmethod
+        def empty(*a, **k):
+            order.append(("context", bench._HELD))
+            return FakeTensor()
+
+        @staticmethod
+        def randn(*a, **k):
+            return FakeTensor()
+
+        zeros = randn
+
+        @staticmethod
+        def isfinite(t):
+            return t
+
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch)
+    dev = device.Device("cuda", "stand-in GPU", "cuda", "sm_90")
+    q = mp.get_context("fork").Queue()
+    holder = mp.get_context("fork").Process(target=_hold, args=(False, 0.6, q))
+    holder.start()
+    assert q.get(timeout=10)[0] == "in"  # a benchmark holds the lock
+    t0 = time.time()
+    took = device.warm_up(dev)
+    waited = time.time() - t0
+    holder.join(10)
+    assert waited >= 0.4 and took >= 0.4  # the kernels waited for the benchmark
+    assert order[0] == ("context", None)  # the context outside the lock
+    assert {held for what, held in order[1:]} == {"shared"}
+    assert [what for what, _ in order].count("matmul") == 3  # fp32, bf16, fp16
+    assert [k for _, _, k in bench.take_spans()] == ["warmup"]

@@ -121,6 +121,46 @@ def select_device() -> Device:
     return dev
 
 
+def warm_up(dev: Device) -> float:
+    """A GPU worker's first CUDA work, done once when it starts instead of in
+    its first evaluation; returns the seconds it took (0 off a GPU).
+
+    A worker's first candidate used to create the CUDA context and load the
+    libraries its set-up and check call (cuRAND's generator, cuBLAS, the
+    reductions of the comparison) -- 1.5-2 s of its first input draw and check
+    on an H200 with 12 workers starting at once, all of it holding the GPU lock,
+    where it delays the benchmarks queued behind (docs/performance.md, "Two GPUs
+    against one, 2026-12-01"). Here the context is created outside the lock (no
+    kernel runs), then a few tiny kernels of each kind run holding it shared
+    (kind "warmup"), as the evaluations' own GPU work does, so that a worker
+    restarted during a run never runs them during another worker's timed runs.
+    The lock spans of the warm-up belong to no evaluation (the evaluator takes
+    its spans from its start) and so are not in the run's GPU busy time.
+    """
+    if not dev.is_gpu:
+        return 0.0
+    import time
+
+    import torch
+
+    from .bench import gpu_lock
+    t0 = time.perf_counter()
+    torch.empty(1, device=dev.torch_device)  # the context and the caching allocator
+    with gpu_lock(shared=True, kind="warmup"):
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            a = torch.randn(64, 64, device=dev.torch_device, dtype=dt)
+            b = (a @ a).float()
+            torch.isfinite(b).all()
+            (b - a.float()).abs().max()
+        torch.zeros(1024, device=dev.torch_device).zero_()  # the benchmark's L2 flush
+        torch.cuda.Event(enable_timing=True).record()
+        sleep = getattr(torch.cuda, "_sleep", None)  # the benchmark's spin (bench._Cuda.sleep)
+        if sleep is not None:
+            sleep(1000)
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
 def install_scratch_allocator(torch_device: str = "cuda") -> None:
     """Gives Triton a global-scratch allocator (triton.set_allocator): a kernel
     whose metadata asks for global scratch -- device-side tensor descriptors
