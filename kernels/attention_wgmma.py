@@ -317,7 +317,7 @@ def _descriptors(q, k, v, dtype: str, config: dict):
 def launch_ws(q, k, v, out, sm_scale: float, causal: bool, config: dict):
     """out = attention(q, k, v) on an sm_90 GPU."""
     B, H, S, D = q.shape
-    dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[q.dtype]
+    dtype = common.dtype_name(q.dtype)
     attention_fwd_ws_kernel[_grid(q.shape, config)](*_descriptors(q, k, v, dtype, config), out, B * H, S, sm_scale,
                                                     **_constexprs(D, causal, config), num_warps=4)
     return out
