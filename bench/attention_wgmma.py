@@ -70,12 +70,13 @@ SHAPES = [([4, 32, 2048, 128], True), ([4, 32, 2048, 128], False), ([1, 32, 8192
 
 
 def _plain_candidates(space: list[dict]) -> list[dict]:
-    """The space's two leading configs (64-row tiles on sm_90) and its first two
-    128-row, 8-warp, 3-stage tiles without knobs (the H200's other measured
-    shapes), so both tile heights are tried on every shape."""
-    tall = [c for c in space if c["BLOCK_M"] == 128 and c["num_warps"] == 8 and c["num_stages"] == 3
-            and not any(c.get(k) for k in attention.NV_KNOBS)]
-    return space[:2] + tall[:2]
+    """The plain kernel's two leading configs in the space (64-row tiles on
+    sm_90; the `ws` tiles, which lead the sm_90 space, and the other knobs
+    left out) and its first two 128-row, 8-warp, 3-stage tiles, so both tile
+    heights are tried on every shape."""
+    plain = [c for c in space if not any(c.get(k) for k in attention.NV_KNOBS)]
+    tall = [c for c in plain if c["BLOCK_M"] == 128 and c["num_warps"] == 8 and c["num_stages"] == 3]
+    return plain[:2] + [c for c in tall[:2] if c not in plain[:2]]
 
 
 def shapes(args, target) -> int:
