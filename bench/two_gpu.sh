@@ -125,8 +125,8 @@ startup_s = (first - t0) if first else None
 steady = (evals - 1) / (last - first) if first and last and last > first else None
 print(f"  {mode}: first evaluation recorded {startup_s:.1f} s after the start; steady state "
       f"{steady:.2f} candidates/s; last record {t1 - last:.1f} s before the end" if steady else "")
-# Every evaluation's worker timings, written to <mode>.evals.csv in the logs
-# archive and summed here: setup_s (the worker drew the job's inputs and
+# Every evaluation's worker timings (and its GPU lock spans), written to
+# <mode>.evals.csv in the logs archive and summed here: setup_s (the worker drew the job's inputs and
 # computed its reference, once per job; inside check_s), preload_s (the kernel
 # loaded before the check took the lock, worker/kiln_worker/preload.py), and
 # per lock kind the time spent queueing for the GPU lock (inside check_s /
@@ -137,7 +137,7 @@ sums = dict.fromkeys(timing_cols, 0.0)
 with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["created_at", "op", "shape", "worker", "status", "compile_s", "check_s", "bench_s"]
-               + timing_cols + ["median_ms"])
+               + timing_cols + ["median_ms", "gpu_spans"])
     for row in con.execute("SELECT e.created_at, j.op, j.shape, e.worker, e.status, e.compile_s, e.check_s, "
                            "e.bench_s, e.median_ms, e.result FROM evaluations e JOIN candidates c "
                            "ON c.id = e.candidate_id JOIN jobs j ON j.id = c.job_id ORDER BY e.created_at"):
@@ -150,7 +150,10 @@ with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
                 **{f"{k}_held_s": held.get(k, 0.0) for k in KINDS}}
         for k, v in vals.items():
             sums[k] += v
-        w.writerow(list(row[:8]) + [round(vals[k], 6) for k in timing_cols] + [row[8]])
+        # the lock spans themselves ([start, end, kind], unix seconds): with the
+        # worker's GPU (slot order) they give each op's share of the union
+        w.writerow(list(row[:8]) + [round(vals[k], 6) for k in timing_cols] + [row[8],
+                   json.dumps(t.get("gpu_spans") or [])])
 # Job set-ups: the (worker, job) pairs.
 setups = con.execute("SELECT COUNT(DISTINCT c.job_id || '/' || e.worker) FROM evaluations e "
                      "JOIN candidates c ON c.id = e.candidate_id").fetchone()[0]
