@@ -28,7 +28,7 @@ so the short ones fill the tail of the wave (longest-processing-time-first).
 On AMD the config may also carry `waves_per_eu`, `matrix_instr_nonkdim` and
 `kpack` (compile options).
 
-On sm_90 four lower-case knobs (absent = off; never in AMD spaces):
+On sm_90 five lower-case knobs (absent = off; never in AMD spaces):
 
 * `q_regs` 1: Q goes through an exact no-op after its load, so Triton keeps it in
   registers and q @ k^T is a register-A wgmma that reads only K from shared
@@ -364,7 +364,8 @@ def config_space(op, shape, dtype, params, target):
 # NVIDIA-only config knobs (lower case, as the row kernels' `programs` / `stream`;
 # absent = off): q_regs 1 keeps Q in registers (the Q_REGS constexpr), maxnreg caps
 # the registers per thread (a Triton compile option; more programs per SM), ws 1
-# runs the warp-specialised Gluon kernel of kernels/attention_wgmma.py instead.
+# runs the warp-specialised Gluon kernel of kernels/attention_wgmma.py instead, and
+# pair 1 gives that kernel two query tiles per program.
 NV_KNOBS = ("q_regs", "maxnreg", "tma", "ws", "pair")
 
 # The Gluon kernel's tiles (BLOCK_N, stages, pair) at BLOCK_M 128; num_warps 12
@@ -504,8 +505,9 @@ def compile_spec(op, shape, dtype, params, config, target):
 
 
 def kernel_args(shape, dtype, params) -> list:
-    """`common.spec`'s runtime arguments of both attention kernels (this
-    module's and attention_wgmma's take the same ones)."""
+    """`common.spec`'s runtime arguments of this module's kernel; the last
+    four (out_ptr, BH, S, sm_scale) are attention_wgmma's too, after its three
+    TMA descriptors."""
     B, H, S, D = _check_shape(shape)
     ptr = common.pointer_type(dtype)
     size = common.numel(shape) * common.element_bytes(dtype)  # each of q, k, v, out
