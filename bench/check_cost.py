@@ -3,11 +3,14 @@
 
 For each case of bench/compile_cost.py (an anchor's best config), runs the
 worker's own evaluation (compile, check on 3 seeds, no benchmark) REPEAT times
-with check.compare's one-read pass and REPEAT times with the detailed pass that
-reads every statistic back separately (the compare before 2026-11-30 late), in
-alternation, after one untimed evaluation that sets the job up (inputs,
-reference, kernel load). Prints, per case, the medians of the time the check
-held the GPU lock and of check_s; --json writes every sample.
+in each of three modes, in alternation, after one untimed evaluation that sets
+the job up (inputs, reference, kernel load): `fused`, check.compare as it is
+(on a GPU one kernel reads the output and the reference once,
+compare_kernel); `torch`, compare's torch pass (chunks of torch operations,
+read back in one transfer: the compare before 2026-12-01); `detailed`, the
+pass that reads every statistic back separately (the compare before
+2026-11-30 late). Prints, per case, the medians of the time the check held the
+GPU lock and of check_s; --json writes every sample.
 
     python3 bench/check_cost.py [--repeat 7] [--json out.json]   # on the GPU machine
 """
@@ -51,7 +54,8 @@ def main() -> int:
     lib = Library()
     ev = Evaluation(lib, dev)
     target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
-    fast, detailed = check.compare, check._compare_detailed
+    fast, detailed, fused_applies = check.compare, check._compare_detailed, check.fused_applies
+    modes = ("fused", "torch", "detailed")
     rows, samples = [], []
     for op, shape, dtype, params, config in CASES:
         job = {"op": op, "shape": shape, "dtype": dtype, "params": params, "target": target,
@@ -60,15 +64,18 @@ def main() -> int:
         if first["status"] != "ok":
             rows.append({"op": op, "status": first["status"], "message": first["message"][:200]})
             continue
-        per = {"fast": [], "detailed": []}
-        for i in range(2 * args.repeat):
-            mode = "fast" if i % 2 == 0 else "detailed"
-            check.compare = fast if mode == "fast" else (
-                lambda out, ref, atol, rtol, scaled, seed, memo=None: detailed(out, ref, atol, rtol, scaled, seed))
+        per = {m: [] for m in modes}
+        for i in range(len(modes) * args.repeat):
+            mode = modes[i % len(modes)]
+            if mode == "detailed":
+                check.compare = (lambda out, ref, atol, rtol, scaled, seed, memo=None:
+                                 detailed(out, ref, atol, rtol, scaled, seed))
+            if mode == "torch":
+                check.fused_applies = lambda *a: False
             try:
                 res = ev.run(job, config, None)
             finally:
-                check.compare = fast
+                check.compare, check.fused_applies = fast, fused_applies
             t = res["timings"]
             s = {"op": op, "mode": mode, "status": res["status"], "check_s": t["check_s"],
                  "check_held_s": held(t, "check"), "preload_s": t.get("preload_s")}
@@ -79,14 +86,15 @@ def main() -> int:
             row[f"{mode}_held_ms"] = 1e3 * statistics.median(x["check_held_s"] for x in ss)
             row[f"{mode}_check_ms"] = 1e3 * statistics.median(x["check_s"] for x in ss)
         rows.append(row)
-    print("| op | check holds the lock, ms (one read / detailed) | check_s ms (one read / detailed) |")
+    print("| op | check holds the lock, ms (fused / torch / detailed) | check_s ms (fused / torch / detailed) |")
     print("| --- | ---: | ---: |")
     for r in rows:
         if r["status"] != "ok":
             print(f"| {r['op']} | {r['status']}: {r['message']} | |")
             continue
-        print(f"| {r['op']} | {r['fast_held_ms']:.1f} / {r['detailed_held_ms']:.1f} | "
-              f"{r['fast_check_ms']:.1f} / {r['detailed_check_ms']:.1f} |")
+        held_ms = " / ".join(f"{r[m + '_held_ms']:.1f}" for m in modes)
+        check_ms = " / ".join(f"{r[m + '_check_ms']:.1f}" for m in modes)
+        print(f"| {r['op']} | {held_ms} | {check_ms} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "samples": samples, "device": dev.name}, f, indent=1)

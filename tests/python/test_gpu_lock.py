@@ -303,6 +303,9 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
         def isfinite(t):
             return t
 
+    from kiln_worker import compare_kernel
+    monkeypatch.setattr(compare_kernel, "precompile", lambda d: order.append(("compile", bench._HELD)))
+    monkeypatch.setattr(compare_kernel, "warm", lambda d: order.append(("compare", bench._HELD)))
     monkeypatch.setitem(sys.modules, "torch", FakeTorch)
     dev = device.Device("cuda", "stand-in GPU", "cuda", "sm_90")
     q = mp.get_context("fork").Queue()
@@ -314,7 +317,8 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     waited = time.time() - t0
     holder.join(10)
     assert waited >= 0.4 and took >= 0.4  # the kernels waited for the benchmark
-    assert order[0] == ("context", None)  # the context outside the lock
-    assert {held for what, held in order[1:]} == {"shared"}
+    # the context and the comparison kernel's compile outside the lock, kernels inside
+    assert order[:2] == [("context", None), ("compile", None)]
+    assert {held for what, held in order[2:]} == {"shared"} and ("compare", "shared") in order
     assert [what for what, _ in order].count("matmul") == 3  # fp32, bf16, fp16
     assert [k for _, _, k in bench.take_spans()] == ["warmup"]

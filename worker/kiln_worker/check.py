@@ -192,10 +192,13 @@ def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
     Nearly every candidate passes, and on a GPU every `.item()` is a round
     trip that waits for the device -- behind the other workers' kernels when
     several share it. So this pass keeps every partial result on the device
-    and reads them back once: per chunk of COMPARE_CHUNK elements the
-    non-finite outputs, the elements out of tolerance and the maxima, stacked
-    and read in one transfer. Only a failing output pays for the detailed pass
-    that finds the first non-finite or worst element for the message.
+    and reads them back once: the non-finite outputs, the elements out of
+    tolerance and the maxima, read in one transfer. On a GPU one kernel reads
+    the output and the reference once for all of them (compare_kernel);
+    elsewhere torch computes them COMPARE_CHUNK elements at a time
+    (torch_stats), with the same results. Only a failing output pays for the
+    detailed pass that finds the first non-finite or worst element for the
+    message.
 
     `memo` (a dict kept with the reference, e.g. per job and seed) keeps what
     depends on the reference alone -- its non-finite count and sum of squares
@@ -217,6 +220,30 @@ def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
     if ref_info["bad_ref"]:
         raise _broken_reference(ref_info["bad_ref"], seed)
     atol_eff = _effective_atol(atol, scaled, ref_info["squares"], n)
+    if fused_applies(out_flat, ref_flat, atol_eff):
+        from .compare_kernel import compare_stats
+        nonfinite, nbad, max_abs, max_rel, worst_ratio = compare_stats(out_flat, ref_flat, atol_eff, rtol)
+    else:
+        nonfinite, nbad, max_abs, max_rel, worst_ratio = torch_stats(out_flat, ref_flat, steps, atol_eff, rtol)
+    if nonfinite or nbad:
+        return _compare_detailed(out, ref, atol, rtol, scaled, seed)  # raises with the message
+    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol_eff, "rtol": rtol,
+            "worst_ratio": worst_ratio}
+
+
+def fused_applies(out_flat, ref_flat, atol_eff: float) -> bool:
+    """Whether compare() takes compare_kernel's one pass: tensors on a GPU, a
+    float32 / float64 reference and a positive atol (module docstring there)."""
+    import torch
+    return (out_flat.device.type == "cuda" and ref_flat.device == out_flat.device and atol_eff > 0
+            and ref_flat.dtype in (torch.float32, torch.float64))
+
+
+def torch_stats(out_flat, ref_flat, steps, atol_eff: float, rtol: float) -> tuple:
+    """compare()'s statistics with torch operations, COMPARE_CHUNK elements at a
+    time: (non-finite outputs, elements out of tolerance, max abs error, max
+    rel error, max error / allowance), read back in one transfer."""
+    import torch
     parts = []
     for a, b in steps:
         o, r = out_flat[a:b].to(ref_flat.dtype), ref_flat[a:b]
@@ -229,10 +256,7 @@ def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
                                   (diff / allowed).max().double()]))
     p = torch.stack(parts)
     nonfinite, nbad, max_abs, max_rel, worst_ratio = torch.cat([p[:, :2].sum(0), p[:, 2:].max(0).values]).tolist()
-    if nonfinite or nbad:
-        return _compare_detailed(out, ref, atol, rtol, scaled, seed)  # raises with the message
-    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol_eff, "rtol": rtol,
-            "worst_ratio": worst_ratio}
+    return int(nonfinite), int(nbad), max_abs, max_rel, worst_ratio
 
 
 def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: int) -> dict:

@@ -124,6 +124,7 @@ def select_device() -> Device:
 def warm_up(dev: Device) -> float:
     """A GPU worker's first CUDA work, done once when it starts instead of in
     its first evaluation; returns the seconds it took (0 off a GPU).
+    Also compiles and loads check.compare's kernel (compare_kernel).
 
     A worker's first candidate used to create the CUDA context and load the
     libraries its set-up and check call (cuRAND's generator, cuBLAS, the
@@ -143,10 +144,13 @@ def warm_up(dev: Device) -> float:
 
     import torch
 
+    from . import compare_kernel
     from .bench import gpu_lock
     t0 = time.perf_counter()
     torch.empty(1, device=dev.torch_device)  # the context and the caching allocator
+    compare_kernel.precompile(dev.torch_device)  # check.compare's kernel: compiled, not run
     with gpu_lock(shared=True, kind="warmup"):
+        compare_kernel.warm(dev.torch_device)
         for dt in (torch.float32, torch.bfloat16, torch.float16):
             a = torch.randn(64, 64, device=dev.torch_device, dtype=dt)
             b = (a @ a).float()
