@@ -77,3 +77,22 @@ def test_the_fused_pass_applies_on_a_gpu_only_with_a_positive_atol():
         assert check.fused_applies(c.half(), c, 1e-2)
         assert not check.fused_applies(c.half(), c, 0.0)  # 0 / 0 ratios: torch's pass
         assert not check.fused_applies(c, c.half(), 1e-2)  # a half-precision reference
+
+
+def test_a_kernel_that_cannot_run_leaves_the_torch_pass(monkeypatch):
+    # A backend that cannot compile the kernel (say, no div_rn): the first
+    # check falls back to torch's pass, and the later ones do not try again.
+    calls = []
+
+    def broken(*a, **k):
+        calls.append(1)
+        raise RuntimeError("no div_rn here")
+
+    monkeypatch.setattr(compare_kernel, "_unavailable", [])
+    monkeypatch.setattr(compare_kernel.compare_kernel, "run", broken)
+    monkeypatch.setattr(check, "fused_applies", lambda o, r, a: compare_kernel.available())
+    ref = torch.linspace(-4, 4, 100, dtype=torch.float32)
+    for _ in range(3):
+        stats = check.compare(ref.to(torch.bfloat16), ref, 1e-2, 1e-2, True, seed=0, memo={})
+        assert stats["worst_ratio"] < 1
+    assert len(calls) == 1 and not compare_kernel.available()

@@ -29,6 +29,16 @@ import triton.language as tl
 
 BLOCK = 4096
 
+# Why the kernel cannot run in this process (its compile or launch raised once,
+# e.g. a backend without tl.math.div_rn), or None: check.compare then keeps the
+# torch pass instead of failing every check. A per-process memo, like Triton's
+# own kernel cache.
+_unavailable: list[str] = []
+
+
+def available() -> bool:
+    return not _unavailable
+
 
 @triton.jit
 def _div(a, b, F64: tl.constexpr):
@@ -78,8 +88,12 @@ def compare_stats(out_flat, ref_flat, atol_eff: float, rtol: float) -> tuple[int
     part = torch.empty((grid, 5), dtype=ref_flat.dtype, device=ref_flat.device)
     # no fused multiply-add: torch computes rtol * |ref| and the sum with atol
     # as two roundings, and so must this
-    compare_kernel[(grid,)](out_flat, ref_flat, tol, part, n, BLOCK=BLOCK, F64=ref_flat.dtype == torch.float64,
-                            enable_fp_fusion=False)
+    try:
+        compare_kernel[(grid,)](out_flat, ref_flat, tol, part, n, BLOCK=BLOCK, F64=ref_flat.dtype == torch.float64,
+                                enable_fp_fusion=False)
+    except Exception as exc:
+        _unavailable.append(f"{type(exc).__name__}: {exc}")
+        raise
     summary = torch.cat([part[:, :2].double().sum(0), part[:, 2:].max(0).values.double()]).tolist()
     return int(summary[0]), int(summary[1]), summary[2], summary[3], summary[4]
 
