@@ -134,6 +134,7 @@ print(f"  {mode}: first evaluation recorded {startup_s:.1f} s after the start; s
 KINDS = ("setup", "check", "bench")
 timing_cols = (["setup_s", "preload_s"] + [f"{k}_wait_s" for k in KINDS] + [f"{k}_held_s" for k in KINDS])
 sums = dict.fromkeys(timing_cols, 0.0)
+by_gpu_op = {}  # GPU -> operator -> its evaluations' lock spans
 with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["created_at", "op", "shape", "worker", "status", "compile_s", "check_s", "bench_s"]
@@ -151,9 +152,37 @@ with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
         for k, v in vals.items():
             sums[k] += v
         # the lock spans themselves ([start, end, kind], unix seconds): with the
-        # worker's GPU (slot order) they give each op's share of the union
+        # worker's GPU (evaluations.worker "pid P gpu G") they give each op's
+        # share of its GPU's busy time (below)
         w.writerow(list(row[:8]) + [round(vals[k], 6) for k in timing_cols] + [row[8],
                    json.dumps(t.get("gpu_spans") or [])])
+        g = row[3].split(" gpu ")[1] if " gpu " in row[3] else "0"
+        by_gpu_op.setdefault(g, {}).setdefault(row[1], []).extend((a, b) for a, b, _ in t.get("gpu_spans") or [])
+
+
+def union(spans):
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+# Each GPU's busy time (the union of its workers' lock spans) and each
+# operator's part of it (the union of that operator's spans on the GPU; the
+# parts overlap where two operators' checks ran together, so they can sum to
+# more than the whole).
+busy_by_op = {}
+for g, ops in sorted(by_gpu_op.items()):
+    whole = union([sp for spans in ops.values() for sp in spans])
+    parts = {op: union(spans) for op, spans in ops.items()}
+    busy_by_op[g] = {"busy_s": whole, "by_op_s": parts}
+    print(f"  {mode}: GPU {g} busy {whole:.1f} s; by operator " +
+          ", ".join(f"{op} {v:.1f}" for op, v in sorted(parts.items(), key=lambda kv: -kv[1])))
 # Job set-ups: the (worker, job) pairs.
 setups = con.execute("SELECT COUNT(DISTINCT c.job_id || '/' || e.worker) FROM evaluations e "
                      "JOIN candidates c ON c.id = e.candidate_id").fetchone()[0]
@@ -177,7 +206,7 @@ rec = {"mode": mode, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done"
        "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),
        "gpu_busy_each_s": s.get("gpu_busy_each_s"), "cpu_busy_fraction": cpu_busy,
        "per_candidate_s": per, "startup_s": startup_s, "steady_candidates_per_s": steady,
-       "gpu_clock_power": clocks, "summary": s}
+       "gpu_clock_power": clocks, "busy_by_op": busy_by_op, "summary": s}
 with open(f"{out}/results.jsonl", "a") as f:
     f.write(json.dumps(rec) + "\n")
 PY

@@ -275,7 +275,9 @@ class Explorer {
           const size_t g = slots_[i].gpu;
           append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);
         }
-        const std::string who = "pid " + std::to_string(slots_[i].worker->pid());
+        // evaluations.worker: the evaluator's pid, and its GPU where the run spans several
+        std::string who = "pid " + std::to_string(slots_[i].worker->pid());
+        if (opts_.gpus.ids.size() > 1) who += " gpu " + opts_.gpus.ids[slots_[i].gpu];
         if (o.kind != WorkerOutcome::Kind::kReply) restart_slot(i);
         scheduler_->complete(w, o, who);
         pump();

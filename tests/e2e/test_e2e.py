@@ -9,6 +9,7 @@ KILN_BIN names the binary (default: build/kiln).
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -334,6 +335,11 @@ def test_gpus_spread_workers_and_reach_them(binary, tmp_path):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["jobs_done"] == 2 and summary["gpus"] == ["4", "7"], summary
     assert "2 workers over 2 GPUs" in r.stderr
+    # each evaluation names its evaluator's GPU
+    con = sqlite3.connect(catalog)
+    workers = [w for (w,) in con.execute("SELECT worker FROM evaluations")]
+    con.close()
+    assert workers and all(re.fullmatch(r"pid \d+ gpu [47]", w) for w in workers), workers
     # a count above the node's GPUs, or an id it does not have: usage errors
     for bad, why in (("3", "has 2 GPU"), ("4,5", "no GPU 5")):
         r = kiln("run", "--gpus", bad, catalog=catalog, env=env, check=False)
