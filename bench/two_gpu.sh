@@ -22,7 +22,9 @@
 # Prints a table and the 2-GPU / 1-GPU throughput ratios; writes under $OUT
 # (default ./out): machine.txt (GPUs, topology, CPUs), results.jsonl (per run:
 # wall, GPU and CPU busy, seconds per candidate per stage, SM clock and power
-# per GPU) and logs.tar.gz (each run's log, JSON and nvidia-smi dmon).
+# per GPU, each GPU's busy time and each operator's part of it) and
+# logs.tar.gz (each run's log, JSON, nvidia-smi dmon and <mode>.evals.csv:
+# every evaluation's timings and GPU lock spans).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
