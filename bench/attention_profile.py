@@ -33,7 +33,7 @@ def main() -> int:
     out = torch.empty_like(q)
     configs = {  # the template's configs; `ws` selects the Gluon kernel
         "triton": {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 3},
-        "ws": {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_H": 8, "num_warps": 12, "num_stages": 2, "ws": 1},
+        "ws": attention.ws_config(128, 2),
     }
     if which != "sdpa" and which not in configs:
         raise SystemExit(f"unknown kernel {which!r}: sdpa, triton or ws")

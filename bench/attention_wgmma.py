@@ -34,24 +34,19 @@ CHECKS = [([1, 2, 128, 64], "fp16", True), ([1, 3, 1000, 128], "bf16", True), ([
           ([1, 2, 77, 64], "fp16", False), ([1, 2, 77, 64], "bf16", True), ([2, 4, 512, 128], "bf16", True),
           ([1, 2, 300, 256], "bf16", True), ([1, 1, 16, 64], "fp16", True)]
 TILES = [(128, 2, 0), (128, 2, 1), (128, 3, 0), (64, 2, 0), (64, 3, 0), (64, 4, 0)]  # (BLOCK_N, stages, pair)
+SHAPES_WS = [attention.ws_config(128, 2), attention.ws_config(128, 2, 1), attention.ws_config(64, 3)]  # --shapes
 PLAIN_BEST = {"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 3}  # the H200's best
-
-
-def _ws(bn, stages, pair=0):
-    """A `ws` config as the template's space writes them (attention._with_ws):
-    the Gluon kernel's tile, run through attention.launch."""
-    c = {"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": stages, "ws": 1}
-    if pair:
-        c["pair"] = 1
-    return c
 
 
 def _name(c):
     return f"Gluon ws, 128x{c['BLOCK_N']} / {c['num_stages']} stages" + (", pair" if c.get("pair") else "")
 
 
-def _fits(config, dtype, d, target):
-    return attention.shared_estimate(config, dtype, d, target) <= common.shared_limit(target)
+def _fits(config, dtype, shape, target):
+    """Whether a `ws` config applies to a [B, H, S, D] shape: its shared memory
+    fits, and with `pair` the query blocks pair up."""
+    return (attention.shared_estimate(config, dtype, shape[3], target) <= common.shared_limit(target)
+            and (not config.get("pair") or attention.ws_pairs_fit(shape[2])))
 
 
 def check(shape, dtype, causal, config) -> tuple[float, bool]:
@@ -116,8 +111,7 @@ def shapes(args, target) -> int:
                        lambda c=c: attention.launch("attention", inputs, out, c, p))
                       for c in _plain_candidates(attention.config_space("attention", shape, "bf16", p, target))])
         ws = best([(_name(c), lambda c=c: attention.launch("attention", inputs, out, c, p))
-                   for c in (_ws(128, 2), _ws(128, 2, 1), _ws(64, 3))
-                   if _fits(c, "bf16", D, target) and (not c.get("pair") or attention.ws_pairs_fit(S))])
+                   for c in SHAPES_WS if _fits(c, "bf16", shape, target)])
         row = {"shape": shape, "causal": causal, "flops": flops, "sdpa": sdpa, "plain": plain, "ws": ws}
         rows.append(row)
         print(row, flush=True)
@@ -146,8 +140,8 @@ def main() -> int:
 
     for shape, dtype, causal in CHECKS:
         for bn, stages, pair in TILES:
-            c = _ws(bn, stages, pair)
-            if not _fits(c, dtype, shape[3], target) or (pair and not attention.ws_pairs_fit(shape[2])):
+            c = attention.ws_config(bn, stages, pair)
+            if not _fits(c, dtype, shape, target):
                 continue
             err, ok = check(shape, dtype, causal, c)
             results["checks"].append({"shape": shape, "dtype": dtype, "causal": causal, "config": c,
@@ -166,7 +160,7 @@ def main() -> int:
            "Triton template, 64x64 / 4 warps / 3 stages":
                lambda: attention.launch("attention", inputs, out, PLAIN_BEST, p)}
     for bn, stages, pair in TILES:
-        c = _ws(bn, stages, pair)
+        c = attention.ws_config(bn, stages, pair)
         fns[_name(c)] = lambda c=c: attention.launch("attention", inputs, out, c, p)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True).float()
     for name, fn in fns.items():

@@ -389,13 +389,17 @@ def _with_ws(base, S):
     tiles = [(bn, st, pair) for bn, st, pair in WS_TILES if not pair or ws_pairs_fit(S)]
     if S < 4096:
         tiles = [t for t in tiles if t[2]] + [t for t in tiles if not t[2]]
-    ws = []
-    for bn, st, pair in tiles:
-        c = {"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": st, "ws": 1}
-        if pair:
-            c["pair"] = 1
-        ws.append(c)
-    return ws + base
+    return [ws_config(bn, st, pair) for bn, st, pair in tiles] + base
+
+
+def ws_config(bn: int, stages: int, pair: int = 0) -> dict:
+    """One `ws` config as the space offers it: the Gluon kernel's BLOCK_M 128
+    tile with BLOCK_N `bn`, `stages` deep rings, two query tiles per program
+    with `pair`."""
+    c = {"BLOCK_M": 128, "BLOCK_N": bn, "GROUP_H": 8, "num_warps": 12, "num_stages": stages, "ws": 1}
+    if pair:
+        c["pair"] = 1
+    return c
 
 
 def ws_pairs_fit(S: int) -> bool:
