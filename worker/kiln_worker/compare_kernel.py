@@ -30,9 +30,9 @@ import triton.language as tl
 BLOCK = 4096
 
 # Why the kernel cannot run in this process (its compile or launch raised once,
-# e.g. a backend without tl.math.div_rn), or None: check.compare then keeps the
-# torch pass instead of failing every check. A per-process memo, like Triton's
-# own kernel cache.
+# e.g. a backend without tl.math.div_rn); empty while it can. check.compare then
+# keeps the torch pass instead of failing every check. A per-process memo, like
+# Triton's own kernel cache.
 _unavailable: list[str] = []
 
 
@@ -77,20 +77,28 @@ def compare_kernel(out_ptr, ref_ptr, tol_ptr, part_ptr, n, BLOCK: tl.constexpr, 
     tl.store(row + 4, worst)
 
 
+def _launch(out_flat, ref_flat, atol_eff: float, rtol: float):
+    """The grid, arguments and options of one comparison (compare_stats runs
+    them, precompile compiles them: the same options, so the same cache
+    entry), and the partial-results buffer."""
+    import torch
+    grid = triton.cdiv(ref_flat.numel(), BLOCK)
+    tol = torch.tensor([atol_eff, rtol, max(atol_eff, 1e-30)], dtype=ref_flat.dtype, device=ref_flat.device)
+    part = torch.empty((grid, 5), dtype=ref_flat.dtype, device=ref_flat.device)
+    # no fused multiply-add: torch computes rtol * |ref| and the sum with atol
+    # as two roundings, and so must this
+    options = {"BLOCK": BLOCK, "F64": ref_flat.dtype == torch.float64, "enable_fp_fusion": False}
+    return (grid,), (out_flat, ref_flat, tol, part, ref_flat.numel()), options, part
+
+
 def compare_stats(out_flat, ref_flat, atol_eff: float, rtol: float) -> tuple[int, int, float, float, float]:
     """(non-finite outputs, elements out of tolerance, max abs error, max rel
     error, max error / allowance) of two flat tensors of one length on one
     device, the reference in float32 or float64, atol_eff > 0."""
     import torch
-    n = ref_flat.numel()
-    grid = triton.cdiv(n, BLOCK)
-    tol = torch.tensor([atol_eff, rtol, max(atol_eff, 1e-30)], dtype=ref_flat.dtype, device=ref_flat.device)
-    part = torch.empty((grid, 5), dtype=ref_flat.dtype, device=ref_flat.device)
-    # no fused multiply-add: torch computes rtol * |ref| and the sum with atol
-    # as two roundings, and so must this
+    grid, args, options, part = _launch(out_flat, ref_flat, atol_eff, rtol)
     try:
-        compare_kernel[(grid,)](out_flat, ref_flat, tol, part, n, BLOCK=BLOCK, F64=ref_flat.dtype == torch.float64,
-                                enable_fp_fusion=False)
+        compare_kernel[grid](*args, **options)
     except Exception as exc:
         _unavailable.append(f"{type(exc).__name__}: {exc}")
         raise
@@ -112,12 +120,9 @@ def _tiny(torch_device: str):
 def precompile(torch_device: str) -> None:
     """Compiles the kernel for each dtype pair (Triton's warmup: no launch, so
     no GPU lock needed; CPU work and the on-disk cache)."""
-    import torch
     for out, ref in _tiny(torch_device):
-        tol = torch.ones(3, dtype=ref.dtype, device=torch_device)
-        part = torch.empty((1, 5), dtype=ref.dtype, device=torch_device)
-        compare_kernel.warmup(out, ref, tol, part, ref.numel(), BLOCK=BLOCK, F64=ref.dtype == torch.float64,
-                              enable_fp_fusion=False, grid=(1,))
+        grid, args, options, _ = _launch(out, ref, 1e-2, 1e-2)
+        compare_kernel.warmup(*args, grid=grid, **options)
 
 
 def warm(torch_device: str) -> None:
