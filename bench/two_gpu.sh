@@ -146,20 +146,20 @@ with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
                            "ON c.id = e.candidate_id JOIN jobs j ON j.id = c.job_id ORDER BY e.created_at"):
         t = (json.loads(row[9]) if row[9] else {}).get("timings") or {}
         waits, held = t.get("lock_wait_s") or {}, {}
+        # the worker's GPU: evaluations.worker "pid P gpu G" where the run spans several
+        gpu = row[3].split(" gpu ")[1] if " gpu " in row[3] else "0"
+        op_spans = by_gpu_op.setdefault(gpu, {}).setdefault(row[1], [])
         for a, b, kind in t.get("gpu_spans") or []:
             held[kind] = held.get(kind, 0.0) + (b - a)
+            op_spans.append((a, b))
         vals = {"setup_s": t.get("setup_s") or 0.0, "preload_s": t.get("preload_s") or 0.0,
                 **{f"{k}_wait_s": waits.get(k, 0.0) for k in KINDS},
                 **{f"{k}_held_s": held.get(k, 0.0) for k in KINDS}}
         for k, v in vals.items():
             sums[k] += v
-        # the lock spans themselves ([start, end, kind], unix seconds): with the
-        # worker's GPU (evaluations.worker "pid P gpu G") they give each op's
-        # share of its GPU's busy time (below)
+        # the lock spans themselves ([start, end, kind], unix seconds)
         w.writerow(list(row[:8]) + [round(vals[k], 6) for k in timing_cols] + [row[8],
                    json.dumps(t.get("gpu_spans") or [])])
-        g = row[3].split(" gpu ")[1] if " gpu " in row[3] else "0"
-        by_gpu_op.setdefault(g, {}).setdefault(row[1], []).extend((a, b) for a, b, _ in t.get("gpu_spans") or [])
 
 
 def union(spans):
