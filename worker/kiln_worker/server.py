@@ -181,11 +181,10 @@ def main() -> int:
     from .device import select_device, warm_up
     dev = select_device()  # exits 3 when torch / triton / yaml are missing
     warm = 0.0
-    if dev.error is None:
-        try:
-            warm = warm_up(dev)
-        except Exception as exc:  # noqa: BLE001  (the first evaluation meets it again and reports it)
-            log(f"warm-up failed: {type(exc).__name__}: {exc}")
+    try:
+        warm = warm_up(dev)  # 0 off a GPU (or a GPU that reported an error)
+    except Exception as exc:  # noqa: BLE001  (the first evaluation meets it again and reports it)
+        log(f"warm-up failed: {type(exc).__name__}: {exc}")
     log(f"ready: device {dev.name} ({dev.kind}), python {platform.python_version()}"
         + (f", warmed up in {warm:.2f} s" if warm else "") + (f"; {dev.error}" if dev.error else ""))
     server = Server(dev, out)
