@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 
 #include "checkpoint.h"
+#include "evaluate/startup_steps.h"
 #include "explore/explorer.h"
 #include "protocol.h"
 
@@ -184,6 +185,9 @@ void Coordinator::on_ready(Peer& p, const json& m) {
        << " slot(s) on " << p.device;
   if (m.contains("gpu") && m["gpu"].is_string()) line << " (GPU " << m["gpu"].get<std::string>() << ")";
   if (hello.contains("triton")) line << ", Triton " << hello.value("triton", "") << ", torch " << hello.value("torch", "");
+  // the rank's first evaluator to answer: how long each step of its start took
+  if (const std::string steps = describe_startup(startup_steps(hello)); !steps.empty())
+    line << "; its first evaluator started in " << steps;
   log_ << line.str() << std::endl;
   if (device_.empty()) {
     device_ = p.device;

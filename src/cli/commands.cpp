@@ -144,7 +144,7 @@ int cmd_run(const Args& args) {
     if (vm->count("json"))
       std::cout << json{{"jobs_done", s.jobs_done}, {"jobs_failed", s.jobs_failed},
                         {"candidates", s.candidates}, {"candidate_failures", s.candidate_failures},
-                        {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"device", s.device},
+                        {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"workers_ready_s", s.workers_ready_s}, {"device", s.device},
                         {"gpu_busy_s", s.gpu_busy_s}, {"gpu_bench_s", s.gpu_bench_s},
                         {"gpu_busy_fraction", s.gpu_busy_fraction ? json(*s.gpu_busy_fraction) : json(nullptr)},
                         {"gpus", s.gpu_ids}, {"gpu_busy_each_s", s.gpu_busy_each_s}}.dump()

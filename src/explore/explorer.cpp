@@ -23,6 +23,7 @@
 #include "common/hash.h"
 #include "common/home.h"
 #include "evaluate/estimate.h"
+#include "evaluate/startup_steps.h"
 #include "evaluate/worker_process.h"
 #include "explore/select.h"
 #include "explore/scheduler.h"
@@ -107,6 +108,7 @@ struct Slot {
   size_t gpu = 0;                    // index into RunOptions::gpus.ids (0 when unbound)
   bool ready = false;                // hello answered
   bool busy = false;
+  Clock::time_point started;         // the worker's (re)start, for its start-up time
 };
 
 // The local executor: N worker processes on this machine, fed by the scheduler.
@@ -209,6 +211,7 @@ class Explorer {
     s.busy = true;
     if (s.worker->alive()) s.worker->kill();
     s.worker->start();
+    s.started = Clock::now();
     s.worker->request({{"method", "hello"}}, std::chrono::seconds(180),
                       [this, i](WorkerOutcome o) { on_hello(i, std::move(o)); });
   }
@@ -249,7 +252,30 @@ class Explorer {
            << r.value("torch", "") << std::endl;
     }
     s.ready = true;
+    note_started(std::chrono::duration<double>(Clock::now() - s.started).count(), startup_steps(r));
     pump();
+  }
+
+  // Once every slot's first worker has answered: one line saying how long
+  // the slowest took from its start to its hello, and where a worker's start
+  // went (the median of each step the workers reported, startup_steps.h).
+  void note_started(double seconds, const std::map<std::string, double>& steps) {
+    if (first_ready_.size() >= slots_.size()) return;  // a restarted worker
+    first_ready_.push_back(seconds);
+    for (const auto& [k, v] : steps) startup_steps_[k].push_back(v);
+    if (first_ready_.size() < slots_.size()) return;
+    summary_.workers_ready_s = *std::max_element(first_ready_.begin(), first_ready_.end());
+    std::map<std::string, double> median;
+    for (auto [k, v] : startup_steps_) {
+      if (v.size() != first_ready_.size()) continue;  // not every worker reported it
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      median[k] = v[v.size() / 2];
+    }
+    std::ostringstream line;  // its own stream: the progress stream's format stays as it is
+    line << "[" << now_hms() << "] workers ready: the last after " << std::fixed << std::setprecision(1)
+         << summary_.workers_ready_s << " s";
+    if (!median.empty()) line << " (median steps: " << describe_startup(median) << ")";
+    out_ << line.str() << std::endl;
   }
 
   // Gives every idle slot work; stops the loop when the scheduler is done.
@@ -402,6 +428,8 @@ class Explorer {
   std::vector<Slot> slots_;
   bool stopping_ = false;
   RunSummary summary_;
+  std::vector<double> first_ready_;                      // each slot's first start-up, seconds
+  std::map<std::string, std::vector<double>> startup_steps_;  // hello's "startup", per step
   double start_epoch_ = 0;
   std::vector<std::vector<std::pair<double, double>>> gpu_spans_, bench_spans_;  // per GPU
   std::string fatal_, last_progress_;

@@ -44,6 +44,7 @@ struct RunSummary {
   int candidates = 0, candidate_failures = 0;
   bool interrupted = false;                 // stopped by SIGINT/SIGTERM/SIGUSR1
   double wall_s = 0;
+  double workers_ready_s = 0;               // the slowest worker's start to its hello (first starts)
   std::string device;                       // the executing device the workers reported
   // Time the GPU was held by some worker (benchmarks exclusively, correctness
   // checks shared), from the workers' own timestamps (timings.gpu_spans), as

@@ -160,6 +160,14 @@ def test_resumed_run_finishes_every_job(quickstart):
     assert quickstart["summary"]["interrupted"] is False
 
 
+def test_run_reports_the_workers_start_up(quickstart):
+    # the slowest worker's start to its hello, and the steps it reported
+    s = quickstart["summary"]
+    assert 0 < s["workers_ready_s"] < s["wall_s"], s
+    line = [ln for ln in quickstart["run2"].stderr.splitlines() if "workers ready: the last after" in ln]
+    assert len(line) == 1 and "imports" in line[0], quickstart["run2"].stderr[-2000:]
+
+
 def test_no_candidate_evaluated_twice(quickstart):
     cat = quickstart["catalog"]
     n_cand = db_rows(cat, "SELECT COUNT(*) FROM candidates")[0][0]

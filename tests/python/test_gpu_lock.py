@@ -234,7 +234,7 @@ def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
 
 def test_warm_up_off_a_gpu_does_nothing():
     from kiln_worker.device import Device, warm_up
-    assert warm_up(Device("cpu", "cpu", "cpu", None)) == 0.0
+    assert warm_up(Device("cpu", "cpu", "cpu", None)) == {}
     assert bench.take_spans() == []  # no lock taken
 
 
@@ -313,10 +313,12 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     holder.start()
     assert q.get(timeout=10)[0] == "in"  # a benchmark holds the lock
     t0 = time.time()
-    took = device.warm_up(dev)
+    phases = device.warm_up(dev)
     waited = time.time() - t0
     holder.join(10)
-    assert waited >= 0.4 and took >= 0.4  # the kernels waited for the benchmark
+    assert set(phases) == {"context_s", "compile_s", "kernels_s"}
+    assert waited >= 0.4 and phases["kernels_s"] >= 0.4  # the kernels waited for the benchmark
+    assert phases["context_s"] < 0.4 and phases["compile_s"] < 0.4
     # the context and the comparison kernel's compile outside the lock, kernels inside
     assert order[:2] == [("context", None), ("compile", None)]
     assert {held for what, held in order[2:]} == {"shared"} and ("compare", "shared") in order

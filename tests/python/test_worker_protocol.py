@@ -71,6 +71,10 @@ def test_hello(worker):
                                   + b"\0common.py\0" + shared).hexdigest()
                 for m in ("elementwise", "reduce")}
     assert r["templates"] == expected
+    # how long each step of the start took; no GPU steps on the CPU
+    st = r["startup"]
+    assert set(st) == {"process_s", "imports_s", "library_s"}, st
+    assert all(v >= 0 for v in st.values()) and st["imports_s"] > 0.05  # torch and triton at least
 
 
 def test_space_hip_and_cuda(worker):

@@ -121,10 +121,12 @@ def select_device() -> Device:
     return dev
 
 
-def warm_up(dev: Device) -> float:
+def warm_up(dev: Device) -> dict:
     """A GPU worker's first CUDA work, done once when it starts instead of in
-    its first evaluation; returns the seconds it took (0 off a GPU).
-    Also compiles and loads check.compare's kernel (compare_kernel).
+    its first evaluation; returns the seconds of each phase ({} off a GPU):
+    context_s (the CUDA context), compile_s (check.compare's kernel, compiled
+    and not run: compare_kernel) and kernels_s (the tiny kernels, the wait for
+    the lock included).
 
     A worker's first candidate used to create the CUDA context and load the
     libraries its set-up and check call (cuRAND's generator, cuBLAS, the
@@ -139,16 +141,26 @@ def warm_up(dev: Device) -> float:
     its spans from its start) and so are not in the run's GPU busy time.
     """
     if not dev.is_gpu:
-        return 0.0
+        return {}
     import time
 
     import torch
 
     from . import compare_kernel
     from .bench import gpu_lock
-    t0 = time.perf_counter()
+    phases = {}
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        phases[name] = now - t
+        t = now
+
     torch.empty(1, device=dev.torch_device)  # the context and the caching allocator
+    lap("context_s")
     compare_kernel.precompile(dev.torch_device)  # check.compare's kernel: compiled, not run
+    lap("compile_s")
     with gpu_lock(shared=True, kind="warmup"):
         compare_kernel.warm(dev.torch_device)
         for dt in (torch.float32, torch.bfloat16, torch.float16):
@@ -162,7 +174,21 @@ def warm_up(dev: Device) -> float:
         if sleep is not None:
             sleep(1000)
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    lap("kernels_s")
+    return phases
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), None where unknown:
+    what the interpreter's start and the imports before main() took."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def install_scratch_allocator(torch_device: str = "cuda") -> None:

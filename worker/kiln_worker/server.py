@@ -31,11 +31,12 @@ def log(msg: str) -> None:
 
 
 class Server:
-    def __init__(self, dev: Device, out: TextIO):
+    def __init__(self, dev: Device, out: TextIO, startup: dict | None = None):
         from .evaluate import Evaluation
         from .templates import Library
         self.dev = dev
         self.out = out
+        self.startup = startup if startup is not None else {}  # seconds per start-up step (main)
         self.lib = Library()
         self.evaluation = Evaluation(self.lib, dev)
         self._generated = None  # GeneratedEvaluator, created by the first generated request
@@ -124,6 +125,7 @@ class Server:
             "worker": __version__,
             "pid": os.getpid(),
             "device": self.dev.as_json(),
+            "startup": self.startup,
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
@@ -177,17 +179,26 @@ class Server:
 
 
 def main() -> int:
+    import time
     out = protect_stdout()
-    from .device import select_device, warm_up
+    from .device import process_age_s, select_device, warm_up
+    # How long each step of the start took (seconds), answered in hello: the
+    # engine logs them, and a slow start shows where it went.
+    startup = {"process_s": process_age_s()}  # interpreter start and imports before main()
+    t0 = time.perf_counter()
     dev = select_device()  # exits 3 when torch / triton / yaml are missing
-    warm = 0.0
+    t1 = time.perf_counter()
+    startup["imports_s"] = t1 - t0
     try:
-        warm = warm_up(dev)  # 0 off a GPU (or a GPU that reported an error)
+        startup.update(warm_up(dev))  # {} off a GPU (or a GPU that reported an error)
     except Exception as exc:  # noqa: BLE001  (the first evaluation meets it again and reports it)
         log(f"warm-up failed: {type(exc).__name__}: {exc}")
-    log(f"ready: device {dev.name} ({dev.kind}), python {platform.python_version()}"
-        + (f", warmed up in {warm:.2f} s" if warm else "") + (f"; {dev.error}" if dev.error else ""))
-    server = Server(dev, out)
+    t2 = time.perf_counter()
+    server = Server(dev, out, startup)
+    startup["library_s"] = time.perf_counter() - t2
+    log(f"ready: device {dev.name} ({dev.kind}), python {platform.python_version()}; started in "
+        + ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in startup.items() if v is not None)
+        + (f"; {dev.error}" if dev.error else ""))
     try:
         return server.serve(sys.stdin.buffer)
     except KeyboardInterrupt:
