@@ -324,3 +324,49 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     assert {held for what, held in order[2:]} == {"shared"} and ("compare", "shared") in order
     assert [what for what, _ in order].count("matmul") == 3  # fp32, bf16, fp16
     assert [k for _, _, k in bench.take_spans()] == ["warmup"]
+
+
+def test_warm_up_in_its_own_thread_is_waited_for_once(monkeypatch):
+    # device.WarmUp runs warm_up beside the worker's first requests; wait()
+    # blocks until it is done, reports its phases and the wait once, and drops
+    # its lock span and wait, which belong to no evaluation.
+    import threading
+    from kiln_worker import device
+    release = threading.Event()
+    logged = []
+
+    def fake_warm_up(dev):
+        with bench.gpu_lock(shared=True, kind="warmup"):
+            release.wait(10)
+        return {"context_s": 0.1, "compile_s": 0.2, "kernels_s": 0.3}
+
+    monkeypatch.setattr(device, "warm_up", fake_warm_up)
+    t0 = time.perf_counter()
+    w = device.WarmUp(device.Device("cuda", "stand-in GPU", "cuda", "sm_90"), logged.append)
+    assert time.perf_counter() - t0 < 0.5 and not w.done()  # started, not waited for
+    with bench.gpu_lock(shared=True, kind="check"):  # (another evaluation's span, kept)
+        pass
+    threading.Timer(0.3, release.set).start()
+    got = w.wait()
+    assert w.done() and got["wait_s"] >= 0.2
+    assert {k: got[k] for k in ("context_s", "compile_s", "kernels_s")} == w.phases
+    assert w.wait() is None  # reported once
+    assert [k for _, _, k in bench.take_spans()] == ["check"]
+    assert "warmup" not in bench.take_lock_waits()
+    assert logged and logged[0].startswith("warmed up: context 0.10 s")
+
+
+def test_warm_up_off_a_gpu_or_failing_is_not_waited_for(monkeypatch):
+    from kiln_worker import device
+    w = device.WarmUp(device.Device("cpu", "cpu", "cpu", None))
+    assert w.done() and w.wait() is None
+
+    def broken(dev):
+        raise RuntimeError("no context")
+
+    monkeypatch.setattr(device, "warm_up", broken)
+    logged = []
+    w = device.WarmUp(device.Device("cuda", "stand-in GPU", "cuda", "sm_90"), logged.append)
+    got = w.wait()  # returns: the first evaluation meets the error itself
+    assert w.error == "RuntimeError: no context" and got["wait_s"] >= 0
+    assert logged == ["warm-up failed: RuntimeError: no context"]

@@ -89,6 +89,13 @@ def take_spans() -> list[tuple[float, float, str]]:
     return out
 
 
+def forget(kind: str) -> None:
+    """Drops the spans and the lock waits of one kind (the warm-up's, which
+    belong to no evaluation)."""
+    _SPANS[:] = [s for s in _SPANS if s[2] != kind]
+    _WAITS.pop(kind, None)
+
+
 def take_lock_waits() -> dict[str, float]:
     """Seconds this process waited for the GPU lock since the last call, per
     kind ("check", "bench"), and forget them: with many workers per GPU, the

@@ -178,6 +178,62 @@ def warm_up(dev: Device) -> dict:
     return phases
 
 
+class WarmUp:
+    """warm_up in a thread of its own, started with the worker: meanwhile the
+    worker answers hello and compiles its first candidates (Triton compiles in
+    several threads of a process, its AsyncCompileMode does). Whatever runs on
+    the GPU first calls wait() -- the first check, a generated kernel's
+    evaluation -- so the warm-up's kernels still run before the worker's own,
+    and nothing of this process holds the GPU lock while the warm-up does.
+
+    On a CPU (or a GPU that reported an error) there is nothing to do and
+    wait() returns at once. A warm-up that fails is logged and forgotten: the
+    first evaluation meets the same error and reports it.
+    """
+
+    def __init__(self, dev: Device, log=None):
+        import threading
+        self.phases: dict = {}           # warm_up's seconds per phase, once done
+        self.error: str | None = None
+        self._log = log
+        self._done = threading.Event()
+        self._waited = False
+        if not dev.is_gpu:
+            self._done.set()
+            self._waited = True  # nothing to report
+            return
+        threading.Thread(target=self._run, args=(dev,), name="kiln-warm-up", daemon=True).start()
+
+    def _run(self, dev: Device) -> None:
+        try:
+            self.phases = warm_up(dev)
+            if self._log:
+                self._log("warmed up: " + ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in self.phases.items()))
+        except Exception as exc:  # noqa: BLE001
+            self.error = f"{type(exc).__name__}: {exc}"
+            if self._log:
+                self._log(f"warm-up failed: {self.error}")
+        finally:
+            self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self) -> dict | None:
+        """Blocks until the warm-up has finished. The first call returns its
+        phases and the seconds this call waited (wait_s), for the first
+        evaluation's timings; later calls return None."""
+        import time
+        t0 = time.perf_counter()
+        self._done.wait()
+        if self._waited:
+            return None
+        self._waited = True
+        from . import bench
+        bench.forget("warmup")  # its lock span and wait belong to no evaluation
+        return {**self.phases, "wait_s": time.perf_counter() - t0}
+
+
 def process_age_s() -> float | None:
     """Seconds since this process started (Linux: /proc), None where unknown:
     what the interpreter's start and the imports before main() took."""

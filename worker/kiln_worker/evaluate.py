@@ -100,9 +100,10 @@ def _traceback_tail(exc: BaseException, lines: int = 25) -> str:
 
 
 class Evaluation:
-    def __init__(self, lib: Library, dev: Device):
+    def __init__(self, lib: Library, dev: Device, warm=None):
         self.lib = lib
         self.dev = dev
+        self.warm = warm  # the worker's warm-up (device.WarmUp), waited for before the first GPU work
         self.device_lost = False  # set when the GPU context is unusable after a crash
         # under the interpreter the cross-compile runs in a child process (compile_child.py)
         self.interpreting = not dev.is_gpu
@@ -192,6 +193,10 @@ class Evaluation:
             return json_safe(res)
 
         # (2) correctness on the executing device -----------------------------
+        if self.warm is not None:
+            warmed = self.warm.wait()  # the first evaluation: its phases and the wait
+            if warmed is not None:
+                res["timings"]["warm_up"] = warmed
         t0 = time.perf_counter()
         try:
             corr, inputs, out = self._check(mod, op, shape, dtype, params, config, job)

@@ -31,14 +31,15 @@ def log(msg: str) -> None:
 
 
 class Server:
-    def __init__(self, dev: Device, out: TextIO, startup: dict | None = None):
+    def __init__(self, dev: Device, out: TextIO, startup: dict | None = None, warm=None):
         from .evaluate import Evaluation
         from .templates import Library
         self.dev = dev
         self.out = out
         self.startup = startup if startup is not None else {}  # seconds per start-up step (main)
+        self.warm = warm  # device.WarmUp, running while the first requests are served
         self.lib = Library()
-        self.evaluation = Evaluation(self.lib, dev)
+        self.evaluation = Evaluation(self.lib, dev, warm)
         self._generated = None  # GeneratedEvaluator, created by the first generated request
 
     # -- answers ----------------------------------------------------------
@@ -125,7 +126,7 @@ class Server:
             "worker": __version__,
             "pid": os.getpid(),
             "device": self.dev.as_json(),
-            "startup": self.startup,
+            "startup": {**self.startup, **(self.warm.phases if self.warm is not None and self.warm.done() else {})},
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
@@ -163,14 +164,20 @@ class Server:
             self._generated = GeneratedEvaluator(self.dev)
         return self._generated
 
+    def wait_warm(self) -> None:
+        if self.warm is not None:
+            self.warm.wait()
+
     def evaluate(self, req: dict) -> dict:
         self.require_device()
         if req.get("source") is not None:  # generated code against a reference module
+            self.wait_warm()
             return self.generated().evaluate(req)
         return self.evaluation.run(req.get("job"), req.get("config"), req.get("artifact_dir"))
 
     def reference_info(self, req: dict) -> dict:
         self.require_device()
+        self.wait_warm()
         return self.generated().reference_info(req)
 
     def close(self) -> None:
@@ -181,7 +188,7 @@ class Server:
 def main() -> int:
     import time
     out = protect_stdout()
-    from .device import process_age_s, select_device, warm_up
+    from .device import WarmUp, process_age_s, select_device
     # How long each step of the start took (seconds), answered in hello: the
     # engine logs them, and a slow start shows where it went.
     startup = {"process_s": process_age_s()}  # interpreter start and imports before main()
@@ -189,13 +196,12 @@ def main() -> int:
     dev = select_device()  # exits 3 when torch / triton / yaml are missing
     t1 = time.perf_counter()
     startup["imports_s"] = t1 - t0
-    try:
-        startup.update(warm_up(dev))  # {} off a GPU (or a GPU that reported an error)
-    except Exception as exc:  # noqa: BLE001  (the first evaluation meets it again and reports it)
-        log(f"warm-up failed: {type(exc).__name__}: {exc}")
-    t2 = time.perf_counter()
-    server = Server(dev, out, startup)
-    startup["library_s"] = time.perf_counter() - t2
+    # The GPU warm-up runs beside the first requests (hello, spaces, the first
+    # compiles); the first GPU work waits for it. Its phases are reported by
+    # the first evaluation (timings.warm_up), and by hello if done by then.
+    warm = WarmUp(dev, log)
+    server = Server(dev, out, startup, warm)
+    startup["library_s"] = time.perf_counter() - t1
     log(f"ready: device {dev.name} ({dev.kind}), python {platform.python_version()}; started in "
         + ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in startup.items() if v is not None)
         + (f"; {dev.error}" if dev.error else ""))
