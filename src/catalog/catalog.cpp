@@ -658,7 +658,7 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
       .run();
   Stmt ins(db_, path_,
            "INSERT OR IGNORE INTO jobs (key, op, shape, dtype, params, target, arch, spec, "
-           "created_at, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+           "created_at, priority, compile_est_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   Stmt sel(db_, path_, "SELECT id FROM jobs WHERE key = ?");
   Stmt link(db_, path_, "INSERT OR IGNORE INTO batch_jobs (batch_id, job_id) VALUES (?, ?)");
   std::set<std::string> seen;
@@ -675,6 +675,7 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
         .bind(8, canonical_json(j.spec))
         .bind(9, t)
         .bind(10, j.priority)
+        .bind(11, j.compile_est_s)
         .run();
     if (sqlite3_changes(db_) == 1) ++r.new_jobs;
     sqlite3_reset(sel.get());
@@ -703,9 +704,11 @@ std::optional<JobRow> Catalog::claim_job(const std::string& owner, double lease_
       "WHERE state IN ('queued', 'running')";
   if (batch_id) sql += " AND id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)";
   if (shard) sql += " AND id % ?2 = ?3";
-  // Most expensive first (jobs.priority: the roofline ms set at submit), so
-  // the cheap jobs fill the last slots instead of a big one running alone.
-  sql += " ORDER BY priority DESC, id";
+  // The most compiling first (jobs.compile_est_s), so the run ends on GPU
+  // work rather than on compiles that leave the GPUs idle; then the most
+  // expensive (jobs.priority: the roofline ms), so the cheap jobs fill the
+  // last slots instead of a big one running alone. Both are set at submit.
+  sql += " ORDER BY compile_est_s DESC, priority DESC, id";
   Stmt st(db_, path_, sql.c_str());
   if (batch_id) st.bind(1, *batch_id);
   if (shard) st.bind(2, (long long)shard->count).bind(3, (long long)shard->index);
@@ -986,6 +989,19 @@ void Catalog::set_best(const BestRow& b) {
       .bind(6, now_s())
       .run();
   tx.commit();
+}
+
+std::map<std::pair<std::string, std::string>, double> Catalog::compile_seconds(int min_evaluations,
+                                                                               int recent) const {
+  Stmt st(db_, path_,
+          "SELECT j.op, j.arch, AVG(e.compile_s), COUNT(*) FROM evaluations e "
+          "JOIN candidates c ON c.id = e.candidate_id JOIN jobs j ON j.id = c.job_id "
+          "WHERE e.id > (SELECT COALESCE(MAX(id), 0) FROM evaluations) - ?1 AND e.compile_s IS NOT NULL "
+          "GROUP BY j.op, j.arch HAVING COUNT(*) >= ?2");
+  st.bind(1, static_cast<long long>(recent)).bind(2, static_cast<long long>(min_evaluations));
+  std::map<std::pair<std::string, std::string>, double> out;
+  while (st.step()) out[{st.text(0), st.text(1)}] = st.dbl(2);
+  return out;
 }
 
 std::optional<BestRow> Catalog::best(long long job_id) const {

@@ -5,6 +5,7 @@
 // One Catalog object per thread. Every mutating call is one transaction.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <optional>
 #include <string>
@@ -27,6 +28,7 @@ struct NewJob {
   std::string op, dtype, target, arch;
   nlohmann::json shape, params, spec;
   double priority = 0;       // claim order, bigger first (roofline ms; 0: unknown)
+  double compile_est_s = 0;  // claim order before priority, bigger first (0004_compile_estimate.sql)
 };
 
 struct SubmitResult {
@@ -215,6 +217,12 @@ class Catalog {
   std::vector<MeasuredJob> measured_configs(const std::string& op, const std::string& arch,
                                             const std::string& template_name, const std::string& device,
                                             int per_job, int max_jobs = 256) const;
+  // Mean seconds to compile one candidate, per (operator, arch), over the
+  // latest `recent` evaluations, where an operator on an arch has at least
+  // `min_evaluations` of them: what kiln submit's claim order estimates a
+  // job's compile time from (NewJob::compile_est_s).
+  std::map<std::pair<std::string, std::string>, double> compile_seconds(int min_evaluations = 20,
+                                                                        int recent = 20000) const;
   // Read-only SQL; throws CatalogError for anything that is not a read. Runs on
   // a separate SQLITE_OPEN_READONLY connection with an authorizer that allows
   // only reads; several statements are allowed if all are reads, and the rows

@@ -2,7 +2,9 @@
 #pragma once
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -158,19 +160,27 @@ inline json worker_hello(const Manifest& m, const Knowledge& knowledge) {
   if (!replies[0].value("ok", false))
     throw std::runtime_error("worker hello failed: " + replies[0].value("error", ""));
   json hello = replies[0]["result"];
-  hello["job_traffic"] = replies[1].value("ok", false) ? replies[1]["result"].value("traffic", json::array())
-                                                        : json::array();
+  const bool sized = replies[1].value("ok", false);
+  hello["job_traffic"] = sized ? replies[1]["result"].value("traffic", json::array()) : json::array();
+  hello["job_space"] = sized ? replies[1]["result"].value("space", json::array()) : json::array();
   return hello;
 }
 
 // A validated manifest's jobs as catalog rows, keyed by content (spec,
-// template version, Triton version); duplicate keys are kept once. Each job's
-// priority (the claim order) is its roofline time on its target, from the
-// hello's job_traffic; 0 where unknown.
-inline std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowledge, const json& hello) {
+// template version, Triton version); duplicate keys are kept once. The claim
+// order: each job's compile estimate (compile_est_s: its candidates -- the
+// space's size from the hello's job_space, at most max_candidates -- times the
+// seconds one takes to compile: `compile_history` for the operator on the arch
+// (Catalog::compile_seconds), else the operator's compile_s in
+// kernels/operators.yaml), then its priority (its roofline time on its target,
+// from the hello's job_traffic); 0 where unknown.
+inline std::vector<NewJob> expand_jobs(
+    const Manifest& m, const Knowledge& knowledge, const json& hello,
+    const std::map<std::pair<std::string, std::string>, double>& compile_history = {}) {
   const json templates = hello.value("templates", json::object());
   const std::string triton = hello.value("triton", "");
   const json traffic = hello.value("job_traffic", json::array());
+  const json space = hello.value("job_space", json::array());
   std::vector<NewJob> jobs;
   std::set<std::string> seen;
   for (size_t i = 0; i < m.jobs.size(); ++i) {
@@ -192,6 +202,11 @@ inline std::vector<NewJob> expand_jobs(const Manifest& m, const Knowledge& knowl
       } catch (const std::exception&) {
         j.priority = 0;  // a target without bandwidth / compute units: unsized
       }
+    }
+    if (op && i < space.size() && space[i].is_number_integer()) {
+      const double candidates = std::min<double>(space[i].get<double>(), js.explore.max_candidates);
+      const auto h = compile_history.find({j.op, j.arch});
+      j.compile_est_s = candidates * (h != compile_history.end() ? h->second : op->compile_s);
     }
     if (seen.insert(j.key).second) jobs.push_back(std::move(j));
   }

@@ -338,11 +338,11 @@ int cmd_nightly(const Args& args) {
       std::cerr << "kiln nightly: cannot start the Python evaluator: " << e.what() << "\n";
       return 3;
     }
-    const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello);
     const std::string catalog_path = (*vm)["catalog"].as<std::string>();
     if (report_only && !std::filesystem::exists(catalog_path))
       throw std::runtime_error("no catalog at " + catalog_path);
     Catalog catalog = Catalog::open(catalog_path, report_only);
+    const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello, catalog.compile_seconds());
 
     // States before this nightly: what was done already is "unchanged".
     std::map<std::string, std::string> before;

@@ -57,8 +57,8 @@ int cmd_submit(const Args& args) {
       return 3;
     }
     const std::string triton = hello.value("triton", "");
-    const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello);
     Catalog catalog = open_catalog(*vm, false);
+    const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello, catalog.compile_seconds());
     SubmitResult r = catalog.submit(m.name, std::filesystem::absolute(m.path).string(), m.text, jobs);
     if (vm->count("json")) {
       std::cout << json{{"batch", r.batch_id}, {"name", m.name}, {"jobs", r.total_jobs},

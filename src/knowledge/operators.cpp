@@ -66,10 +66,14 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, con
   op.name = key.Scalar();
   const std::string where = "operator '" + op.name + "'";
   ck.need_map(n, where);
-  check_keys(ck, n, {"module", "description", "shape", "dtypes", "params"}, where);
+  check_keys(ck, n, {"module", "description", "shape", "dtypes", "params", "compile_s"}, where);
   if (!n["module"]) ck.fail(n, where + ": missing 'module'");
   op.module = ck.str(n["module"], "module");
   if (n["description"]) op.description = ck.str(n["description"], "description");
+  if (n["compile_s"]) {
+    op.compile_s = ck.number(n["compile_s"], where + " compile_s");
+    if (!(op.compile_s >= 0)) ck.fail(n["compile_s"], where + ": compile_s must be >= 0");
+  }
 
   YAML::Node shape = n["shape"];
   if (!shape) ck.fail(n, where + ": missing 'shape'");

@@ -26,6 +26,11 @@ struct OperatorSpec {
   std::vector<std::string> dim_names;
   std::vector<std::string> dtypes;
   std::vector<ParamSpec> params;
+  // Typical seconds to compile one candidate of this template (Triton front
+  // end + ptxas/ld.lld) on a GPU node's CPU; the claim order's estimate of a
+  // job's compile time where the catalog has no history (kiln submit).
+  double compile_s = kDefaultCompileS;
+  static constexpr double kDefaultCompileS = 0.2;
 };
 
 class OperatorRegistry {

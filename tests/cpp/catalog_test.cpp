@@ -170,6 +170,54 @@ TEST_F(CatalogTest, ClaimsTheMostExpensiveJobFirst) {
   EXPECT_EQ(order, (std::vector<std::string>{"p1", "p4", "p3", "p0", "p2"}));
 }
 
+TEST_F(CatalogTest, ClaimsTheMostCompilingJobFirstThenTheMostExpensive) {
+  Catalog cat = open();
+  std::vector<NewJob> jobs;
+  for (auto [compile, priority] : std::vector<std::pair<double, double>>{{0, 9}, {3, 0.1}, {3, 1}, {0, 0}, {1, 5}}) {
+    jobs.push_back(make_job("c" + std::to_string(jobs.size())));
+    jobs.back().compile_est_s = compile;
+    jobs.back().priority = priority;
+  }
+  cat.submit("b", "m", "", jobs);
+  EXPECT_EQ(cat.query("SELECT compile_est_s FROM jobs ORDER BY id").rows[4][0], 1.0);
+  std::vector<std::string> order;
+  while (auto j = cat.claim_job("h:1", 60)) order.push_back(j->spec["tag"].get<std::string>());
+  EXPECT_EQ(order, (std::vector<std::string>{"c2", "c1", "c4", "c0", "c3"}));
+}
+
+TEST_F(CatalogTest, CompileSecondsAreMeansPerOperatorAndArchOfRecentEvaluations) {
+  Catalog cat = open();
+  const long long job_id = job_with_candidate(cat).first;  // softmax on gfx942
+  NewJob other = make_job("other");
+  other.op = "matmul";
+  other.arch = "sm_90";
+  other.key = job_key(other.spec, "t", "3.6.0");
+  cat.submit("b2", "m", "", {other});
+  const long long other_id = cat.query("SELECT id FROM jobs WHERE op = 'matmul'").rows[0][0].get<long long>();
+  auto evaluate = [&](long long job, int i, double compile_s) {
+    CandidateRow c;
+    c.job_id = job;
+    c.generator = "template";
+    c.template_name = "t";
+    c.config = {{"i", i}};
+    EvaluationIn e;
+    e.status = "ok";
+    e.result = ok_result();
+    e.result["timings"]["compile_s"] = compile_s;
+    cat.record_evaluation(cat.add_candidate(c).id, e);
+  };
+  for (int i = 0; i < 4; ++i) evaluate(job_id, i, 1.0 + i);   // softmax: 1, 2, 3, 4
+  for (int i = 0; i < 2; ++i) evaluate(other_id, i, 9.0);     // matmul: too few
+  auto means = cat.compile_seconds(3);
+  EXPECT_EQ(means.size(), 1u);
+  EXPECT_DOUBLE_EQ(means.at({"softmax", "gfx942"}), 2.5);
+  EXPECT_EQ(cat.compile_seconds(2).at({"matmul", "sm_90"}), 9.0);
+  // only the latest `recent` evaluations: the two matmul ones and softmax's last (4 s)
+  auto recent = cat.compile_seconds(1, 3);
+  EXPECT_DOUBLE_EQ(recent.at({"softmax", "gfx942"}), 4.0);
+  EXPECT_EQ(recent.size(), 2u);
+}
+
 TEST_F(CatalogTest, MigrationsAppliedOnceAndTracked) {
   auto migs = find_migrations(kMigrations);
   ASSERT_FALSE(migs.empty());
@@ -1061,7 +1109,7 @@ TEST_F(CatalogTest, QueryReturnsRows) {
   EXPECT_EQ(r.rows[0][4], "<blob 4 bytes>");
 
   EXPECT_TRUE(cat.query("SELECT * FROM jobs WHERE 0").rows.empty());
-  EXPECT_EQ(cat.query("SELECT * FROM jobs WHERE 0").columns.size(), 18u);
+  EXPECT_EQ(cat.query("SELECT * FROM jobs WHERE 0").columns.size(), 19u);
   // Several read statements: the last one's rows.
   auto multi = cat.query("SELECT 1; SELECT 2 AS two;  -- trailing comment\n");
   EXPECT_EQ(multi.columns, std::vector<std::string>{"two"});

@@ -250,6 +250,22 @@ TEST(Operators, RegistryLoads) {
   EXPECT_EQ(bg->params[0].choices, (std::vector<json>{"none", "tanh"}));
   EXPECT_EQ(bg->params[0].default_value, "none");
   EXPECT_EQ(ops.find("Softmax"), nullptr);
+  // every shipped operator says how long a candidate takes to compile (the claim order)
+  for (const auto& name : ops.names()) EXPECT_GT(ops.find(name)->compile_s, 0.0) << name;
+  EXPECT_GT(conv->compile_s, mm->compile_s);
+}
+
+TEST(Operators, CompileSecondsDefaultAndBounds) {
+  TempDir d("ops");
+  const std::string head = "operators:\n  x:\n    module: m\n    shape: {rank: 1}\n    dtypes: [fp32]\n";
+  auto f = d.write("o.yaml", head);
+  EXPECT_EQ(OperatorRegistry::load(f).find("x")->compile_s, OperatorSpec::kDefaultCompileS);
+  f = d.write("o.yaml", head + "    compile_s: 1.5\n");
+  EXPECT_EQ(OperatorRegistry::load(f).find("x")->compile_s, 1.5);
+  f = d.write("o.yaml", head + "    compile_s: -1\n");
+  expect_error([&] { OperatorRegistry::load(f); }, f.string() + ":6:16: operator 'x': compile_s must be >= 0");
+  f = d.write("o.yaml", head + "    compile_s: slow\n");
+  expect_error([&] { OperatorRegistry::load(f); }, f.string() + ":6:16: operator 'x' compile_s must be a number");
 }
 
 TEST(OperatorErrors, BadFiles) {

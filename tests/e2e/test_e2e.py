@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
@@ -194,6 +195,18 @@ def test_best_has_correct_kernel_and_real_code_objects(quickstart):
             assert r["basis"] == "estimated"  # no AMD GPU here
         else:
             assert co["kind"] == "cubin" and co["elf_machine"] == "CUDA", co
+
+
+def test_submit_estimates_each_jobs_compile_time_for_the_claim_order(quickstart):
+    # A fresh catalog has no compile history: each job's estimate is its
+    # candidates (max_candidates 4 here, every space is larger) times its
+    # operator's compile_s in kernels/operators.yaml.
+    ops = yaml.safe_load((ROOT / "kernels" / "operators.yaml").read_text())["operators"]
+    rows = db_rows(quickstart["catalog"], "SELECT op, compile_est_s FROM jobs")
+    assert len(rows) == quickstart["jobs"]
+    for op, est in rows:
+        assert est == pytest.approx(4 * ops[op]["compile_s"]), (op, est)
+    assert max(rows, key=lambda r: r[1])[0] == "conv2d"
 
 
 def test_best_text_labels_estimates(quickstart):

@@ -90,6 +90,17 @@ def test_space_hip_and_cuda(worker):
     assert b["result"]["traffic"]["bytes"] == 3 * N * 2
 
 
+def test_traffic_sizes_every_job_and_never_fails_as_a_whole(worker):
+    # kiln submit's claim order: each job's minimum traffic and its space's size
+    good = [job(target=TARGET_MI300X), job(target=TARGET_H200, dtype="fp16")]
+    a = worker.call("traffic", jobs=[good[0], {"op": "no_such_op"}, good[1]])
+    assert a["ok"], a
+    spaces = [len(worker.call("space", job=j)["result"]["configs"]) for j in good]
+    assert a["result"]["traffic"] == [{"bytes": 3 * N * 4, "flops": N}, None, {"bytes": 3 * N * 2, "flops": N}]
+    assert a["result"]["space"] == [spaces[0], None, spaces[1]] and spaces[0] == 4
+    assert not worker.call("traffic", jobs="all")["ok"]
+
+
 # -- evaluate: ok ----------------------------------------------------------------
 
 def _read_elf_machine(path):

@@ -141,22 +141,33 @@ class Server:
         return space(self.lib, req.get("job"))
 
     def traffic(self, req: dict) -> dict:
-        """The minimum traffic of each job in req["jobs"] (null for one the
-        library cannot size: a reference module, a bad spec); for the engine's
-        claim order, so it never fails as a whole."""
+        """The minimum traffic of each job in req["jobs"] and the size of its
+        config space (null for one the library cannot size: a reference
+        module, a bad spec); for the engine's claim order, so it never fails
+        as a whole."""
         from .evaluate import job_fields
         jobs = req.get("jobs")
         if not isinstance(jobs, list):
             from .evaluate import BadRequest
             raise BadRequest("traffic: 'jobs' must be a list")
-        out = []
+        traffic, spaces = [], []
         for job in jobs:
             try:
-                op, shape, dtype, params, _ = job_fields(self.lib, job)
-                out.append(self.lib.launch_module(op).traffic(op, shape, dtype, params))
+                op, shape, dtype, params, target = job_fields(self.lib, job)
+                mod = self.lib.launch_module(op)
             except Exception:  # noqa: BLE001 - a job we cannot size gets no priority
-                out.append(None)
-        return {"traffic": out}
+                traffic.append(None)
+                spaces.append(None)
+                continue
+            try:
+                traffic.append(mod.traffic(op, shape, dtype, params))
+            except Exception:  # noqa: BLE001
+                traffic.append(None)
+            try:
+                spaces.append(len(list(mod.config_space(op, shape, dtype, params, target))))
+            except Exception:  # noqa: BLE001
+                spaces.append(None)
+        return {"traffic": traffic, "space": spaces}
 
     def generated(self):
         if self._generated is None:
