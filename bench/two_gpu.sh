@@ -19,6 +19,10 @@
 #             host side (CPU contention) slows the GPU work, else the GPUs do
 #   RUN_TIMEOUT  seconds per run (default 300); on expiry it drains (rc 130)
 #   RUN_ARGS     more options for every kiln run / kiln-mpi run (e.g. "--ready-per-slot 0")
+#   CLAIM_ORDER  submit (default): the order kiln submit sets, the most compiling
+#                job first (jobs.compile_est_s), then the roofline priority;
+#                roofline: the compile estimates cleared after submit, so the
+#                roofline priority alone decides (the order before schema 4)
 # Prints a table and the 2-GPU / 1-GPU throughput ratios; writes under $OUT
 # (default ./out): machine.txt (GPUs, topology, CPUs), results.jsonl (per run:
 # wall, GPU and CPU busy, seconds per candidate per stage, SM clock and power
@@ -48,6 +52,11 @@ for mode in $MODES; do
   d=/tmp/tg-$mode
   rm -rf "$d" && mkdir -p "$d"
   KILN_CATALOG=$d/k.db $K submit "$M" >/dev/null || exit 1
+  case ${CLAIM_ORDER:-submit} in
+    submit) ;;
+    roofline) python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('UPDATE jobs SET compile_est_s = 0'); c.commit()" "$d/k.db" || exit 1 ;;
+    *) echo "CLAIM_ORDER must be submit or roofline"; exit 2 ;;
+  esac
   common=(--device gpu --catalog "$d/k.db" --scratch "$d/s" --json ${RUN_ARGS:-})
   case $mode in
     run-1) cmd=($K run "${common[@]}" --gpus 1 --workers "$W") ;;
