@@ -155,11 +155,11 @@ def test_space_answer_has_grid_hints():
 
 def test_a_lock_nested_in_an_exclusive_one_is_a_no_op():
     with bench.gpu_lock():
-        assert bench._HELD == "exclusive"
+        assert bench.held() == "exclusive"
         with bench.gpu_lock(shared=True):   # would deadlock on a second flock
             with bench.gpu_lock():
                 pass
-    assert bench._HELD is None
+    assert bench.held() is None
     kinds = [k for _, _, k in bench.take_spans()]
     assert kinds == ["bench"]               # one span: the outer lock's
 
@@ -179,7 +179,7 @@ def test_out_of_memory_is_retried_alone_with_memory_freed(monkeypatch):
     seen = []
 
     def flaky(job, config, artifact_dir):
-        seen.append(bench._HELD)
+        seen.append(bench.held())
         if len(seen) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return {"status": "ok", "timings": {}}
@@ -225,7 +225,8 @@ def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
     second = ev.run(job, {"BLOCK": 512, "num_warps": 4, "num_stages": 1}, None)
     assert first["status"] == second["status"] == "ok", (first["message"], second["message"])
     kinds = [k for _, _, k in first["timings"]["gpu_spans"]]
-    assert kinds == ["setup", "check", "setup", "check", "bench"]
+    # the set-up (two draws, two references) beside the compile, then the checks
+    assert kinds == ["setup"] * 4 + ["check", "check", "bench"]
     assert [k for _, _, k in second["timings"]["gpu_spans"]] == ["check", "check", "bench"]
     assert first["timings"]["setup_s"] > 0 and second["timings"]["setup_s"] == 0
     assert first["timings"]["preload_s"] >= 0 and second["timings"]["preload_s"] >= 0
@@ -248,22 +249,22 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     class FakeCuda:
         @staticmethod
         def synchronize():
-            order.append(("sync", bench._HELD))
+            order.append(("sync", bench.held()))
 
         @staticmethod
         def _sleep(cycles):
-            order.append(("sleep", bench._HELD))
+            order.append(("sleep", bench.held()))
 
         class Event:
             def __init__(self, enable_timing=False):
                 pass
 
             def record(self):
-                order.append(("event", bench._HELD))
+                order.append(("event", bench.held()))
 
     class FakeTensor:
         def __matmul__(self, other):
-            order.append(("matmul", bench._HELD))
+            order.append(("matmul", bench.held()))
             return self
 
         def float(self):
@@ -290,7 +291,7 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
 
         @staticmethod
         def empty(*a, **k):
-            order.append(("context", bench._HELD))
+            order.append(("context", bench.held()))
             return FakeTensor()
 
         @staticmethod
@@ -304,8 +305,8 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
             return t
 
     from kiln_worker import compare_kernel
-    monkeypatch.setattr(compare_kernel, "precompile", lambda d: order.append(("compile", bench._HELD)))
-    monkeypatch.setattr(compare_kernel, "warm", lambda d: order.append(("compare", bench._HELD)))
+    monkeypatch.setattr(compare_kernel, "precompile", lambda d: order.append(("compile", bench.held())))
+    monkeypatch.setattr(compare_kernel, "warm", lambda d: order.append(("compare", bench.held())))
     monkeypatch.setitem(sys.modules, "torch", FakeTorch)
     dev = device.Device("cuda", "stand-in GPU", "cuda", "sm_90")
     q = mp.get_context("fork").Queue()
@@ -341,11 +342,11 @@ def test_warm_up_in_its_own_thread_is_waited_for_once(monkeypatch):
         return {"context_s": 0.1, "compile_s": 0.2, "kernels_s": 0.3}
 
     monkeypatch.setattr(device, "warm_up", fake_warm_up)
+    with bench.gpu_lock(shared=True, kind="check"):  # (an evaluation's span, kept)
+        pass
     t0 = time.perf_counter()
     w = device.WarmUp(device.Device("cuda", "stand-in GPU", "cuda", "sm_90"), logged.append)
     assert time.perf_counter() - t0 < 0.5 and not w.done()  # started, not waited for
-    with bench.gpu_lock(shared=True, kind="check"):  # (another evaluation's span, kept)
-        pass
     threading.Timer(0.3, release.set).start()
     got = w.wait()
     assert w.done() and got["wait_s"] >= 0.2
@@ -370,3 +371,82 @@ def test_warm_up_off_a_gpu_or_failing_is_not_waited_for(monkeypatch):
     got = w.wait()  # returns: the first evaluation meets the error itself
     assert w.error == "RuntimeError: no context" and got["wait_s"] >= 0
     assert logged == ["warm-up failed: RuntimeError: no context"]
+
+
+def test_two_threads_of_one_process_exclude_each_other():
+    # the lock is held per thread (the warm-up and the set-up have threads of
+    # their own): a thread's benchmark waits for another thread's check
+    import threading
+    events = []
+    inside = threading.Event()
+
+    def checker():
+        with bench.gpu_lock(shared=True):
+            events.append(("check in", bench.held()))
+            inside.set()
+            time.sleep(0.3)
+            events.append(("check out", bench.held()))
+
+    t = threading.Thread(target=checker)
+    t.start()
+    assert inside.wait(10)
+    assert bench.held() is None  # the other thread's hold is not this one's
+    with bench.gpu_lock():
+        events.append(("bench in", bench.held()))
+    t.join()
+    assert events == [("check in", "shared"), ("check out", "shared"), ("bench in", "exclusive")]
+
+
+def _stand_in_gpu_evaluation():
+    # An Evaluation that takes a CPU for a GPU: its set-up path runs (threads,
+    # lock, input cache), its tensors stay on the CPU.
+    from kiln_worker.device import Device
+    from kiln_worker.evaluate import Evaluation
+    from kiln_worker.templates import Library
+    lib = Library()
+    ev = Evaluation(lib, Device("cpu", "cpu", "cpu", None))
+    ev.dev = Device("cuda", "stand-in GPU", "cpu", "sm_90")
+    ev._sync = lambda: None
+    return ev, lib.launch_module("add")
+
+
+def test_a_jobs_set_up_runs_in_a_thread_and_the_check_finds_it_done():
+    ev, mod = _stand_in_gpu_evaluation()
+    job = {"validation": {"seeds": 2}}
+    bench.take_spans()
+    setup = ev._start_setup(mod, "add", [64], "fp32", {}, job)
+    assert setup is not None
+    setup.join()
+    assert [k for _, _, k in bench.take_spans()] == ["setup"] * 4  # two draws, two references
+    entries = list(ev.inputs.entries.values())
+    assert len(entries) == 2 and all(e["ref"] is not None for e in entries)
+    assert ev._setup_s > 0
+    # set up already: nothing to start; the check's own draw finds the entry
+    assert ev._start_setup(mod, "add", [64], "fp32", {}, job) is None
+    from kiln_worker import check
+    assert ev._entry(mod, "add", [64], "fp32", {}, check.seed_list(job)[0], "cpu") is entries[0]
+    # another job: another set-up; holding the lock (the out-of-memory retry): none
+    with bench.gpu_lock():
+        assert ev._start_setup(mod, "add", [128], "fp32", {}, job) is None
+
+
+def test_a_set_up_error_is_the_checks_or_forgotten():
+    ev, mod = _stand_in_gpu_evaluation()
+
+    def broken(*a, **k):
+        raise MemoryError("no room for the reference")
+
+    mod_reference = mod.reference
+    try:
+        mod.reference = broken
+        setup = ev._start_setup(mod, "add", [64], "fp32", {}, {"validation": {"seeds": 1}})
+        with pytest.raises(MemoryError):
+            setup.join()
+        setup.join(reraise=False)  # after a failed compile: forgotten
+    finally:
+        mod.reference = mod_reference
+    # what it left undone (the reference) is still to do: a new set-up starts
+    again = ev._start_setup(mod, "add", [64], "fp32", {}, {"validation": {"seeds": 1}})
+    assert again is not None
+    again.join()
+    assert all(e["ref"] is not None for e in ev.inputs.entries.values())

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import math
 import os
+import threading
 import time
 from typing import Callable
 
@@ -75,9 +76,13 @@ class _Cuda:
 # per evaluation (take_spans) and reports them in timings.gpu_spans; the engine
 # merges every worker's spans into the run's GPU busy fraction.
 _SPANS: list[tuple[float, float, str]] = []
-# The mode in which this process holds the GPU lock now ("shared", "exclusive")
-# or None: a nested gpu_lock() inside an exclusive one is a no-op.
-_HELD: str | None = None
+# Per thread, the mode in which it holds the GPU lock now ("shared",
+# "exclusive"; held() tells, None when it holds none): a nested gpu_lock()
+# inside an exclusive one is a no-op. Per thread, because a worker's warm-up
+# and job set-up run in threads of their own (device.WarmUp, evaluate._SetUp):
+# each thread's hold is its own flock on its own open file, so two threads of
+# one process exclude each other as two processes do.
+_STATE = threading.local()
 # Seconds spent waiting for the GPU lock since the last take_lock_waits(), per kind.
 _WAITS: dict[str, float] = {}
 
@@ -87,6 +92,11 @@ def take_spans() -> list[tuple[float, float, str]]:
     out = list(_SPANS)
     _SPANS.clear()
     return out
+
+
+def held() -> str | None:
+    """How the calling thread holds the GPU lock now: "shared", "exclusive" or None."""
+    return getattr(_STATE, "held", None)
 
 
 def forget(kind: str) -> None:
@@ -138,9 +148,8 @@ def gpu_lock(shared: bool = False, kind: str | None = None):
     while it holds the lock (``_lock_priority``): the other workers' compiles
     then take the CPU from it less, so the GPU waits less for its host work.
     """
-    global _HELD
-    if _HELD is not None and (_HELD == "exclusive" or shared):
-        yield  # nested in a lock this process holds already (an OOM retry holds it whole)
+    if held() is not None and (held() == "exclusive" or shared):
+        yield  # nested in a lock this thread holds already (an OOM retry holds it whole)
         return
     path = lock_path()
     asked = time.time()
@@ -153,12 +162,12 @@ def gpu_lock(shared: bool = False, kind: str | None = None):
         t0 = time.time()
         kind = kind or ("check" if shared else "bench")
         _WAITS[kind] = _WAITS.get(kind, 0.0) + (t0 - asked)
-        _HELD = "shared" if shared else "exclusive"
+        _STATE.held = "shared" if shared else "exclusive"
         try:
             with _lock_priority():
                 yield
         finally:
-            _HELD = None
+            _STATE.held = None
             _SPANS.append((t0, time.time(), kind))
             fcntl.flock(f, fcntl.LOCK_UN)
 

@@ -219,6 +219,10 @@ class WarmUp:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def join(self) -> None:
+        """Blocks until the warm-up has finished (reports nothing: wait() does)."""
+        self._done.wait()
+
     def wait(self) -> dict | None:
         """Blocks until the warm-up has finished. The first call returns its
         phases and the seconds this call waited (wait_s), for the first

@@ -175,6 +175,11 @@ class Evaluation:
             "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0},
         }
 
+        # The job's set-up on this worker (inputs drawn, references computed)
+        # runs beside the compile, on a GPU (_SetUp); the check waits for it.
+        self._setup_s = 0.0
+        setup = self._start_setup(mod, op, shape, dtype, params, job)
+
         # (1) compile for the job's target -----------------------------------
         t0 = time.perf_counter()
         if self.interpreting:
@@ -189,6 +194,8 @@ class Evaluation:
         res["timings"]["compile_s"] = time.perf_counter() - t0
         res["artifact"] = stage.get("artifact")
         if stage["status"] != "ok":
+            if setup is not None:
+                setup.join(reraise=False)  # kept for the job's next candidate; its error then
             res["status"], res["message"] = stage["status"], stage["message"]
             return json_safe(res)
 
@@ -199,6 +206,8 @@ class Evaluation:
                 res["timings"]["warm_up"] = warmed
         t0 = time.perf_counter()
         try:
+            if setup is not None:
+                setup.join()  # its error (out of memory...) is this check's
             corr, inputs, out = self._check(mod, op, shape, dtype, params, config, job)
             res["correctness"] = corr
         except check.Incorrect as inc:
@@ -291,7 +300,6 @@ class Evaluation:
         dev = self.dev.torch_device
         acc: dict[str, Any] = {}
         inputs = out = None
-        self._setup_s = 0.0
         self._preload_s = None
         for i, seed in enumerate(seeds):
             try:
@@ -305,8 +313,9 @@ class Evaluation:
                 "atol": acc.get("atol", atol), "rtol": rtol}
         return corr, inputs, out
 
-    def _one_seed(self, mod, op, shape, dtype, params, config, seed, updt, dev, atol, rtol,
-                  scaled, acc, first=False):
+    def _entry(self, mod, op, shape, dtype, params, seed, dev) -> dict:
+        """The seed's inputs, drawn once per job and worker (the same numbers
+        every time), on the GPU for a GPU device (common.randn)."""
         import torch
 
         def draw():
@@ -322,10 +331,46 @@ class Evaluation:
             self._setup_s += time.perf_counter() - t0
             return entry
 
-        # The seed's inputs are drawn once per job and worker (the same numbers
-        # every time), on the GPU for a GPU device (common.randn).
-        entry = self.inputs.get((op, json.dumps(shape), dtype, json.dumps(params, sort_keys=True),
-                                 str(dev), seed), draw)
+        return self.inputs.get(_input_key(op, shape, dtype, params, dev, seed), draw)
+
+    def _start_setup(self, mod, op, shape, dtype, params, job) -> "_SetUp | None":
+        """On a GPU, the job's set-up for this worker -- each seed's inputs
+        drawn and its reference computed -- in a thread of its own, started
+        before the candidate compiles: a worker's first candidate of a job then
+        does not wait for it after its compile (about 4% of the workers' time
+        in an exploration, docs/performance.md). None when there is nothing to
+        prepare: on the CPU, set up already, inside the out-of-memory retry
+        (which holds the GPU lock whole), or a job whose tolerances or seeds
+        are bad (the check reports those)."""
+        if not self.dev.is_gpu or bench.held() is not None:
+            return None
+        try:
+            seeds = check.seed_list(job)
+            updt = check.upcast_dtype(dtype)
+        except Exception:  # noqa: BLE001
+            return None
+        dev = self.dev.torch_device
+        if all(self.inputs.has(_input_key(op, shape, dtype, params, dev, seed), lambda e: e["ref"] is not None)
+               for seed in seeds):
+            return None
+
+        def prepare():
+            if self.warm is not None:
+                self.warm.join()  # the warm-up's kernels first (WarmUp)
+            for seed in seeds:
+                entry = self._entry(mod, op, shape, dtype, params, seed, dev)
+                if entry["ref"] is None:
+                    t0 = time.perf_counter()
+                    with self._shared_gpu_lock("setup"):
+                        entry["ref"] = mod.reference(op, check.upcast(entry["pristine"], updt), params)
+                        self._sync()
+                    self._setup_s += time.perf_counter() - t0
+
+        return _SetUp(prepare)
+
+    def _one_seed(self, mod, op, shape, dtype, params, config, seed, updt, dev, atol, rtol,
+                  scaled, acc, first=False):
+        entry = self._entry(mod, op, shape, dtype, params, seed, dev)
         pristine = entry["pristine"]
         if first and self.dev.is_gpu:
             # the kernel's first-launch host work (JIT cache, module load)
@@ -387,6 +432,11 @@ def _is_out_of_memory(exc: BaseException) -> bool:
     return "out of memory" in text and "shared" not in text
 
 
+def _input_key(op, shape, dtype, params, dev, seed) -> tuple:
+    """_InputCache's key of one seed of a job; everything but the seed names the job."""
+    return (op, json.dumps(shape), dtype, json.dumps(params, sort_keys=True), str(dev), seed)
+
+
 class _InputCache:
     """Inputs and reference output per (job, seed), shared by the candidates of a
     job that this worker evaluates. Every candidate still gets fresh copies of
@@ -417,9 +467,39 @@ class _InputCache:
             self.entries[key] = draw()  # an out-of-memory error: Evaluation._attempt's
         return self.entries[key]
 
+    def has(self, key: tuple, ready=lambda entry: True) -> bool:
+        entry = self.entries.get(key)
+        return entry is not None and ready(entry)
+
     def clear(self) -> None:
         self.jobs.clear()
         self.entries.clear()
+
+
+class _SetUp:
+    """A job's set-up running in a thread beside the compile (Evaluation.
+    _start_setup). join() waits for it and raises its error in the caller --
+    an out-of-memory error there is the evaluation's, and Evaluation.run retries
+    it -- or, with reraise=False, forgets it: what the set-up left undone, the
+    check does itself."""
+
+    def __init__(self, fn):
+        import threading
+        self.error: BaseException | None = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to join()
+                self.error = exc
+
+        self._thread = threading.Thread(target=run, name="kiln-setup", daemon=True)
+        self._thread.start()
+
+    def join(self, reraise: bool = True) -> None:
+        self._thread.join()
+        if self.error is not None and reraise:
+            raise self.error
 
 
 def _release_cached_gpu_memory() -> None:
