@@ -214,6 +214,11 @@ class WarmUp:
             if self._log:
                 self._log(f"warm-up failed: {self.error}")
         finally:
+            # Its lock span and wait belong to no evaluation. Dropped here,
+            # before anyone waiting goes on: no other thread of the worker
+            # holds the lock yet, so no other span can be in the list.
+            from . import bench
+            bench.forget("warmup")
             self._done.set()
 
     def done(self) -> bool:
@@ -233,8 +238,6 @@ class WarmUp:
         if self._waited:
             return None
         self._waited = True
-        from . import bench
-        bench.forget("warmup")  # its lock span and wait belong to no evaluation
         return {**self.phases, "wait_s": time.perf_counter() - t0}
 
 
