@@ -212,8 +212,19 @@ per["bench_wait_s"] = sums["bench_wait_s"] / n
 print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per candidate compile "
       f"{per['compile_s']:.2f} s, check {per['check_s']:.2f} s (waiting for the GPU {per['check_wait_s']:.2f}), "
       f"bench {per['bench_s']:.2f} s (waiting {per['bench_wait_s']:.2f})")
+# Where the start went: the workers' own steps (the run's workers_ready_s) and
+# the first evaluations' wait for their GPU warm-up (timings.warm_up).
+warm = [w for (r,) in con.execute("SELECT result FROM evaluations")
+        for w in [((json.loads(r) if r else {}).get("timings") or {}).get("warm_up")] if w]
+warm_wait = sorted(w.get("wait_s", 0.0) for w in warm)
+start = {"workers_ready_s": s.get("workers_ready_s"),
+         "warm_up_wait_median_s": warm_wait[len(warm_wait) // 2] if warm_wait else None,
+         "warm_ups": len(warm)}
+if start["workers_ready_s"]:
+    print(f"  {mode}: workers ready after {start['workers_ready_s']:.1f} s; {len(warm)} first evaluations "
+          f"waited a median {start['warm_up_wait_median_s'] or 0:.2f} s for their warm-up")
 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-rec = {"mode": mode, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
+rec = {"mode": mode, "start": start, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,
        "candidates_per_s": evals / (t1 - t0), "gpu_busy_fraction": s.get("gpu_busy_fraction"),
        "gpu_busy_each_s": s.get("gpu_busy_each_s"), "cpu_busy_fraction": cpu_busy,
        "per_candidate_s": per, "startup_s": startup_s, "steady_candidates_per_s": steady,
