@@ -26,7 +26,8 @@
 # Prints a table and the 2-GPU / 1-GPU throughput ratios; writes under $OUT
 # (default ./out): machine.txt (GPUs, topology, CPUs), results.jsonl (per run:
 # wall, GPU and CPU busy, seconds per candidate per stage, SM clock and power
-# per GPU, each GPU's busy time and each operator's part of it) and
+# per GPU, each GPU's busy time and each operator's part of it, the start:
+# workers ready, the first evaluations' wait for their warm-up) and
 # logs.tar.gz (each run's log, JSON, nvidia-smi dmon and <mode>.evals.csv:
 # every evaluation's timings and GPU lock spans).
 set -uo pipefail
