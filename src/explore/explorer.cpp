@@ -109,6 +109,7 @@ struct Slot {
   bool ready = false;                // hello answered
   bool busy = false;
   Clock::time_point started;         // the worker's (re)start, for its start-up time
+  bool start_noted = false;          // its first worker's start-up counted (note_started)
 };
 
 // The local executor: N worker processes on this machine, fed by the scheduler.
@@ -252,7 +253,10 @@ class Explorer {
            << r.value("torch", "") << std::endl;
     }
     s.ready = true;
-    note_started(std::chrono::duration<double>(Clock::now() - s.started).count(), startup_steps(r));
+    if (!s.start_noted) {  // a worker restarted later is not part of the run's start
+      s.start_noted = true;
+      note_started(std::chrono::duration<double>(Clock::now() - s.started).count(), startup_steps(r));
+    }
     pump();
   }
 
@@ -260,7 +264,6 @@ class Explorer {
   // the slowest took from its start to its hello, and where a worker's start
   // went (the median of each step the workers reported, startup_steps.h).
   void note_started(double seconds, const std::map<std::string, double>& steps) {
-    if (first_ready_.size() >= slots_.size()) return;  // a restarted worker
     first_ready_.push_back(seconds);
     for (const auto& [k, v] : steps) startup_steps_[k].push_back(v);
     if (first_ready_.size() < slots_.size()) return;
