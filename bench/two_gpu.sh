@@ -147,6 +147,7 @@ KINDS = ("setup", "check", "bench")
 timing_cols = (["setup_s", "preload_s"] + [f"{k}_wait_s" for k in KINDS] + [f"{k}_held_s" for k in KINDS])
 sums = dict.fromkeys(timing_cols, 0.0)
 by_gpu_op = {}  # GPU -> operator -> its evaluations' lock spans
+warm_waits = []  # the first evaluations' waits for their worker's GPU warm-up (timings.warm_up)
 with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["created_at", "op", "shape", "worker", "status", "compile_s", "check_s", "bench_s"]
@@ -156,6 +157,8 @@ with open(f"{logs}/{mode}.evals.csv", "w", newline="") as f:
                            "ON c.id = e.candidate_id JOIN jobs j ON j.id = c.job_id ORDER BY e.created_at"):
         t = (json.loads(row[9]) if row[9] else {}).get("timings") or {}
         waits, held = t.get("lock_wait_s") or {}, {}
+        if t.get("warm_up"):
+            warm_waits.append(t["warm_up"].get("wait_s", 0.0))
         # the worker's GPU: evaluations.worker "pid P gpu G" where the run spans several
         gpu = row[3].split(" gpu ")[1] if " gpu " in row[3] else "0"
         op_spans = by_gpu_op.setdefault(gpu, {}).setdefault(row[1], [])
@@ -214,15 +217,13 @@ print(f"  {mode}: CPU busy {cpu_busy * 100:.0f}% of {os.cpu_count()} cores; per 
       f"{per['compile_s']:.2f} s, check {per['check_s']:.2f} s (waiting for the GPU {per['check_wait_s']:.2f}), "
       f"bench {per['bench_s']:.2f} s (waiting {per['bench_wait_s']:.2f})")
 # Where the start went: the workers' own steps (the run's workers_ready_s) and
-# the first evaluations' wait for their GPU warm-up (timings.warm_up).
-warm = [w for (r,) in con.execute("SELECT result FROM evaluations")
-        for w in [((json.loads(r) if r else {}).get("timings") or {}).get("warm_up")] if w]
-warm_wait = sorted(w.get("wait_s", 0.0) for w in warm)
+# the first evaluations' wait for their GPU warm-up (warm_waits, read above).
+warm_waits.sort()
 start = {"workers_ready_s": s.get("workers_ready_s"),
-         "warm_up_wait_median_s": warm_wait[len(warm_wait) // 2] if warm_wait else None,
-         "warm_ups": len(warm)}
+         "warm_up_wait_median_s": warm_waits[len(warm_waits) // 2] if warm_waits else None,
+         "warm_ups": len(warm_waits)}
 if start["workers_ready_s"]:
-    print(f"  {mode}: workers ready after {start['workers_ready_s']:.1f} s; {len(warm)} first evaluations "
+    print(f"  {mode}: workers ready after {start['workers_ready_s']:.1f} s; {len(warm_waits)} first evaluations "
           f"waited a median {start['warm_up_wait_median_s'] or 0:.2f} s for their warm-up")
 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 rec = {"mode": mode, "start": start, "failures": fails, "rc": rc, "wall_s": t1 - t0, "jobs_done": done, "evaluations": evals,

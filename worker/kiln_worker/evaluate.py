@@ -350,8 +350,7 @@ class Evaluation:
         except Exception:  # noqa: BLE001
             return None
         dev = self.dev.torch_device
-        if all(self.inputs.has(_input_key(op, shape, dtype, params, dev, seed), lambda e: e["ref"] is not None)
-               for seed in seeds):
+        if all(self.inputs.prepared(_input_key(op, shape, dtype, params, dev, seed)) for seed in seeds):
             return None
 
         def prepare():
@@ -467,9 +466,10 @@ class _InputCache:
             self.entries[key] = draw()  # an out-of-memory error: Evaluation._attempt's
         return self.entries[key]
 
-    def has(self, key: tuple, ready=lambda entry: True) -> bool:
+    def prepared(self, key: tuple) -> bool:
+        """The seed's inputs drawn and its reference computed."""
         entry = self.entries.get(key)
-        return entry is not None and ready(entry)
+        return entry is not None and entry["ref"] is not None
 
     def clear(self) -> None:
         self.jobs.clear()

@@ -199,7 +199,7 @@ class Server:
 def main() -> int:
     import time
     out = protect_stdout()
-    from .device import WarmUp, process_age_s, select_device
+    from .device import WarmUp, describe_steps, process_age_s, select_device
     # How long each step of the start took (seconds), answered in hello: the
     # engine logs them, and a slow start shows where it went.
     startup = {"process_s": process_age_s()}  # interpreter start and imports before main()
@@ -214,7 +214,7 @@ def main() -> int:
     server = Server(dev, out, startup, warm)
     startup["library_s"] = time.perf_counter() - t1
     log(f"ready: device {dev.name} ({dev.kind}), python {platform.python_version()}; started in "
-        + ", ".join(f"{k[:-2]} {v:.2f} s" for k, v in startup.items() if v is not None)
+        + describe_steps(startup)
         + (f"; {dev.error}" if dev.error else ""))
     try:
         return server.serve(sys.stdin.buffer)
