@@ -21,6 +21,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// How many ranks the launcher put on this node (their workers share its
+// cores), 1 when it does not say.
+int ranks_on_node() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) return std::atoi(v);
+  return 1;
+}
+
+
 std::string now_hms() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -75,6 +84,7 @@ void WorkerRank::start() {
     if (!opts_.triton_cache.empty()) fs::create_directories(opts_.triton_cache);
     WorkerOptions wo = evaluator_options(opts_.device, opts_.triton_cache, opts_.echo_stderr);
     for (const auto& [k, v] : opts_.env) wo.env[k] = v;
+    wo.fork_server = start_fork_server(wo, n * ranks_on_node(), opts_.device == "gpu" || !opts_.gpu.empty(), log_);
     for (int i = 0; i < n; ++i) {
       Slot s;
       s.worker = std::make_unique<WorkerProcess>(io_, wo);

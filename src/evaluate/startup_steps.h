@@ -1,6 +1,7 @@
 // The steps of an evaluator worker's start, as its hello answers them
-// ("startup": seconds per step, worker/kiln_worker/server.py main): process
-// (the interpreter and the imports before main), imports (torch, triton, the
+// ("startup": seconds per step, worker/kiln_worker/server.py main): preload
+// (a forked worker: the fork server's imports, done once for all), process
+// (the interpreter and the imports before main; a forked worker: since the fork), imports (torch, triton, the
 // device query), and on a GPU context (the CUDA/HIP context), compile (the
 // check's comparison kernel) and kernels (the warm-up's tiny kernels, the wait
 // for the GPU lock included), then library (the template library).

@@ -2,6 +2,9 @@
 
 #include "evaluate/worker_process.h"
 
+#include "evaluate/fork_server.h"
+#include "evaluate/spawn.h"
+
 #include <array>
 #include <cerrno>
 #include <csignal>
@@ -29,8 +32,6 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 
-extern char** environ;
-
 namespace kiln {
 namespace {
 
@@ -44,46 +45,9 @@ constexpr milliseconds kPendingPoll{100};           // exit check while a reques
 constexpr milliseconds kReapPoll{5};                // while waiting for a dying child
 constexpr milliseconds kEofGrace{2000};             // stdout closed, child still alive
 constexpr milliseconds kKillGiveUp{10000};          // SIGKILLed child that never exits
+constexpr milliseconds kForkWait{120000};           // the fork server's first answer waits
+                                                    // for its imports
 
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)
-#endif
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGUSR1: return "SIGUSR1";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGUSR2: return "SIGUSR2";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGALRM: return "SIGALRM";
-    case SIGTERM: return "SIGTERM";
-    case SIGXCPU: return "SIGXCPU";
-    case SIGXFSZ: return "SIGXFSZ";
-    case SIGSYS: return "SIGSYS";
-    default: return "unknown signal";
-  }
-}
-
-// "exited with code N" / "killed by signal 11 (SIGSEGV)" from a waitpid status.
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    std::string s = "killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
-    if (WCOREDUMP(status)) s += " (core dumped)";
-    return s;
-  }
-  return "ended with status " + std::to_string(status);
-}
 
 std::string seconds_text(milliseconds ms) {
   std::ostringstream o;
@@ -112,114 +76,6 @@ std::string sanitize_utf8(const std::string& s) {
     }
   }
   return out;
-}
-
-bool has_exited(pid_t pid) {
-  if (pid <= 0) return true;
-  siginfo_t si;
-  std::memset(&si, 0, sizeof si);
-  int r;
-  do r = ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT);
-  while (r < 0 && errno == EINTR);
-  if (r < 0) return errno == ECHILD;  // reaped by someone else: gone for us
-  return si.si_pid == pid;
-}
-
-// Reaps an exited (or SIGKILLed) child; bounded so a child stuck in the kernel
-// cannot hang the engine. Returns the status, or nullopt if unavailable.
-std::optional<int> reap_bounded(pid_t pid, milliseconds limit) {
-  auto until = Clock::now() + limit;
-  auto nap = std::chrono::microseconds(200);
-  for (;;) {
-    int status = 0;
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return std::nullopt;  // ECHILD: someone else reaped it
-    if (Clock::now() >= until) return std::nullopt;
-    std::this_thread::sleep_for(nap);
-    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::microseconds(10000));
-  }
-}
-
-void ignore_sigpipe_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction old;
-    std::memset(&old, 0, sizeof old);
-    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) &&
-        old.sa_handler == SIG_DFL)
-      ::signal(SIGPIPE, SIG_IGN);
-  });
-}
-
-std::string start_error(const std::string& program, const std::string& what, int err) {
-  std::string msg = "cannot start " + program + ": " + what + std::strerror(err);
-  std::string base = program.substr(program.find_last_of('/') == std::string::npos
-                                        ? 0 : program.find_last_of('/') + 1);
-  if (base.rfind("python", 0) == 0) msg += " \xE2\x80\x94 install Python 3 or set KILN_PYTHON";
-  return msg;
-}
-
-// argv[0] without a slash: searched in the PATH the child will get.
-std::string resolve_executable(const std::string& name, const std::string& path_var) {
-  if (name.find('/') != std::string::npos) return name;
-  std::string path = path_var.empty() ? "/usr/local/bin:/usr/bin:/bin" : path_var;
-  int last_err = ENOENT;
-  size_t pos = 0;
-  for (;;) {
-    size_t colon = path.find(':', pos);
-    std::string dir = path.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + name;
-    struct stat st;
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-      last_err = EACCES;
-    }
-    if (colon == std::string::npos) break;
-    pos = colon + 1;
-  }
-  throw std::runtime_error(start_error(name, "", last_err));
-}
-
-struct ExecFailure {
-  int stage;  // 1: chdir, 2: exec, 3: setup
-  int err;
-};
-
-// In the child between fork and exec: async-signal-safe calls only.
-[[noreturn]] void child_exec(pid_t parent, int in_r, int out_w, int err_w, int report_w,
-                             const char* exe, char* const* argv, char* const* envp,
-                             const char* cwd) {
-  auto fail = [&](int stage) {
-    ExecFailure f{stage, errno};
-    ssize_t ignored = ::write(report_w, &f, sizeof f);
-    (void)ignored;
-    ::_exit(127);
-  };
-  ::setpgid(0, 0);                       // own process group: kill(-pid) reaches all
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);    // die with the engine (even on kill -9)
-  if (::getppid() != parent) ::_exit(127);  // the engine died before prctl
-  // Move the pipe ends out of 0..2 first, so dup2 cannot clobber one another.
-  int a = ::fcntl(in_r, F_DUPFD_CLOEXEC, 3);
-  int b = ::fcntl(out_w, F_DUPFD_CLOEXEC, 3);
-  int c = ::fcntl(err_w, F_DUPFD_CLOEXEC, 3);
-  if (a < 0 || b < 0 || c < 0) fail(3);
-  if (::dup2(a, 0) < 0 || ::dup2(b, 1) < 0 || ::dup2(c, 2) < 0) fail(3);
-  // Anything else the engine has open stays out of the worker.
-  ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction dfl;
-  std::memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  ::sigaction(SIGPIPE, &dfl, nullptr);
-  if (cwd && ::chdir(cwd) != 0) fail(1);
-  ::execve(exe, argv, envp);
-  fail(2);
-  ::_exit(127);
 }
 
 int make_pipe(int fds[2]) { return ::pipe2(fds, O_CLOEXEC); }
@@ -266,6 +122,7 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
   asio::steady_timer poll;
 
   pid_t pid = 0;                    // running (not yet reaped) child, 0 if none
+  std::shared_ptr<ForkServer> forked_by;  // the server that forked it, null if started here
   std::shared_ptr<Channel> ch;      // its pipes
   std::string tail;                 // stderr tail of the current child
   std::string err_line;             // partial stderr line, for echo
@@ -286,80 +143,50 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
   // ---- start ------------------------------------------------------------
 
   void start() {
-    if (pid > 0 && !has_exited(pid))
+    if (pid > 0 && !child_exited())
       throw std::logic_error("WorkerProcess::start: a child is already running");
     kill_now("worker restarted");  // a dead, unreaped child: reap it, end its request
     if (opt.argv.empty() || opt.argv[0].empty())
       throw std::invalid_argument("WorkerProcess::start: empty argv");
     ignore_sigpipe_once();
-
-    std::map<std::string, std::string> env;
-    for (char** e = environ; e && *e; ++e) {
-      std::string kv(*e);
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos) continue;
-      env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-    }
-    for (const auto& [k, v] : opt.env) env[k] = v;
-    std::string path_var = env.count("PATH") ? env["PATH"] : std::string();
     const std::string& program = opt.argv[0];
-    std::string exe = resolve_executable(program, path_var);
+    const auto env = child_environment(opt.env);
 
-    // Everything the child needs is built before fork (no allocation after).
-    std::vector<std::string> env_strs;
-    env_strs.reserve(env.size());
-    for (const auto& [k, v] : env) env_strs.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& s : env_strs) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> args = opt.argv;
-    std::vector<char*> argv;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    const char* cwd = opt.working_dir.empty() ? nullptr : opt.working_dir.c_str();
-
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, rep[2] = {-1, -1};
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
     auto close_all = [&] {
-      for (int* p : {in, out, err, rep}) {
+      for (int* p : {in, out, err}) {
         close_fd(p[0]);
         close_fd(p[1]);
       }
     };
-    if (make_pipe(in) || make_pipe(out) || make_pipe(err) || make_pipe(rep)) {
+    if (make_pipe(in) || make_pipe(out) || make_pipe(err)) {
       int e = errno;
       close_all();
-      throw std::runtime_error(start_error(program, "pipe: ", e));
+      throw std::runtime_error("cannot start " + program + ": pipe: " + std::strerror(e));
     }
-
-    pid_t parent = ::getpid();
-    pid_t child = ::fork();
-    if (child < 0) {
-      int e = errno;
+    pid_t child = 0;
+    forked_by.reset();
+    if (opt.fork_server) {
+      if (auto args = opt.fork_server->args_for(opt.argv)) {
+        try {
+          child = opt.fork_server->spawn(*args, env, opt.working_dir, in[0], out[1], err[1], kForkWait);
+          forked_by = opt.fork_server;
+        } catch (const std::exception& e) {
+          // Start it here instead; say so once per server.
+          if (opt.fork_server->tell_fallback_once())
+            std::fprintf(stderr, "kiln: %s; starting evaluator workers directly\n", e.what());
+        }
+      }
+    }
+    try {
+      if (!child) child = spawn_process(opt.argv, env, opt.working_dir, in[0], out[1], err[1]);
+    } catch (...) {
       close_all();
-      throw std::runtime_error(start_error(program, "fork: ", e));
+      throw;
     }
-    if (child == 0)
-      child_exec(parent, in[0], out[1], err[1], rep[1], exe.c_str(), argv.data(), envp.data(), cwd);
-
     close_fd(in[0]);
     close_fd(out[1]);
     close_fd(err[1]);
-    close_fd(rep[1]);
-    // The report pipe closes on exec (CLOEXEC): EOF means the exec worked.
-    ExecFailure f{0, 0};
-    ssize_t n;
-    do n = ::read(rep[0], &f, sizeof f);
-    while (n < 0 && errno == EINTR);
-    close_fd(rep[0]);
-    if (n > 0) {
-      reap_bounded(child, milliseconds(5000));
-      close_all();
-      if (f.stage == 1)
-        throw std::runtime_error(start_error(
-            program, "cannot change to working directory '" + opt.working_dir + "': ", f.err));
-      if (f.stage == 3) throw std::runtime_error(start_error(program, "child setup: ", f.err));
-      throw std::runtime_error(start_error(program, "", f.err));
-    }
 
     set_nonblocking(in[1]);
     set_nonblocking(out[0]);
@@ -370,7 +197,7 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
       close_all();
       ::kill(-child, SIGKILL);
       ::kill(child, SIGKILL);
-      reap_bounded(child, kKillGiveUp);
+      reap_child(child, kKillGiveUp);
       throw;
     }
     in[1] = out[0] = err[0] = -1;  // owned by the Channel now
@@ -378,6 +205,13 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
     tail.clear();
     err_line.clear();
     watch_stderr(ch);
+  }
+
+  // The child's exit, from waitpid or from the server that forked it.
+  bool exited(pid_t p) const { return forked_by ? forked_by->has_exited(p) : has_exited(p); }
+  bool child_exited() const { return exited(pid); }
+  std::optional<int> reap_child(pid_t p, milliseconds limit) {
+    return forked_by ? forked_by->reap(p, limit) : reap_bounded(p, limit);
   }
 
   // ---- stderr -----------------------------------------------------------
@@ -558,12 +392,12 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
 
   void on_poll() {
     if (state == State::kPending) {
-      if (has_exited(pid)) begin_crash("");
+      if (child_exited()) begin_crash("");
       else arm_poll(kPendingPoll);
       return;
     }
     if (state != State::kReaping) return;
-    if (has_exited(pid)) {
+    if (child_exited()) {
       finish_dead();
       return;
     }
@@ -619,7 +453,7 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
     pid_t p = ch ? ch->pid : pid;
     if (pid > 0) {
       ::kill(-pid, SIGKILL);  // grandchildren; the group id is still ours (zombie leader)
-      status = reap_bounded(pid, kKillGiveUp);
+      status = reap_child(pid, kKillGiveUp);
       pid = 0;
     }
     close_channel(p);
@@ -674,7 +508,7 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
   // abandon(), then reap the child.
   void kill_now(const std::string& why) {
     const pid_t child = abandon(why);
-    if (child > 0 && !reap_bounded(child, kKillGiveUp) && !has_exited(child))
+    if (child > 0 && !reap_child(child, kKillGiveUp) && !exited(child))
       std::fprintf(stderr, "[worker %d] did not exit after SIGKILL; abandoned\n", child);
   }
 
@@ -715,7 +549,7 @@ struct WorkerProcess::Impl : std::enable_shared_from_this<WorkerProcess::Impl> {
       boost::system::error_code ec;
       ch->in.close(ec);  // EOF on the worker's stdin: it exits by itself
       auto until = Clock::now() + grace;
-      while (!has_exited(pid) && Clock::now() < until)
+      while (!child_exited() && Clock::now() < until)
         std::this_thread::sleep_for(milliseconds(2));
     }
     kill_now("worker stopped by the engine");
@@ -778,7 +612,7 @@ void WorkerProcess::restart() {
 
 void WorkerProcess::stop(milliseconds grace) { impl_->stop(grace); }
 
-bool WorkerProcess::alive() const { return impl_->pid > 0 && !has_exited(impl_->pid); }
+bool WorkerProcess::alive() const { return impl_->pid > 0 && !impl_->child_exited(); }
 int WorkerProcess::pid() const { return impl_->pid; }
 bool WorkerProcess::busy() const { return impl_->state != Impl::State::kIdle; }
 const std::string& WorkerProcess::stderr_tail() const { return impl_->tail; }

@@ -12,6 +12,10 @@
 // called start() exits, not only the process: call start()/restart() from a
 // thread that lives as long as the worker (the main thread / the io thread).
 //
+// A child is either started here (fork and exec) or forked by a ForkServer
+// (WorkerOptions::fork_server): the same process group, kill and crash
+// reports either way; the server tells its children's exit status.
+//
 // Process-wide effects: the first start() sets SIGPIPE to SIG_IGN if it was
 // SIG_DFL (a write to a dead worker must be an error, not the engine's death);
 // the child gets SIGPIPE back to SIG_DFL and an empty signal mask. Children are
@@ -33,6 +37,8 @@
 
 namespace kiln {
 
+class ForkServer;  // evaluate/fork_server.h
+
 struct WorkerOptions {
   std::vector<std::string> argv;               // e.g. {"python3", "-m", "kiln_worker"}
                                                // argv[0] without '/' is searched in PATH
@@ -42,6 +48,9 @@ struct WorkerOptions {
   size_t stderr_tail_bytes = 8192;             // kept for crash reports
   bool echo_stderr = false;                    // copy the child's stderr to ours, each line
                                                // prefixed "[worker PID] "
+  std::shared_ptr<ForkServer> fork_server;     // when set (and it serves argv's interpreter),
+                                               // the child is forked by it instead of started
+                                               // here; if it cannot, the child is started here
 };
 
 struct WorkerOutcome {

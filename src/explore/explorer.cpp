@@ -20,6 +20,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "catalog/job_key.h"
+#include "evaluate/fork_server.h"
 #include "common/hash.h"
 #include "common/home.h"
 #include "evaluate/estimate.h"
@@ -89,6 +90,18 @@ WorkerOptions evaluator_options(const std::string& device, const std::filesystem
   if (!triton_cache.empty()) w.env["TRITON_CACHE_DIR"] = triton_cache.string();
   w.echo_stderr = echo_stderr;
   return w;
+}
+
+std::shared_ptr<ForkServer> start_fork_server(const WorkerOptions& workers, int count, bool gpu_workers,
+                                              std::ostream& log) {
+  if (!want_fork_server(count, std::max(1u, std::thread::hardware_concurrency()), gpu_workers)) return nullptr;
+  try {
+    return ForkServer::start(workers.argv, workers.env);
+  } catch (const std::exception& e) {
+    log << "warning: no fork server (" << e.what() << "); each worker imports torch and Triton itself"
+        << std::endl;
+    return nullptr;
+  }
 }
 
 namespace {
@@ -183,6 +196,8 @@ class Explorer {
     const std::string threads = std::to_string(std::max(1, cores / n));
     for (const char* var : {"OMP_NUM_THREADS", "MKL_NUM_THREADS"})
       if (!std::getenv(var)) wo.env[var] = threads;
+    wo.fork_server = start_fork_server(
+        wo, n, opts_.device == "gpu" || (opts_.device != "cpu" && !opts_.gpus.ids.empty()), out_);
     const auto& ids = opts_.gpus.ids;
     gpu_spans_.assign(std::max<size_t>(1, ids.size()), {});
     bench_spans_.assign(gpu_spans_.size(), {});

@@ -203,8 +203,14 @@ def main() -> int:
     # How long each step of the start took (seconds), answered in hello: the
     # engine logs them, and a slow start shows where it went.
     startup = {"process_s": process_age_s()}  # interpreter start and imports before main()
+    forkserver = sys.modules.get("kiln_worker.forkserver")
+    if forkserver is not None and forkserver.child_args is not None and forkserver.preload_s is not None:
+        # Forked by the fork server: its imports, done once for all workers.
+        startup["preload_s"] = forkserver.preload_s
     t0 = time.perf_counter()
     dev = select_device()  # exits 3 when torch / triton / yaml are missing
+    if forkserver is not None:
+        forkserver.reexec_if_mismatched(out.fileno())  # Triton preloaded in the other mode
     t1 = time.perf_counter()
     startup["imports_s"] = t1 - t0
     # The GPU warm-up runs beside the first requests (hello, spaces, the first
