@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iterator>
@@ -21,14 +23,21 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// How many ranks the launcher put on this node (their workers share its
-// cores), 1 when it does not say.
+// How many worker ranks the launcher put on this node (their workers share
+// its cores), 1 when it does not say. The coordinator (world rank 0, which
+// runs no workers) is left out when it is on this node: with Open MPI's
+// default mapping, when this node's local rank 0 is world rank 0.
 int ranks_on_node() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char* v = std::getenv(var); v && std::atoi(v) > 0) return std::atoi(v);
-  return 1;
+  auto number = [](const char* var) {
+    const char* v = std::getenv(var);
+    return v && *v ? std::atoi(v) : -1;
+  };
+  int n = number("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (n <= 0) return std::max(1, number("MPI_LOCALNRANKS"));
+  const int rank = number("OMPI_COMM_WORLD_RANK"), local = number("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (n > 1 && rank >= 0 && local >= 0 && rank - local == 0) --n;
+  return n;
 }
-
 
 std::string now_hms() {
   std::time_t t = std::time(nullptr);
@@ -84,7 +93,7 @@ void WorkerRank::start() {
     if (!opts_.triton_cache.empty()) fs::create_directories(opts_.triton_cache);
     WorkerOptions wo = evaluator_options(opts_.device, opts_.triton_cache, opts_.echo_stderr);
     for (const auto& [k, v] : opts_.env) wo.env[k] = v;
-    wo.fork_server = start_fork_server(wo, n * ranks_on_node(), opts_.device == "gpu" || !opts_.gpu.empty(), log_);
+    wo.fork_server = start_fork_server(wo, n * ranks_on_node(), log_);
     for (int i = 0; i < n; ++i) {
       Slot s;
       s.worker = std::make_unique<WorkerProcess>(io_, wo);

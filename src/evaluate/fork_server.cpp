@@ -41,12 +41,12 @@ std::string seconds(milliseconds ms) { return std::to_string(ms.count() / 1000.0
 
 }  // namespace
 
-bool want_fork_server(int workers, unsigned cores, bool gpu_workers) {
+bool want_fork_server(int workers, unsigned cores) {
   const char* v = std::getenv("KILN_FORK_SERVER");
   const std::string mode = v ? v : "";
   if (mode == "0") return false;
   if (mode == "1") return true;
-  return !gpu_workers || workers > static_cast<int>(cores);
+  return workers > static_cast<int>(cores);
 }
 
 std::shared_ptr<ForkServer> ForkServer::start(const std::vector<std::string>& worker_argv,

@@ -91,15 +91,18 @@ class ForkServer {
   std::atomic<bool> fallback_told_{false};
 };
 
-// Whether the engine starts `workers` evaluator workers through a fork
-// server. KILN_FORK_SERVER=1: always; 0: never; unset (auto): when the workers
-// use no GPU, or outnumber the cores. Measured on the H200 node (16 cores,
-// docs/performance.md "The fork server"): 12 GPU workers were ready sooner but
-// began evaluating 1.3-2.2 s later than workers started afresh, because all
-// 12 then create their CUDA contexts at one instant and the driver does that
-// one at a time (1.8 s for 12), where fresh workers end their imports spread
-// out; 24 GPU workers on 16 cores finished a small batch 2 s sooner, and 2
-// CPU workers on 2 cores 1.5 s sooner.
-bool want_fork_server(int workers, unsigned cores, bool gpu_workers);
+// Whether the engine starts its evaluator workers through a fork server, for
+// `workers` of them on a node of `cores`. KILN_FORK_SERVER=1: always; 0:
+// never; unset (auto): when the workers outnumber the cores, so their imports
+// would compete for them. Measured (docs/performance.md, "The fork server"):
+// 6 CPU workers on 2 cores finished a small batch 5-6 s sooner (20.5, 19.3 s
+// -> 14.5, 14.7 s); 24 GPU workers on the H200 node's 16 cores 0.8 s sooner in
+// the median of five small batches and 5 s sooner on cluster_h200 (one pair).
+// With no more workers than cores it gained nothing: 12 parallel imports take
+// about as long as one (4.1 s against 3.3-3.6 s), and 12 GPU workers forked at
+// one instant then wait longer for their CUDA contexts (the driver creates a
+// node's contexts one at a time: all 12 are ready after 1.8 s) than workers
+// whose imports end spread out: they began evaluating 0.5-2.2 s later.
+bool want_fork_server(int workers, unsigned cores);
 
 }  // namespace kiln

@@ -92,9 +92,8 @@ WorkerOptions evaluator_options(const std::string& device, const std::filesystem
   return w;
 }
 
-std::shared_ptr<ForkServer> start_fork_server(const WorkerOptions& workers, int count, bool gpu_workers,
-                                              std::ostream& log) {
-  if (!want_fork_server(count, std::max(1u, std::thread::hardware_concurrency()), gpu_workers)) return nullptr;
+std::shared_ptr<ForkServer> start_fork_server(const WorkerOptions& workers, int count, std::ostream& log) {
+  if (!want_fork_server(count, std::max(1u, std::thread::hardware_concurrency()))) return nullptr;
   try {
     return ForkServer::start(workers.argv, workers.env);
   } catch (const std::exception& e) {
@@ -196,8 +195,7 @@ class Explorer {
     const std::string threads = std::to_string(std::max(1, cores / n));
     for (const char* var : {"OMP_NUM_THREADS", "MKL_NUM_THREADS"})
       if (!std::getenv(var)) wo.env[var] = threads;
-    wo.fork_server = start_fork_server(
-        wo, n, opts_.device == "gpu" || (opts_.device != "cpu" && !opts_.gpus.ids.empty()), out_);
+    wo.fork_server = start_fork_server(wo, n, out_);
     const auto& ids = opts_.gpus.ids;
     gpu_spans_.assign(std::max<size_t>(1, ids.size()), {});
     bench_spans_.assign(gpu_spans_.size(), {});

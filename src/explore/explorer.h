@@ -79,11 +79,10 @@ std::string this_owner();
 WorkerOptions evaluator_options(const std::string& device, const std::filesystem::path& triton_cache,
                                 bool echo_stderr);
 
-// A fork server for `count` workers started with `workers` (their argv and
-// common environment; evaluate/fork_server.h), or null when want_fork_server
-// says no or it cannot start (said on `log`; the workers then start by
-// themselves). `gpu_workers`: the workers will use a GPU.
-std::shared_ptr<ForkServer> start_fork_server(const WorkerOptions& workers, int count, bool gpu_workers,
-                                              std::ostream& log);
+// A fork server for `count` workers on this node started with `workers` (their
+// argv and common environment; evaluate/fork_server.h), or null when
+// want_fork_server says no or it cannot start (said on `log`; the workers then
+// start by themselves).
+std::shared_ptr<ForkServer> start_fork_server(const WorkerOptions& workers, int count, std::ostream& log);
 
 }  // namespace kiln

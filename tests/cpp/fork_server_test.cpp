@@ -7,6 +7,7 @@
 #include "evaluate/worker_process.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <csignal>
 #include <fstream>
 #include <optional>
@@ -77,6 +78,21 @@ bool wait_gone(pid_t pid, milliseconds limit) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   return process_gone(pid);
+}
+
+TEST(ForkServer, UsedWhenTheWorkersOutnumberTheCoresUnlessTheEnvironmentSays) {
+  const char* old = std::getenv("KILN_FORK_SERVER");
+  const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
+  ::unsetenv("KILN_FORK_SERVER");
+  EXPECT_FALSE(want_fork_server(12, 16));
+  EXPECT_FALSE(want_fork_server(16, 16));
+  EXPECT_TRUE(want_fork_server(17, 16));
+  ::setenv("KILN_FORK_SERVER", "1", 1);
+  EXPECT_TRUE(want_fork_server(1, 16));
+  ::setenv("KILN_FORK_SERVER", "0", 1);
+  EXPECT_FALSE(want_fork_server(64, 2));
+  if (saved) ::setenv("KILN_FORK_SERVER", saved->c_str(), 1);
+  else ::unsetenv("KILN_FORK_SERVER");
 }
 
 TEST(ForkServer, ArgsForTheSameInterpreterAndFlagsOnly) {
