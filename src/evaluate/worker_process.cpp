@@ -10,16 +10,12 @@
 #include <csignal>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include <fcntl.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,7 +43,6 @@ constexpr milliseconds kEofGrace{2000};             // stdout closed, child stil
 constexpr milliseconds kKillGiveUp{10000};          // SIGKILLed child that never exits
 constexpr milliseconds kForkWait{120000};           // the fork server's first answer waits
                                                     // for its imports
-
 
 std::string seconds_text(milliseconds ms) {
   std::ostringstream o;

@@ -5,6 +5,7 @@
 
 #include "evaluate/fork_server.h"
 #include "evaluate/worker_process.h"
+#include "worker_testing.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -48,37 +49,9 @@ WorkerOptions forked_options() {
   return o;
 }
 
-WorkerOutcome run_request(boost::asio::io_context& io, WorkerProcess& w, json req,
-                          milliseconds timeout = milliseconds(10000)) {
-  std::optional<WorkerOutcome> out;
-  w.request(std::move(req), timeout, [&](WorkerOutcome o) { out = std::move(o); });
-  io.restart();
-  auto until = Clock::now() + timeout + milliseconds(5000);
-  while (!out && Clock::now() < until) io.run_one_for(milliseconds(50));
-  if (!out) {
-    ADD_FAILURE() << "no outcome";
-    return WorkerOutcome{Kind::kCrash, json(), "<test: no outcome>"};
-  }
-  return *out;
-}
-
-bool process_gone(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  auto close = content.rfind(')');
-  return close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'Z';
-}
-
-bool wait_gone(pid_t pid, milliseconds limit) {
-  auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    if (process_gone(pid)) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return process_gone(pid);
-}
+using worker_testing::process_gone;
+using worker_testing::run_request;
+using worker_testing::wait_gone;
 
 TEST(ForkServer, UsedWhenTheWorkersOutnumberTheCoresUnlessTheEnvironmentSays) {
   const char* old = std::getenv("KILN_FORK_SERVER");

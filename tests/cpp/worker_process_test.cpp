@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "evaluate/worker_process.h"
+#include "worker_testing.h"
 
 #include <cerrno>
 #include <csignal>
@@ -37,44 +38,9 @@ WorkerOptions fake_options() {
   return o;
 }
 
-// Runs one request to completion on `io` (which must have nothing else to do
-// but this worker) and returns the outcome.
-WorkerOutcome run_request(boost::asio::io_context& io, WorkerProcess& w, json req,
-                          milliseconds timeout = milliseconds(5000)) {
-  std::optional<WorkerOutcome> out;
-  w.request(std::move(req), timeout, [&](WorkerOutcome o) {
-    EXPECT_FALSE(out.has_value()) << "done called twice";
-    out = std::move(o);
-  });
-  io.restart();
-  auto until = Clock::now() + timeout + milliseconds(5000);
-  while (!out && Clock::now() < until) io.run_one_for(milliseconds(50));
-  if (!out) {
-    ADD_FAILURE() << "no outcome";
-    return WorkerOutcome{Kind::kCrash, json(), "<test: no outcome>"};
-  }
-  return *out;
-}
-
-// Dead: no such process, or a zombie waiting for init (whose reaping this
-// test does not control).
-bool process_gone(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  auto close = content.rfind(')');
-  return close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'Z';
-}
-
-bool wait_gone(pid_t pid, milliseconds limit) {
-  auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    if (process_gone(pid)) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return process_gone(pid);
-}
+using worker_testing::process_gone;
+using worker_testing::run_request;
+using worker_testing::wait_gone;
 
 TEST(WorkerProcess, EchoRoundTrip) {
   boost::asio::io_context io;

@@ -235,7 +235,13 @@ class Server:
         sys.stdout.flush()
         sys.stderr.flush()
         server = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # out of processes or memory: the engine starts this one itself
+            for fd in fds:
+                os.close(fd)
+            self.send({"seq": seq, "error": f"fork failed: {exc}"})
+            return
         if pid == 0:
             try:
                 signal.set_wakeup_fd(-1)
@@ -253,7 +259,8 @@ class Server:
                 for fd in fds:
                     if fd > 2:
                         os.close(fd)
-                gc.unfreeze()
+                # The preloaded objects stay frozen (gc.freeze): the worker's
+                # collections never touch them, so their pages stay shared.
             except BaseException:  # noqa: BLE001
                 os._exit(127)
             run_child([str(a) for a in msg["args"]], {str(k): str(v) for k, v in env.items()},
