@@ -9,6 +9,12 @@ cache as in a Kiln run), and a first library kernel. Prints the median and the
 largest of each over the N processes.
 
     python3 bench/cuda_context_herd.py --n 1 6 12 24
+    python3 bench/cuda_context_herd.py --n 12 24 --gpus 0,1   # process i on GPU i mod 2
+
+With --gpus, each process sees one GPU (CUDA_VISIBLE_DEVICES, set before its
+CUDA starts): on a two-GPU machine, 24 processes over 2 GPUs that wait as long
+as 24 on one say the driver makes contexts one at a time per node; as long as
+12 on one, per GPU.
 
 Found on the H200 node (bench/results/h200-2026-12-01-fork-server/contexts.txt):
 the context takes about 0.16 s per process that creates one at the same time
@@ -52,7 +58,7 @@ def steps(start_at: float) -> dict:
     return {"context": t1 - t0, "triton_kernel": t2 - t1, "library_kernel": t3 - t2, "total": t3 - t0}
 
 
-def forked(n: int) -> list[dict]:
+def forked(n: int, gpus: list[str]) -> list[dict]:
     import gc
     import torch  # noqa: F401
     import triton  # noqa: F401
@@ -60,9 +66,11 @@ def forked(n: int) -> list[dict]:
     gc.freeze()
     start_at = time.time() + 1.0
     pipes = []
-    for _ in range(n):
+    for i in range(n):
         r, w = os.pipe()
         if os.fork() == 0:
+            if gpus:
+                os.environ["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
             os.close(r)
             os.write(w, json.dumps(steps(start_at)).encode())
             os._exit(0)
@@ -79,21 +87,25 @@ def forked(n: int) -> list[dict]:
     return out
 
 
-def fresh(n: int) -> list[dict]:
+def fresh(n: int, gpus: list[str]) -> list[dict]:
     start_at = time.time() + 12  # after every process's imports
-    ps = [subprocess.Popen([sys.executable, __file__, "--child", str(start_at)], stdout=subprocess.PIPE)
-          for _ in range(n)]
+    ps = [subprocess.Popen([sys.executable, __file__, "--child", str(start_at)], stdout=subprocess.PIPE,
+                           env=dict(os.environ, **({"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {})))
+          for i in range(n)]
     return [json.loads(p.stdout.read()) for p in ps]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, nargs="+", default=[1, 6, 12, 24])
+    ap.add_argument("--gpus", default="", help="comma-separated GPU ids: process i on the (i mod count)th")
     ap.add_argument("--child", type=float, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    gpus = [g for g in a.gpus.split(",") if g]
     if a.child is not None:
         print(json.dumps(steps(a.child)), flush=True)
         return 0
+    print(f"GPUs: {', '.join(gpus) if gpus else 'as visible'}")
     print("| processes | started | context s (median / max) | Triton kernel s | library kernel s |")
     print("| ---: | --- | --- | --- | --- |")
     for n in a.n:
@@ -104,7 +116,7 @@ def main() -> int:
                 pid = os.fork()
                 if pid == 0:
                     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
-                    os.write(w, json.dumps(run(n)).encode())
+                    os.write(w, json.dumps(run(n, gpus)).encode())
                     os._exit(0)
                 os.close(w)
                 data = b""
@@ -114,7 +126,7 @@ def main() -> int:
                 res = json.loads(data)
             else:
                 os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
-                res = run(n)
+                res = run(n, gpus)
             cell = {k: f"{st.median(x[k] for x in res):.2f} / {max(x[k] for x in res):.2f}" for k in res[0]}
             print(f"| {n} | {how} | {cell['context']} | {cell['triton_kernel']} | {cell['library_kernel']} |",
                   flush=True)
