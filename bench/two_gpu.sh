@@ -23,6 +23,11 @@
 #                job first (jobs.compile_est_s), then the roofline priority;
 #                roofline: the compile estimates cleared after submit, so the
 #                roofline priority alone decides (the order before schema 4)
+#   CONTEXT_HERD 1 (default): first, where two or more GPUs are visible, time 12
+#                and 24 processes creating their CUDA contexts at once over GPUs
+#                0 and 1 (bench/cuda_context_herd.py --gpus 0,1; about 40 s) into
+#                context_herd.txt: whether the driver makes contexts one at a
+#                time per node or per GPU; 0 skips it
 # Prints a table and the 2-GPU / 1-GPU throughput ratios; writes under $OUT
 # (default ./out): machine.txt (GPUs, topology, CPUs), results.jsonl (per run:
 # wall, GPU and CPU busy, seconds per candidate per stage, SM clock and power
@@ -48,6 +53,11 @@ LOGS=/tmp/tg-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 { nvidia-smi -L; nvidia-smi topo -m; lscpu; } > "$OUT/machine.txt" 2>&1
 nvidia-smi -L
+if [[ ${CONTEXT_HERD:-1} == 1 && $(nvidia-smi -L | grep -c '^GPU') -ge 2 ]]; then
+  python3 bench/cuda_context_herd.py --n 12 24 --gpus 0,1 > "$OUT/context_herd.txt" 2>&1
+  python3 bench/cuda_context_herd.py --n 12 24 --gpus 0 >> "$OUT/context_herd.txt" 2>&1
+  cat "$OUT/context_herd.txt"
+fi
 now() { date +%s.%N; }
 for mode in $MODES; do
   d=/tmp/tg-$mode
