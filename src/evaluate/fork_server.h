@@ -102,7 +102,7 @@ class ForkServer {
 // about as long as one (4.1 s against 3.3-3.6 s), and 12 GPU workers forked at
 // one instant then wait longer for their CUDA contexts (the driver creates a
 // node's contexts one at a time: all 12 are ready after 1.8 s) than workers
-// whose imports end spread out: they began evaluating 0.5-2.2 s later.
+// whose imports end spread out: they began evaluating 1.3-2.2 s later.
 bool want_fork_server(int workers, unsigned cores);
 
 }  // namespace kiln
