@@ -31,14 +31,12 @@ using Kind = WorkerOutcome::Kind;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-const std::string kSource = KILN_SOURCE_DIR;
-const std::string kFakeWorker = kSource + "/tests/fixtures/fake_worker.py";
+using worker_testing::kFakeWorker;
 
+// The fake worker, with kiln_worker (the fork server) importable.
 WorkerOptions fake_options() {
-  WorkerOptions o;
-  o.argv = {"python3", "-u", kFakeWorker};
-  o.env["PYTHONDONTWRITEBYTECODE"] = "1";
-  o.env["PYTHONPATH"] = kSource + "/worker";
+  WorkerOptions o = worker_testing::fake_options();
+  o.env["PYTHONPATH"] = std::string(KILN_SOURCE_DIR) + "/worker";
   return o;
 }
 
@@ -162,7 +160,7 @@ TEST(ForkServer, WorkersDieWithTheServerAndLaterOnesStartDirectly) {
 TEST(ForkServer, ADifferentPythonpathIsStartedDirectly) {
   boost::asio::io_context io;
   WorkerOptions opt = forked_options();
-  opt.env["PYTHONPATH"] = kSource + "/worker:/nonexistent";  // the server's sys.path would be wrong
+  opt.env["PYTHONPATH"] = std::string(KILN_SOURCE_DIR) + "/worker:/nonexistent";  // the server's sys.path would be wrong
   WorkerProcess w(io, opt);
   w.start();
   auto info = run_request(io, w, {{"method", "info"}});

@@ -29,14 +29,8 @@ using Kind = WorkerOutcome::Kind;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-const std::string kFakeWorker = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/fake_worker.py";
-
-WorkerOptions fake_options() {
-  WorkerOptions o;
-  o.argv = {"python3", "-u", kFakeWorker};
-  o.env["PYTHONDONTWRITEBYTECODE"] = "1";
-  return o;
-}
+using worker_testing::fake_options;
+using worker_testing::kFakeWorker;
 
 using worker_testing::process_gone;
 using worker_testing::run_request;

@@ -1,5 +1,6 @@
 // Helpers of the tests that drive real worker processes
-// (worker_process_test, fork_server_test).
+// (worker_process_test, fork_server_test): the fake worker, a request run to
+// its end, a process seen gone.
 #pragma once
 #include <utility>
 
@@ -20,6 +21,16 @@
 #include "evaluate/worker_process.h"
 
 namespace kiln::worker_testing {
+
+inline const std::string kFakeWorker = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/fake_worker.py";
+
+// tests/fixtures/fake_worker.py, unbuffered.
+inline WorkerOptions fake_options() {
+  WorkerOptions o;
+  o.argv = {"python3", "-u", kFakeWorker};
+  o.env["PYTHONDONTWRITEBYTECODE"] = "1";
+  return o;
+}
 
 // Runs one request to completion on `io` (which must have nothing else to do
 // but this worker) and returns the outcome.

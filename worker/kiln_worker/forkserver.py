@@ -37,8 +37,6 @@ from the "exited" message.
 from __future__ import annotations
 
 import argparse
-import array
-import ctypes
 import gc
 import importlib
 import json
@@ -50,7 +48,8 @@ import sys
 import time
 import warnings
 
-PR_SET_PDEATHSIG = 1
+from .sandbox import die_with_parent
+
 MAX_MESSAGE = 1 << 20
 # The worker's preload: what kiln_worker's main imports before it touches the
 # device (device.select_device), without the modules that define @triton.jit
@@ -74,17 +73,6 @@ preload_s: float | None = None
 triton_interpret: bool | None = None
 # In a forked worker: the arguments it was forked with (ARGS of python3 ARGS).
 child_args: list[str] | None = None
-
-
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def die_with_parent(parent: int) -> None:
-    """SIGKILL when the parent dies; exits at once if it already has."""
-    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(127)
 
 
 def preload(modules) -> tuple[float, list[str]]:
@@ -247,7 +235,7 @@ class Server:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 os.setpgid(0, 0)
-                die_with_parent(server)
+                die_with_parent(server)  # SIGKILL when the server dies
                 self.sock.close()
                 for fd in self.private_fds:
                     try:
