@@ -78,11 +78,12 @@ class Server:
                 continue
             method = req.get("method")
             handler = {"hello": self.hello, "space": self.space, "evaluate": self.evaluate,
-                       "reference_info": self.reference_info, "traffic": self.traffic}.get(method) \
+                       "reference_info": self.reference_info, "traffic": self.traffic,
+                       "package_info": self.package_info}.get(method) \
                 if isinstance(method, str) else None
             if handler is None:
                 self.error(rid, f"unknown method {method!r} "
-                                "(expected hello, space, evaluate, reference_info or traffic)")
+                                "(expected hello, space, evaluate, reference_info, traffic or package_info)")
                 continue
             try:
                 result = handler(req)
@@ -99,7 +100,10 @@ class Server:
         from .evaluate import BadRequest
         from .generated import BadGeneratedRequest
         from .reference_module import ReferenceError_
+        from .package_info import PackageInfoError
         from .templates import TemplateError
+        if isinstance(exc, PackageInfoError):
+            return f"package_info: {exc}"
         if isinstance(exc, (BadRequest, BadGeneratedRequest)):
             return f"malformed request: {exc}"
         if isinstance(exc, ReferenceError_):
@@ -130,7 +134,7 @@ class Server:
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
-            "methods": ["hello", "space", "evaluate", "reference_info"],
+            "methods": ["hello", "space", "evaluate", "reference_info", "traffic", "package_info"],
             "generated": {"statuses": ["ok", "compile_error", "resource_error", "incorrect",
                                        "crash", "rejected", "timeout"]},
         }
@@ -185,6 +189,13 @@ class Server:
             self.wait_warm()
             return self.generated().evaluate(req)
         return self.evaluation.run(req.get("job"), req.get("config"), req.get("artifact_dir"))
+
+    def package_info(self, req: dict) -> dict:
+        """What `kiln package` writes for one variant (package_info.py)."""
+        self.require_device()
+        self.wait_warm()
+        from . import package_info
+        return package_info.run(self.lib, self.evaluation, self.dev, req)
 
     def reference_info(self, req: dict) -> dict:
         self.require_device()
