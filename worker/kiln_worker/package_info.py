@@ -62,6 +62,7 @@ CPU_MAX_FLOPS = 1 << 23
 CPU_MAX_PROGRAMS = 256
 GPU_MAX_BYTES = 8 << 30
 MAX_CANDIDATES_PER_DIM = 8
+SWEEP_POINTS = 512
 
 
 class PackageInfoError(Exception):
@@ -136,6 +137,38 @@ def spec_difference(a: dict, b: dict) -> str | None:
     return None
 
 
+def base_serves(base: dict, other: dict) -> str | None:
+    """Why the code object of `base` cannot launch where compile_spec gives
+    `other`, or None when it can: the same kernel, constexprs and options,
+    and every fact base was specialised on still true (an integer that is 1
+    there, or a multiple of 16 that base does not assume, is only a
+    specialisation base lacks: its code is general in them)."""
+    if _fn_name(base["fn"]) != _fn_name(other["fn"]):
+        return f"another kernel ({_fn_name(other['fn']).rsplit('.', 1)[-1]})"
+    sb, so = dict(base["signature"]), dict(other["signature"])
+    cb, co = dict(base["constexprs"]), dict(other["constexprs"])
+    for name, ty in sb.items():
+        if ty == "constexpr":
+            if cb.get(name) != co.get(name):
+                return f"constexpr {name} {cb.get(name)!r} becomes {co.get(name)!r}"
+        elif so.get(name) == "constexpr":
+            if co.get(name) != 1:
+                return f"argument {name} becomes the constant {co.get(name)!r}"
+        elif so.get(name) != ty and not (ty == "i64" and so.get(name) == "i32"):
+            return f"argument {name}'s type {ty} becomes {so.get(name)}"
+    names = list(getattr(base["fn"], "arg_names", []))
+    ab, ao = dict(base.get("attrs") or {}), dict(other.get("attrs") or {})
+    for key, facts in ab.items():
+        missing = [f for f in facts or [] if list(f) not in [list(g) for g in ao.get(key) or []]]
+        if missing:
+            i = key[0] if isinstance(key, tuple) and key else key
+            name = names[i] if isinstance(i, int) and i < len(names) else key
+            return f"argument {name} loses {missing}"
+    if dict(base.get("options") or {}) != dict(other.get("options") or {}):
+        return f"options {base.get('options')} become {other.get('options')}"
+    return None
+
+
 # ---------------------------------------------------------------------------
 # the launch at a shape against compile_spec
 # ---------------------------------------------------------------------------
@@ -191,11 +224,6 @@ def _element_bytes(dtype: str) -> int:
 # binding the code object's arguments
 # ---------------------------------------------------------------------------
 
-def _swizzle_from_signature(spec: dict, name: str) -> int | None:
-    m = re.search(r"swizzle_byte_width=(\d+)", str(dict(spec["signature"]).get(name, "")))
-    return int(m.group(1)) if m else None
-
-
 def bind_args(art_args: list, L: launch_exprs.Launch, spec: dict, values: dict) -> list[dict]:
     out = []
     for a in art_args:
@@ -211,12 +239,15 @@ def bind_args(art_args: list, L: launch_exprs.Launch, spec: dict, values: dict) 
             d = L.tma.get(name)
             if d is None:
                 raise PackageInfoError(f"descriptor argument {name}: no TMA binding")
+            # the box and swizzle Triton's launcher encodes (the compiler's
+            # tensordesc_meta): the box's inner size is the swizzle width's,
+            # not the descriptor's block_shape
             tm = a.get("tensormap") or {}
-            swz = _SWIZZLE_BYTES.get(tm.get("swizzle")) if "swizzle" in tm else _swizzle_from_signature(spec, name)
-            box = tm.get("block_size") or a.get("block_shape")
+            swz = _SWIZZLE_BYTES.get(tm.get("swizzle"))
+            box = tm.get("block_size")
             if swz is None or not box:
                 raise PackageInfoError(f"descriptor argument {name}: the artifact has no tensormap "
-                                       "(swizzle, block_size)")
+                                       "(the compiler's tensordesc_meta: swizzle, block_size)")
             arg["bind"] = {"tma": {"tensor": d["tensor"], "dims": [str(e) for e in d["dims"]],
                                    "strides_bytes": [str(e) for e in d["strides_bytes"]],
                                    "box": [int(x) for x in box], "elem": a.get("dtype") or L.tensors[d["tensor"]]["dtype"],
@@ -353,27 +384,62 @@ class _Neighbours:
 def _interval(v: int, results: dict[int, str], required: int) -> tuple[int, int, int]:
     """(lo, hi, multiple_of) for one dimension: the widest run of passing
     sizes around v on a lattice of a power-of-two multiple_of (a multiple of
-    `required`, dividing v), any failing or unchecked size on the lattice
-    ending the run. Ties: the smaller multiple_of."""
-    best = (v, v, required)
+    `required`, dividing v), any failing or skipped size on the lattice
+    ending the run. Ties: the lattice holding more of the passing sizes,
+    then the larger multiple_of (fewer sizes taken on trust)."""
+    best, best_score = (v, v, required), (0, 0, 0)
     m = required
-    while v % m == 0:
+    while v % m == 0 and m <= v:
         lattice = sorted(x for x in results if x % m == 0)
         lo = hi = v
-        for x in sorted((x for x in lattice if x > v)):
+        inside = 0
+        for x in (x for x in lattice if x > v):
             if results[x] != "pass":
                 break
-            hi = x
+            hi, inside = x, inside + 1
         for x in sorted((x for x in lattice if x < v), reverse=True):
             if results[x] != "pass":
                 break
-            lo = x
-        if hi - lo > best[1] - best[0]:
-            best = (lo, hi, m)
+            lo, inside = x, inside + 1
+        score = (hi - lo, inside, m)
+        if hi > lo and score > best_score:
+            best, best_score = (lo, hi, m), score
         m *= 2
-        if m > v:
-            break
     return best
+
+
+def _lattice(v: int, lo: int, hi: int, m: int, cap: int = SWEEP_POINTS) -> list[int]:
+    """The sizes lo..hi on multiples of m (all, or `cap` of them spread out
+    with both ends and the neighbours of v), v left out."""
+    pts = list(range(lo, hi + 1, m))
+    if len(pts) > cap:
+        step = len(pts) / cap
+        keep = {pts[int(i * step)] for i in range(cap)} | {lo, hi, v - m, v + m}
+        pts = sorted(x for x in keep if lo <= x <= hi)
+    return [x for x in pts if x != v]
+
+
+def _sweep(ctx: "_Context", d: int, r: tuple, notes: list) -> tuple:
+    """The interval of dimension d cut before the first size (on its
+    lattice, the other dimensions at the job's) where the artifact's code
+    object cannot serve: compile_spec only, no compile (base_serves)."""
+    lo, hi, m = r
+    v = ctx.shape[d]
+    for x in _lattice(v, lo, hi, m):
+        s = list(ctx.shape)
+        s[d] = x
+        try:
+            spec, _ = traced_spec(ctx.lib, ctx.mod, ctx.op, s, ctx.dtype, ctx.params, ctx.config, ctx.target)
+            why = base_serves(ctx.spec, spec)
+        except Exception as exc:  # noqa: BLE001
+            why = f"compile_spec rejects it: {exc}"
+        if why:
+            notes.append(f"{s}: inside the tried sizes but {why}: the range stops short of it")
+            if x > v:
+                hi = min(hi, x - m)
+            else:
+                lo = max(lo, x + m)
+    return lo, hi, m
 
 
 def compute_range(ctx: "_Context") -> tuple[dict, list[str]]:
@@ -404,6 +470,7 @@ def compute_range(ctx: "_Context") -> tuple[dict, list[str]]:
             else:
                 notes.append(f"{s}: {status}: {reason}")
         ranges.append(_interval(v, per, required.get(d, 1)))
+    ranges = [_sweep(ctx, d, r, notes) for d, r in enumerate(ranges)]
     if all(lo == hi for lo, hi, _ in ranges):
         notes.insert(0, "no neighbour passed: exact shape only")
         return {"exact": True}, notes
