@@ -361,6 +361,7 @@ def test_verify_round_trip(op, shape, dtype, params, config):
     assert len(o["samples"]) == min(4096, out.numel())
     flat = out.to(torch.float64).reshape(-1).tolist()
     assert verify_data.check_verify(v, {t: flat}) == []
+    assert verify_data.check_verify(v, {t: out.to(torch.float64).numpy()}) == []  # the vectorised form
 
     nan = list(flat)
     nan[len(nan) // 3] = float("nan")
@@ -378,6 +379,9 @@ def test_verify_round_trip(op, shape, dtype, params, config):
     if row == 1:  # a [rows] output: a block of rows
         wrong[r:r + 8] = [x * 0.5 + 0.25 for x in flat[r:r + 8]]
     assert verify_data.check_verify(v, {t: wrong}) != []
+    import numpy as np
+    for bad in (nan, off, wrong):  # the vectorised form fails them the same way
+        assert verify_data.check_verify(v, {t: np.array(bad)}) == verify_data.check_verify(v, {t: bad})
     assert verify_data.check_verify(v, {t: flat[:-1]}) != []  # truncated
 
 

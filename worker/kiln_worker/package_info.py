@@ -535,6 +535,9 @@ def run(lib, evaluation, dev, req: dict) -> dict:
     if artifact.get("grid") and [int(g) for g in artifact["grid"]] != [e.eval(shape) for e in L.grid]:
         raise PackageInfoError(f"the artifact's grid {artifact['grid']} is not this config's at {shape} "
                                f"({[e.eval(shape) for e in L.grid]})")
+    kname = getattr(getattr(ctx.spec["fn"], "fn", None), "__name__", None)
+    if artifact.get("kernel_name") and kname and artifact["kernel_name"] != kname:
+        raise PackageInfoError(f"the artifact's kernel {artifact['kernel_name']} is not this config's ({kname})")
     args = bind_args(art_args, L, ctx.spec, values)
     ctx.assume = assumptions(L, ctx.spec)
     notes = pinned_ones(L, ctx.spec)
