@@ -499,3 +499,22 @@ def test_worker_package_info_exact_and_refusals(worker):
     assert not ans["ok"] and "package_info:" in ans["error"] and "grid" in ans["error"], ans
     ans = worker.call("package_info", job=job, config=cfg, artifact=art, verify_seed=-1)
     assert not ans["ok"] and "verify_seed" in ans["error"]
+
+
+def test_sweep_cuts_the_range_where_compile_spec_changes():
+    """The Gluon kernel's `pair` needs an even number of 128-row query blocks:
+    a range of S on multiples of 16 around 2048 is cut to the sizes that
+    keep it (compile_spec only, nothing compiled or run)."""
+    ctx = package_info._Context()
+    ctx.lib, ctx.op, ctx.dtype, ctx.target = LIB, "attention", "bf16", TARGET_H200
+    ctx.mod = LIB.launch_module("attention")
+    ctx.params = {"causal": True, "sm_scale": 0.0}
+    ctx.config = {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_H": 8, "num_warps": 4, "num_stages": 2, "ws": 1, "pair": 1}
+    ctx.shape = [1, 2, 2048, 128]
+    ctx.spec, _ = package_info.traced_spec(LIB, ctx.mod, "attention", ctx.shape, "bf16", ctx.params, ctx.config,
+                                           TARGET_H200)
+    notes = []
+    assert package_info._sweep(ctx, 2, (1024, 4096, 16), notes) == (1936, 2048, 16)
+    assert any("[1, 2, 2064, 128]" in n for n in notes) and any("[1, 2, 1920, 128]" in n for n in notes)
+    # the head dim is a constexpr: every other size is another code object
+    assert package_info._sweep(ctx, 3, (64, 256, 64), []) == (128, 128, 64)

@@ -486,7 +486,10 @@ def compute_range(ctx: "_Context") -> tuple[dict, list[str]]:
             notes.insert(0, f"corner {corner} of the range failed ({reason}): exact shape only")
             return {"exact": True}, notes
     dims_ = [{"min": lo, "max": hi, "multiple_of": m} for lo, hi, m in ranges]
-    return {"dims": dims_, "verified_shapes": verified}, notes
+    # the shapes that passed and lie in the range (a passing size the sweep
+    # or the lattice left outside is not claimed)
+    inside = [s for s in verified if all(lo <= x <= hi and x % m == 0 for x, (lo, hi, m) in zip(s, ranges))]
+    return {"dims": dims_, "verified_shapes": inside}, notes
 
 
 # ---------------------------------------------------------------------------
