@@ -36,10 +36,14 @@ assume / range, verify/<file>.json):
    sha256 must be the artifact's -- and checks it (one seed, its tolerances).
    Per dimension the range is the widest interval around the job's size,
    on a lattice of multiple_of (a power of two dividing the size), holding
-   only passing sizes among those tried; the two corners of the box (all
-   minima, all maxima) are checked too. Any failure there, or no passing
+   only passing sizes among those tried; it is then cut before any size of
+   that lattice (up to 512 of them) where compile_spec says the artifact's
+   code object could not serve (base_serves: another kernel or constexpr,
+   a specialisation fact lost, an i32 argument grown to i64). The two
+   corners of the box (all minima, all maxima) are checked too (one too
+   large to run is kept with a note). A failing corner, or no passing
    neighbour: {"exact": true}. `range_notes` says which neighbour failed
-   and why.
+   and why. Neighbours run only when the job shape itself fits the device.
 3. **Verification data**: verify_data.build, at the job shape.
 """
 from __future__ import annotations
@@ -547,6 +551,8 @@ def run(lib, evaluation, dev, req: dict) -> dict:
     t1 = time.perf_counter()
 
     if req.get("neighbours"):
+        if not ctx.sha:
+            notes.append("the artifact has no sha256: the neighbours' code objects are not compared with it")
         rng, more = compute_range(ctx)
         notes += more
     else:
