@@ -52,7 +52,7 @@ TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 CASES = {
     "add": ("fp16", {}, [[3, 100], [4, 100], [7], [2, 3, 5, 16]], [{"BLOCK": 64, "num_warps": 1}]),
     "bias_gelu": ("bf16", {"approximate": "tanh"}, [[5, 70], [16, 128]], []),
-    "softmax": ("fp32", {}, [[6, 40], [1, 33], [64, 512], [5, 3000]],
+    "softmax": ("fp32", {}, [[6, 40], [1, 33], [64, 512], [5, 3000], [2, 4000]],
                 [{"BLOCK_M": 2, "BLOCK_N": 4096, "num_warps": 4, "num_stages": 2, "programs": 3, "stream": 1}]),
     "layernorm": ("bf16", {"eps": 1e-5}, [[4, 33], [32, 1024]],
                   [{"BLOCK_M": 1, "BLOCK_N": 1024, "num_warps": 4, "num_stages": 1, "programs": 5}]),
@@ -61,7 +61,7 @@ CASES = {
                 [{"BLOCK_M": 1, "BLOCK_N": 2048, "num_warps": 4, "num_stages": 2, "programs": 4}]),
     "row_mean": ("fp16", {}, [[3, 50]], []),
     "row_max": ("fp32", {}, [[1, 7], [16, 64]], []),
-    "matmul": ("fp16", {}, [[40, 24, 33], [64, 48, 32], [1, 16, 16]],
+    "matmul": ("fp16", {}, [[40, 24, 33], [64, 48, 32], [1, 16, 16], [512, 512, 16]],
                [{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 2, "num_stages": 3,
                  "persistent": 1},
                 {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 2, "num_stages": 3,
@@ -73,7 +73,9 @@ CASES = {
                [[2, 3, 9, 10], [1, 4, 16, 16]],
                [{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 64, "BLOCK_P": 64, "num_warps": 2, "num_stages": 2},
                 {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 2, "num_stages": 2, "programs": 3,
-                 "spec": 1, "stream": 1}]),
+                 "spec": 1, "stream": 1},
+                {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 2, "num_stages": 2, "programs": 8,
+                 "prefetch": 1}]),
     "attention": ("fp16", {"causal": False, "sm_scale": 0.0}, [[1, 2, 40, 32], [2, 3, 128, 64]],
                   [{"BLOCK_M": 128, "BLOCK_N": 64, "GROUP_H": 8, "num_warps": 4, "num_stages": 2, "ws": 1},
                    {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_H": 8, "num_warps": 4, "num_stages": 2, "ws": 1,
@@ -518,3 +520,22 @@ def test_sweep_cuts_the_range_where_compile_spec_changes():
     assert any("[1, 2, 2064, 128]" in n for n in notes) and any("[1, 2, 1920, 128]" in n for n in notes)
     # the head dim is a constexpr: every other size is another code object
     assert package_info._sweep(ctx, 3, (64, 256, 64), []) == (128, 128, 64)
+
+
+def test_clamped_grids_are_exercised():
+    """The min / max branches of the grids (persistent programs fewer or more
+    than the work) are among the cases test_launch_expressions_equal_compile_spec
+    checks, not only the plain ones."""
+    seen = set()
+    for op, (dtype, params, shapes, extra) in CASES.items():
+        for shape in shapes:
+            for config in _configs(op, shape, dtype, params, TARGET_H200, extra):
+                spec, _, _, _, grid = _bound_args(op, shape, dtype, params, config, TARGET_H200)
+                e = parse(grid[0])
+                if e.node[0] == "max":  # matmul persistent: max(1, min(tiles, SMs x P))
+                    e = e.node[2]
+                if e.node[0] == "min":
+                    a, b = (x.eval(shape) for x in e.node[1:])
+                    seen.add((op, "programs" if a < b else "work" if b < a else "equal"))
+    for op in ("softmax", "layernorm", "row_sum", "matmul", "conv2d"):
+        assert (op, "programs") in seen and (op, "work") in seen, (op, sorted(seen))
