@@ -139,29 +139,41 @@ def input_ranges(op: str, shape, dtype: str, params: dict, names: list[str]) -> 
 
 
 def build(mod, op: str, shape: list, dtype: str, params: dict, job: dict, tensors: list[dict],
-          tensor_shapes: list[list[int]], seed: int, device) -> dict:
+          tensor_shapes: list[list[int]], seed: int, device, device_section=None) -> dict:
     """The verify/<file>.json object for the job's shape: inputs generated,
     the reference computed in float64 on `device`, samples, sums and
     tolerances of each output. `tensors`: the Launch's tensors (name, role,
-    dtype), `tensor_shapes`: their shapes at `shape`."""
-    import torch
+    dtype), `tensor_shapes`: their shapes at `shape`. `device_section`: a
+    context manager held while the device works (the GPU lock), not while
+    the inputs are generated on the CPU."""
+    import contextlib
 
-    from . import check
+    import torch
     torch_dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     names = [t["name"] for t in tensors if t["role"] == "input"]
     ranges = input_ranges(op, shape, dtype, params, names)
-    inputs, spec_inputs = {}, []
+    host, spec_inputs = {}, []
     for i, t in enumerate(tensors):
         if t["role"] != "input":
             continue
         lo, hi = ranges[t["name"]]
         n = math.prod(tensor_shapes[i])
         vals = fill(seed, i, n, lo, hi, t["dtype"])
-        wide = torch.from_numpy(vals).reshape(tensor_shapes[i])
-        # the dtype's tensor (exact: the values are representable), then the
-        # float64 copy the reference reads
-        inputs[t["name"]] = wide.to(torch_dtypes[t["dtype"]]).to(device).to(torch.float64)
+        # the dtype's tensor (exact: the values are representable)
+        host[t["name"]] = torch.from_numpy(vals).reshape(tensor_shapes[i]).to(torch_dtypes[t["dtype"]])
         spec_inputs.append({"tensor": i, "lo": lo, "hi": hi})
+    with device_section or contextlib.nullcontext():
+        spec_outputs = _expected(mod, op, shape, dtype, params, job, tensors, tensor_shapes, seed, device, host)
+    return {"format": FORMAT, "seed": int(seed), "shape": [int(s) for s in shape],
+            "inputs": spec_inputs, "outputs": spec_outputs}
+
+
+def _expected(mod, op, shape, dtype, params, job, tensors, tensor_shapes, seed, device, host) -> list[dict]:
+    """build's outputs: the reference on float64 copies of the inputs on `device`."""
+    import torch
+
+    from . import check
+    inputs = {k: v.to(device).to(torch.float64) for k, v in host.items()}
     with torch.no_grad():
         ref = mod.reference(op, inputs, params)
     refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
@@ -188,8 +200,7 @@ def build(mod, op: str, shape: list, dtype: str, params: dict, job: dict, tensor
         spec_outputs.append({"tensor": i, "atol": max(a, floor), "rtol": max(rtol, floor),
                              "samples": [[j, v] for j, v in zip(idx, values)],
                              "sum": total, "abs_sum": abs_total, "count": count})
-    return {"format": FORMAT, "seed": int(seed), "shape": [int(s) for s in shape],
-            "inputs": spec_inputs, "outputs": spec_outputs}
+    return spec_outputs
 
 
 def check_verify(verify: dict, outputs) -> list[str]:
