@@ -1,6 +1,6 @@
 """Kiln's row kernels against torch.compile's, timed by the same harness.
 
-shared/anchors.md times torch.compile with triton.testing.do_bench; Kiln's
+The anchor measurements of 2026-11-29 (one H200) time torch.compile with triton.testing.do_bench; Kiln's
 catalog holds the worker's harness (kiln_worker.bench: L2 flush, a GPU spin
 before each run, device events, median of N). This script times both kinds of
 kernel with both harnesses on this GPU, so a gap between Kiln and Inductor is

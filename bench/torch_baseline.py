@@ -9,7 +9,7 @@ runs), and prints a Markdown table. Writes JSON with every number to --json.
 
 The floor column is max(bytes / copy bandwidth, flops / matmul rate) with both
 ceilings measured in the same run (a device-to-device copy; a bf16 8192^3
-torch matmul), as ../shared/anchors.md does.
+torch matmul), as the anchor measurements of 2026-11-29 did.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def eager(op: str, inputs: dict, params: dict):
     raise KeyError(op)
 
 
-# torch.compile (max-autotune) medians from ../shared/anchors.md (one H200,
+# torch.compile (max-autotune) medians from the anchor measurements (one H200,
 # torch 2.11, Triton 3.6.0, 2026-11-29), by (op, shape, dtype). Not re-measured
 # here: max-autotune compiles for minutes per case.
 COMPILE_MS = {

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 NEW_OPS = ["rmsnorm", "row_sum", "row_mean", "row_max", "gemm_bias_act", "attention"]
 
 
-# Anchor shapes (shared/anchors.md): spaces and compiles only, never run here.
+# Anchor shapes (the H200 anchor cases, jobs/examples/anchors_h200.yaml): spaces and compiles only, never run here.
 ANCHORS = {
     "rmsnorm": ([16384, 4096], "bf16", {}),
     "row_sum": ([16384, 4096], "fp32", {}),
