@@ -137,9 +137,8 @@ Expr Expr::parse(std::string_view text) {
   return e;
 }
 
-static int64_t checked(bool overflow, int64_t v, const char* op) {
+static void overflow_if(bool overflow, const char* op) {
   if (overflow) throw ExprError(std::string("integer overflow in ") + op);
-  return v;
 }
 
 int64_t Expr::eval_node(int i, std::span<const int64_t> shape) const {
@@ -156,14 +155,14 @@ int64_t Expr::eval_node(int i, std::span<const int64_t> shape) const {
   }
   int64_t a = eval_node(n.lhs, shape), b = eval_node(n.rhs, shape);
   switch (n.kind) {
-    case Node::Add: return checked(__builtin_add_overflow(a, b, &r), r, "+");
-    case Node::Sub: return checked(__builtin_sub_overflow(a, b, &r), r, "-");
-    case Node::Mul: return checked(__builtin_mul_overflow(a, b, &r), r, "*");
+    case Node::Add: overflow_if(__builtin_add_overflow(a, b, &r), "+"); return r;
+    case Node::Sub: overflow_if(__builtin_sub_overflow(a, b, &r), "-"); return r;
+    case Node::Mul: overflow_if(__builtin_mul_overflow(a, b, &r), "*"); return r;
     case Node::FloorDiv: return floor_div(a, b);
     case Node::Mod: return floor_mod(a, b);
     case Node::Cdiv: {
       int64_t t;
-      checked(__builtin_add_overflow(a, b, &t) || __builtin_sub_overflow(t, 1, &t), 0, "cdiv");
+      overflow_if(__builtin_add_overflow(a, b, &t) || __builtin_sub_overflow(t, 1, &t), "cdiv");
       return floor_div(t, b);
     }
     case Node::Min: return a < b ? a : b;

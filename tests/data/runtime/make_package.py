@@ -235,9 +235,9 @@ def build(out, targets, bundle=False, sign=None):
                         "warp_size": md["warp_size"], "arch": str(md["arch"])}
                 if kind == "hsaco":
                     fact["asm"] = asm_facts(c.asm["amdgcn"])
+                    amd_objects[tname] = (fname, image)
                 else:
                     fact["ptx_target"] = re.search(r"^\.target\s+(\w+)", c.asm["ptx"], re.M).group(1)
-                    amd_objects[tname] = (fname, image)
                 facts["objects"][fname] = fact
                 args = list(spec["args"]) + [
                     {"name": "global_scratch", "type": "*i8", "hidden": True, "bind": {"scratch": "global"}},
