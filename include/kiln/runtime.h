@@ -101,6 +101,15 @@ const char* kiln_kernel_describe(const kiln_kernel* kernel);
  * shared memory attribute. Asynchronous: returns once queued. */
 kiln_status kiln_launch(kiln_kernel* kernel, void* const* tensors, int ntensors, void* stream);
 
+/* Device memory on the package's device, for callers with no other GPU
+ * library at hand (the C and ctypes examples in docs/runtime.md). Pointers
+ * are at least 256-byte aligned. Copies and kiln_synchronize block. */
+kiln_status kiln_device_alloc(kiln_package* pkg, size_t bytes, void** out);
+kiln_status kiln_device_free(kiln_package* pkg, void* ptr);
+kiln_status kiln_copy_to_device(kiln_package* pkg, void* dst, const void* src, size_t bytes);
+kiln_status kiln_copy_to_host(kiln_package* pkg, void* dst, const void* src, size_t bytes);
+kiln_status kiln_synchronize(kiln_package* pkg);
+
 /* The SplitMix64 verification input generator of docs/package-format.md:
  * writes n doubles lo + (hi-lo)*u (before dtype rounding) for tensor index t. */
 void kiln_splitmix_fill(uint64_t seed, int tensor, double lo, double hi, double* out, int64_t n);

@@ -141,6 +141,49 @@ kiln_status kiln_launch(kiln_kernel* kernel, void* const* tensors, int ntensors,
   }
 }
 
+static Backend* device_of(kiln_package* pkg) {
+  if (!pkg) throw Error(KILN_E_USAGE, "package handle is NULL");
+  if (!pkg->pkg->backend())
+    throw Error(KILN_E_NO_DEVICE, "the package is open for the static target " + pkg->target + ": no device");
+  return pkg->pkg->backend();
+}
+
+kiln_status kiln_device_alloc(kiln_package* pkg, size_t bytes, void** out) {
+  return guarded([&] {
+    if (!out) return fail(KILN_E_USAGE, "kiln_device_alloc: out is NULL");
+    *out = device_of(pkg)->alloc(bytes);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_device_free(kiln_package* pkg, void* ptr) {
+  return guarded([&] {
+    device_of(pkg)->free(ptr);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_copy_to_device(kiln_package* pkg, void* dst, const void* src, size_t bytes) {
+  return guarded([&] {
+    device_of(pkg)->to_device(dst, src, bytes);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_copy_to_host(kiln_package* pkg, void* dst, const void* src, size_t bytes) {
+  return guarded([&] {
+    device_of(pkg)->to_host(dst, src, bytes);
+    return KILN_OK;
+  });
+}
+
+kiln_status kiln_synchronize(kiln_package* pkg) {
+  return guarded([&] {
+    device_of(pkg)->synchronize();
+    return KILN_OK;
+  });
+}
+
 void kiln_splitmix_fill(uint64_t seed, int tensor, double lo, double hi, double* out, int64_t n) {
   SplitMix64 g(seed, static_cast<uint64_t>(tensor));
   for (int64_t k = 0; k < n; ++k) out[k] = lo + (hi - lo) * g.uniform();

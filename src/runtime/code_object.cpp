@@ -1,7 +1,9 @@
 #include "code_object.h"
 
+#ifndef KILNRT_NO_MSGPACK
 #define MSGPACK_NO_BOOST 1
 #include <msgpack.hpp>
+#endif
 
 #include <cstring>
 
@@ -25,6 +27,7 @@ T rd(std::string_view b, uint64_t off, const std::string& what) {
   return v;
 }
 
+#ifndef KILNRT_NO_MSGPACK
 std::string str_of(const msgpack::object& o) {
   if (o.type == msgpack::type::STR) return std::string(o.via.str.ptr, o.via.str.size);
   return {};
@@ -86,6 +89,12 @@ void read_amd_metadata(std::string_view desc, CodeObject& co, const std::string&
     }
   }
 }
+
+#else
+void read_amd_metadata(std::string_view, CodeObject& co, const std::string&) {
+  co.metadata_unread = true;  // built without msgpack-c: only the ELF header is read
+}
+#endif
 
 std::string feature(uint32_t v, uint32_t any, uint32_t off, uint32_t on) {
   if (v == on) return "+";

@@ -31,6 +31,7 @@ struct CodeObject {
   std::string note_target;    // amdhsa.target from the metadata note
   int code_object_version = 0;  // from amdhsa.version (1.1 -> 4, 1.2 -> 5, 1.3 -> 6)
   std::vector<AmdKernelMeta> kernels;
+  bool metadata_unread = false;  // libkilnrt built without msgpack-c (KILNRT_NO_MSGPACK)
   // CUDA
   int sm = 0;                 // 90
   bool sm_arch_specific = false;  // sm_90a

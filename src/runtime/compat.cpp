@@ -133,6 +133,7 @@ std::vector<std::string> check_static(const Variant& v, const TargetSpec& t, con
       out.push_back(file + ": code object version " + std::to_string(co.code_object_version) +
                     ", the manifest says " + std::to_string(v.code_object_version));
     const AmdKernelMeta* k = co.find(v.kernel_name);
+    if (!k && co.metadata_unread) return out;
     if (!k) {
       std::string names;
       for (const auto& m : co.kernels) names += (names.empty() ? "" : ", ") + m.name;
@@ -174,6 +175,7 @@ std::string check_against(const Variant& v, const CodeObject& co, const TargetLi
     std::string why = amd_mismatch(TargetId::parse(co.target_id), l.amd);
     if (!why.empty()) return file + ": " + why;
     const AmdKernelMeta* k = co.find(v.kernel_name);
+    if (!k && co.metadata_unread) return {};
     if (!k) return file + ": no kernel " + v.kernel_name + " in the code object";
     if (l.warp_size && k->wavefront_size && k->wavefront_size != l.warp_size)
       return file + ": kernel " + v.kernel_name + " is wave" + std::to_string(k->wavefront_size) + ", " + l.label +

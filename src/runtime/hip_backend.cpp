@@ -3,11 +3,15 @@
 // hipGetDeviceProperties symbol, whose struct layout (the pre-ROCm-6 one these
 // headers declare) ROCm 6 keeps exporting under that name for old binaries; the
 // buffer handed to it is over-allocated all the same.
+#ifndef KILNRT_NO_HIP
 #ifndef __HIP_PLATFORM_AMD__
 #define __HIP_PLATFORM_AMD__ 1
 #endif
 #include <hip/hip_runtime_api.h>
+#endif
 #include <dlfcn.h>
+
+#include <cstring>
 
 #include <cstdio>
 #include <vector>
@@ -17,6 +21,7 @@
 
 namespace kiln::rt {
 
+#ifndef KILNRT_NO_HIP
 namespace {
 
 class HipBackend final : public Backend {
@@ -32,7 +37,18 @@ class HipBackend final : public Backend {
   }
     KILN_SYM(hipInit);
     KILN_SYM(hipGetDeviceCount);
+#if HIP_VERSION_MAJOR >= 6
+    // ROCm 6+ headers declare the R0600 struct layout under this name (a macro)
+    hipGetDeviceProperties_ = reinterpret_cast<decltype(hipGetDeviceProperties_)>(dlsym(lib_, "hipGetDevicePropertiesR0600"));
+    if (!hipGetDeviceProperties_)
+      hipGetDeviceProperties_ = reinterpret_cast<decltype(hipGetDeviceProperties_)>(dlsym(lib_, "hipGetDeviceProperties"));
+    if (!hipGetDeviceProperties_) {
+      *why = file_ + " lacks hipGetDevicePropertiesR0600";
+      return false;
+    }
+#else
     KILN_SYM(hipGetDeviceProperties);
+#endif
     KILN_SYM(hipDeviceGetAttribute);
     KILN_SYM(hipDriverGetVersion);
     KILN_SYM(hipSetDevice);
@@ -228,6 +244,13 @@ std::unique_ptr<Backend> open_hip(std::string* why) {
   }
   return b;
 }
+
+#else
+std::unique_ptr<Backend> open_hip(std::string* why) {
+  *why = "libkilnrt was built without HIP headers (KILNRT_NO_HIP): libamdhip64.so not tried";
+  return nullptr;
+}
+#endif
 
 std::unique_ptr<Backend> open_any_backend() {
   std::string hip_why, cuda_why;

@@ -254,7 +254,7 @@ def build(out, targets, bundle=False, sign=None):
                     "profile_scratch_align": md.get("profile_scratch_align", 1),
                     "grid": spec["grid"], "args": args, "assume": [], "range": spec["range"],
                     "config": dict(options, **spec["constexprs"]), "candidate_id": 100 + rank,
-                    "basis": "estimated", "value_ms": 0.01, "device": None, "driver": None, "verify": vfile})
+                    "basis": "estimated", "value_ms": 0, "device": None, "driver": None, "verify": vfile})
             if bundle and len(amd_objects) > 1:
                 co = f"objects/{tag}-r{rank}.co"
                 names = list(amd_objects)
