@@ -92,6 +92,8 @@ void kiln_kernel_free(kiln_kernel* kernel);
 /* Number of tensors kiln_launch expects and their element counts. */
 int kiln_kernel_num_tensors(const kiln_kernel* kernel);
 int64_t kiln_kernel_tensor_numel(const kiln_kernel* kernel, int index);
+/* Bytes of tensor `index` (numel x element size of its dtype); -1 if out of range. */
+int64_t kiln_kernel_tensor_bytes(const kiln_kernel* kernel, int index);
 /* "<file> <kernel_name> grid=[x,y,z] block=[x,y,z] shared=N", owned by kernel. */
 const char* kiln_kernel_describe(const kiln_kernel* kernel);
 

@@ -127,6 +127,12 @@ int64_t kiln_kernel_tensor_numel(const kiln_kernel* kernel, int index) {
   return kernel->k->numel()[index];
 }
 
+int64_t kiln_kernel_tensor_bytes(const kiln_kernel* kernel, int index) {
+  int64_t n = kiln_kernel_tensor_numel(kernel, index);
+  if (n < 0) return -1;
+  return n * dtype_size(kernel->k->spec().tensors[index].dtype);
+}
+
 const char* kiln_kernel_describe(const kiln_kernel* kernel) { return kernel ? kernel->k->describe().c_str() : ""; }
 
 kiln_status kiln_launch(kiln_kernel* kernel, void* const* tensors, int ntensors, void* stream) {
