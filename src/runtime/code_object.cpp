@@ -85,6 +85,17 @@ void read_amd_metadata(std::string_view desc, CodeObject& co, const std::string&
       m.vgpr_spill_count = f(".vgpr_spill_count");
       m.wavefront_size = f(".wavefront_size");
       m.max_flat_workgroup_size = f(".max_flat_workgroup_size");
+      if (auto* as = get(k, ".args"); as && as->type == msgpack::type::ARRAY) {
+        for (uint32_t a = 0; a < as->via.array.size; ++a) {
+          const auto& ao = as->via.array.ptr[a];
+          AmdKernelMeta::Arg arg;
+          if (auto* o = get(ao, ".offset")) arg.offset = int_of(*o);
+          if (auto* o = get(ao, ".size")) arg.size = int_of(*o);
+          if (auto* o = get(ao, ".value_kind")) arg.value_kind = str_of(*o);
+          if (arg.value_kind.rfind("hidden_", 0) == 0) continue;  // the runtime supplies these
+          m.args.push_back(std::move(arg));
+        }
+      }
       co.kernels.push_back(std::move(m));
     }
   }

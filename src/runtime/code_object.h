@@ -20,6 +20,8 @@ struct AmdKernelMeta {
   int64_t sgpr_spill_count = 0, vgpr_spill_count = 0;
   int64_t wavefront_size = 0;
   int64_t max_flat_workgroup_size = 0;
+  struct Arg { int64_t offset = 0, size = 0; std::string value_kind; };
+  std::vector<Arg> args;  // .args: explicit kernel arguments (hidden_* ones excluded)
 };
 
 struct CodeObject {

@@ -140,6 +140,31 @@ std::vector<std::string> check_static(const Variant& v, const TargetSpec& t, con
       out.push_back(file + ": no kernel " + v.kernel_name + " in the code object (it has: " + names + ")");
       return out;
     }
+    // the manifest's argument list against the kernel's own (count and sizes)
+    if (!k->args.empty() || k->kernarg_segment_size == 0) {
+      auto type_bytes = [](const std::string& ty) -> int64_t {
+        if (!ty.empty() && ty[0] == '*') return 8;
+        if (ty == "i64" || ty == "u64" || ty == "fp64") return 8;
+        if (ty == "i32" || ty == "u32" || ty == "fp32") return 4;
+        if (ty == "i16" || ty == "u16" || ty == "fp16" || ty == "bf16") return 2;
+        if (ty == "i8" || ty == "u8" || ty == "i1") return 1;
+        return -1;
+      };
+      if (k->args.size() != v.args.size()) {
+        out.push_back(file + ": the manifest lists " + std::to_string(v.args.size()) + " arguments for " +
+                      v.kernel_name + ", its code object takes " + std::to_string(k->args.size()));
+      } else {
+        for (size_t i = 0; i < v.args.size(); ++i) {
+          int64_t want = type_bytes(v.args[i].type);
+          // i1 is passed widened by some compilers: only a larger-than-stated size is an error
+          if (want > 0 && k->args[i].size != want && !(v.args[i].type == "i1" && k->args[i].size <= 4)) {
+            out.push_back(file + ": argument " + std::to_string(i) + " (" + v.args[i].name + ") is " + v.args[i].type +
+                          " in the manifest, " + std::to_string(k->args[i].size) + " bytes in the code object");
+            break;
+          }
+        }
+      }
+    }
     int ws = v.warp_size ? v.warp_size : t.warp_size;
     if (ws && k->wavefront_size && k->wavefront_size != ws)
       out.push_back(file + ": kernel " + v.kernel_name + " is wave" + std::to_string(k->wavefront_size) +

@@ -116,6 +116,25 @@ TEST(RuntimePackage, WrongArchCodeObjectRefused) {
   EXPECT_NE(r.out.find("wrong architecture"), std::string::npos) << r.out;
 }
 
+TEST(RuntimePackage, ArgumentListMustMatchTheCodeObject) {
+  // a manifest that forgets Triton's hidden profile_scratch pointer
+  fs::path d = copy_pkg("mi300x", "args");
+  auto m = nlohmann::json::parse(slurp(d / "manifest.json"));
+  auto& args = m["kernels"][0]["variants"][0]["args"];
+  ASSERT_EQ(args.back()["name"], "profile_scratch");
+  args.erase(args.size() - 1);
+  spit(d / "manifest.json", m.dump());
+  ASSERT_EQ(make_package("resum " + shell_quote(d.string())).rc, 0);
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_COMPAT, {"lists 4 arguments", "takes 5"});
+  // n_cols declared i64 where the kernel takes an i32
+  m["kernels"][0]["variants"][0]["args"].push_back({{"name", "profile_scratch"}, {"type", "*i8"}, {"hidden", true},
+                                                     {"bind", {{"scratch", "profile"}}}});
+  m["kernels"][0]["variants"][0]["args"][2]["type"] = "i64";
+  spit(d / "manifest.json", m.dump());
+  ASSERT_EQ(make_package("resum " + shell_quote(d.string())).rc, 0);
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_COMPAT, {"n_cols", "i64", "4 bytes"});
+}
+
 TEST(RuntimePackage, Signatures) {
   // another key's signature
   expect_refused(open_pkg(pkgs() / "full", "MI300X", key("other.pub").c_str()), KILN_E_SIGNATURE,
