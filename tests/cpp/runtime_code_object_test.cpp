@@ -8,6 +8,8 @@
 #include <set>
 
 #include "code_object.h"
+#include "compat.h"
+#include "manifest.h"
 #include "error.h"
 #include "runtime_test_util.h"
 #include "target_id.h"
@@ -170,4 +172,47 @@ TEST(RuntimeVerifyData, CheckCatchesNanWrongAndSum) {
   _Float16 h = static_cast<_Float16>(load_as_double(out.data(), c.samples[7].first, "fp16") + 0.25);
   std::memcpy(bad.data() + 2 * c.samples[7].first, &h, 2);
   EXPECT_NE(check_output(c, bad.data(), 5000, "fp16").find("element"), std::string::npos);
+}
+
+TEST(RuntimeCompat, LimitsNameBothSides) {
+  auto m = Manifest::parse(slurp(pkgs() / "full" / "manifest.json"), "manifest.json");
+  const KernelSpec& softmax = m.kernels[0];
+  auto variant_for = [&](const std::string& target) -> const Variant& {
+    for (const auto& v : softmax.variants)
+      if (v.target == target && v.rank == 0) return v;
+    throw std::runtime_error("no variant for " + target);
+  };
+  const Variant& h200 = variant_for("H200");
+  CodeObject cubin = parse_code_object(slurp(pkgs() / "full" / h200.file), h200.file);
+  EXPECT_EQ(check_against(h200, cubin, limits_from_id("sm_90"), h200.file), "");
+  std::string why = check_against(h200, cubin, limits_from_id("sm_89"), h200.file);
+  EXPECT_NE(why.find("sm_90a"), std::string::npos) << why;
+  EXPECT_NE(why.find("sm_89"), std::string::npos) << why;
+  why = check_against(h200, cubin, limits_from_id("gfx942"), h200.file);
+  EXPECT_NE(why.find("cannot run on gfx942"), std::string::npos) << why;
+  Variant big = h200;
+  big.shared_bytes = 300000;
+  why = check_against(big, cubin, limits_from_id("sm_90"), h200.file);
+  EXPECT_NE(why.find("300000"), std::string::npos) << why;
+  EXPECT_NE(why.find("232448"), std::string::npos) << why;
+
+  const Variant& mi300 = variant_for("MI300X");
+  CodeObject hsaco = parse_code_object(slurp(pkgs() / "full" / mi300.file), mi300.file);
+  EXPECT_EQ(check_against(mi300, hsaco, limits_from_id("gfx942:sramecc+:xnack-"), mi300.file), "");
+  big = mi300;
+  big.shared_bytes = 70000;
+  why = check_against(big, hsaco, limits_from_id("gfx942"), mi300.file);
+  EXPECT_NE(why.find("70000"), std::string::npos) << why;
+  EXPECT_NE(why.find("65536"), std::string::npos) << why;
+  TargetLimits wave32 = limits_from_id("gfx942");
+  wave32.warp_size = 32;
+  why = check_against(mi300, hsaco, wave32, mi300.file);
+  EXPECT_NE(why.find("wave64"), std::string::npos) << why;
+  EXPECT_NE(why.find("wave32"), std::string::npos) << why;
+  Variant persistent = mi300;
+  persistent.config["NUM_SMS"] = 228;
+  TargetLimits cus = limits_from_target(*m.target("MI300X"));  // 304 CUs
+  why = check_against(persistent, hsaco, cus, mi300.file);
+  EXPECT_NE(why.find("228"), std::string::npos) << why;
+  EXPECT_NE(why.find("304"), std::string::npos) << why;
 }

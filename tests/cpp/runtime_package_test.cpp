@@ -210,6 +210,31 @@ TEST(RuntimePackage, KernelFindExactRangeUntunedAndMissLog) {
   EXPECT_EQ(misses[1]["op"], "add");
 }
 
+TEST(RuntimePackage, TmaBindsAreEvaluatedPerShape) {
+  // the H200 softmax's input passed as a TMA descriptor (rows x cols, row stride s1*4 bytes)
+  fs::path d = copy_pkg("full", "tma");
+  auto m = nlohmann::json::parse(slurp(d / "manifest.json"));
+  for (auto& v : m["kernels"][0]["variants"]) {
+    if (v["target"] != "H200") continue;
+    v["args"][0] = {{"name", "x_desc"}, {"type", "nvTmaDesc"},
+                    {"bind", {{"tma", {{"tensor", 0}, {"dims", {"s0", "s1"}}, {"strides_bytes", {"s1 * 4"}},
+                                       {"box", {1, 1024}}, {"elem", "fp32"}, {"swizzle_bytes", 0}}}}}};
+  }
+  spit(d / "manifest.json", m.dump());
+  ASSERT_EQ(make_package("resum " + shell_quote(d.string())).rc, 0);
+  Opened o = open_pkg(d, "H200");
+  ASSERT_EQ(o.st, KILN_OK) << o.err;
+  kiln_kernel* k = nullptr;
+  int64_t ok_shape[2] = {64, 1000};  // 4000-byte rows: a multiple of 16
+  EXPECT_EQ(kiln_kernel_find(o.pkg, "softmax", ok_shape, 2, "fp32", &k), KILN_OK) << kiln_last_error();
+  kiln_kernel_free(k);
+  int64_t odd[2] = {64, 1001};  // in range, but 4004-byte rows cannot be a TMA stride
+  EXPECT_EQ(kiln_kernel_find(o.pkg, "softmax", odd, 2, "fp32", &k), KILN_E_LAUNCH);
+  EXPECT_NE(std::string(kiln_last_error()).find("4004 bytes, not a multiple of 16"), std::string::npos)
+      << kiln_last_error();
+  kiln_package_close(o.pkg);
+}
+
 TEST(RuntimePackage, HipBackendLoadsAndReportsNoDevice) {
   std::string why;
   auto hip = kiln::rt::open_hip(&why);
