@@ -258,10 +258,12 @@ def build(out, targets, bundle=False, sign=None):
             if bundle and len(amd_objects) > 1:
                 co = f"objects/{tag}-r{rank}.co"
                 names = list(amd_objects)
-                ids = ["host-x86_64-unknown-linux-gnu"] + [
-                    "hipv4-amdgcn-amd-amdhsa--" + TARGETS[n]["arch"] for n in names]
-                subprocess.run(["clang-offload-bundler-15", "-type=o", "-targets=" + ",".join(ids),
-                                "-input=/dev/null"] + [f"-input={out / amd_objects[n][0]}" for n in names]
+                # the binary bundle format (what hipModuleLoadData reads), device entries
+                # only: clang-offload-bundler-15 needs a host entry for -type=o, not for
+                # the binary handler (-type=bc), and --list then shows just the three
+                ids = ["hipv4-amdgcn-amd-amdhsa--" + TARGETS[n]["arch"] for n in names]
+                subprocess.run(["clang-offload-bundler-15", "-type=bc", "-targets=" + ",".join(ids)]
+                               + [f"-input={out / amd_objects[n][0]}" for n in names]
                                + [f"-output={out / co}"], check=True)
                 for v in kern["variants"]:
                     if v["rank"] == rank and v["target"] in amd_objects:
