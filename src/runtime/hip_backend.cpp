@@ -141,8 +141,10 @@ class HipBackend final : public Backend {
   }
   void set_max_dynamic_shared(void* fn, int64_t bytes) override {
     if (bytes <= 64 * 1024) return;  // within the default LDS allocation limit
-    check(hipFuncSetAttribute_(fn, hipFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-          "hipFuncSetAttribute(MaxDynamicSharedMemorySize)");
+    // Best effort: HIP documents this attribute for runtime-API kernels; module
+    // kernels (and Triton's own HIP launcher, which never sets it) get their
+    // LDS from the launch. A real shortfall fails the launch with HIP's error.
+    (void)hipFuncSetAttribute_(fn, hipFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   }
   void launch(void* fn, const uint32_t g[3], const uint32_t b[3], uint32_t shared, void* stream,
               void** params) override {

@@ -327,16 +327,19 @@ void Kernel::launch(void* const* tensors, int ntensors, void* stream) {
       throw Error(KILN_E_LAUNCH, ks.op + ": tensor " + std::to_string(i) + " (" + ks.tensors[i].name +
                                      ") is not 16-byte aligned; the code object assumes it is");
   size_t tma_i = 0;
-  for (const Slot& s : patches_) {
+  for (Slot& s : patches_) {
     if (s.kind == 0) {
       std::memcpy(storage_ + s.offset, &tensors[s.tensor], 8);
     } else {
       const auto& [dims, strides] = tma_dims_[tma_i++];
+      if (s.encoded_for == tensors[s.tensor]) continue;  // same tensor as the last launch
+      s.encoded_for = nullptr;
       uint32_t box[5];
       int rank = static_cast<int>(s.tma->box.size());
       for (int r = 0; r < rank; ++r) box[r] = static_cast<uint32_t>(s.tma->box[rank - 1 - r]);
       pkg_.backend()->encode_tma(storage_ + s.offset, s.tma->elem, rank, tensors[s.tensor], dims.data(),
                                  strides.data(), box, s.tma->swizzle_bytes);
+      s.encoded_for = tensors[s.tensor];
     }
   }
   pkg_.backend()->launch(fn_, grid_, block_, shared_, stream, params_.data());

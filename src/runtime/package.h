@@ -86,7 +86,13 @@ class Kernel {
   std::vector<int64_t> shape_, numel_;
   uint32_t grid_[3], block_[3], shared_ = 0;
   void* fn_ = nullptr;
-  struct Slot { size_t offset; int kind; int tensor; const TmaSpec* tma; };  // kind 0 ptr, 1 tma
+  struct Slot {
+    size_t offset;
+    int kind;  // 0 pointer, 1 TMA descriptor
+    int tensor;
+    const TmaSpec* tma;
+    void* encoded_for = nullptr;  // TMA: the base the descriptor holds (re-encoded when it changes)
+  };
   std::vector<Slot> patches_;
   std::vector<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>> tma_dims_;  // per tma patch
   unsigned char* storage_ = nullptr;  // 64-byte aligned inside storage_buf_
