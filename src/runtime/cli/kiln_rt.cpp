@@ -1,0 +1,238 @@
+// kiln-rt: info, verify, bench and tune for a kiln-package/2 directory.
+// Exit codes (docs/runtime.md): 0 ok; 1 a check failed (integrity, signature,
+// compatibility, wrong output, slower than recorded); 2 usage; 3 verified
+// statically only, because no GPU device (or runtime) is present or --target was given.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "error.h"
+#include "package.h"
+#include "tools.h"
+
+using namespace kiln::rt;
+
+namespace {
+
+constexpr int kOk = 0, kFail = 1, kUsage = 2, kStaticOnly = 3;
+
+const char* kUsageText =
+    "usage: kiln-rt info   PKG [--target ID] [--device N]\n"
+    "       kiln-rt verify PKG [--pubkey PEM] [--target ID] [--device N]\n"
+    "       kiln-rt bench  PKG [--reps N] [--device N]\n"
+    "       kiln-rt tune   PKG --out measurements.json [--reps N] [--device N]\n"
+    "exit: 0 ok, 1 a check failed, 2 usage, 3 verified statically only (no device, or --target)\n";
+
+struct Args {
+  std::string cmd, pkg, target, pubkey, out;
+  int device = 0, reps = 50;
+};
+
+bool parse(int argc, char** argv, Args& a) {
+  if (argc < 3) return false;
+  a.cmd = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&](std::string& dst) {
+      if (i + 1 >= argc) return false;
+      dst = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (s == "--target") { if (!value(a.target)) return false; }
+    else if (s == "--pubkey") { if (!value(a.pubkey)) return false; }
+    else if (s == "--out") { if (!value(a.out)) return false; }
+    else if (s == "--device") { if (!value(v)) return false; a.device = std::atoi(v.c_str()); }
+    else if (s == "--reps") { if (!value(v)) return false; a.reps = std::max(1, std::atoi(v.c_str())); }
+    else if (!s.empty() && s[0] == '-') return false;
+    else if (a.pkg.empty()) a.pkg = s;
+    else return false;
+  }
+  return !a.pkg.empty() && (a.cmd == "info" || a.cmd == "verify" || a.cmd == "bench" || a.cmd == "tune");
+}
+
+// Opens bound to --target, else to a device; with no device (and allow_static)
+// opens unbound and says why in *no_device.
+std::unique_ptr<Package> open_pkg(const Args& a, bool allow_static, std::string* no_device) {
+  OpenOptions o;
+  o.pubkey = a.pubkey;
+  o.target = a.target;
+  o.device = a.device;
+  try {
+    return Package::open(a.pkg, o);
+  } catch (const Error& e) {
+    if (!allow_static || !a.target.empty() || (e.status != KILN_E_NO_RUNTIME && e.status != KILN_E_NO_DEVICE)) throw;
+    *no_device = e.what();
+    o.no_bind = true;
+    return Package::open(a.pkg, o);
+  }
+}
+
+void print_kernels(const Package& p) {
+  const Manifest& m = p.manifest();
+  for (size_t k = 0; k < m.kernels.size(); ++k) {
+    const KernelSpec& ks = m.kernels[k];
+    std::printf("%s\n", ks.label().c_str());
+    for (size_t v = 0; v < ks.variants.size(); ++v) {
+      const Variant& var = ks.variants[v];
+      const LoadedObject& lo = p.object(k, v);
+      std::string here;
+      if (!p.bound().backend.empty()) here = p.runs_here(k, v) ? "  [fits " + p.bound().arch() + "]" : "";
+      std::printf("  %-8s rank %d  %-44s %s  %s %.4f ms%s%s\n", var.target.c_str(), var.rank,
+                  (var.file + (lo.bundle_id.empty() ? "" : "[" + lo.bundle_id + "]")).c_str(), lo.co.summary().c_str(),
+                  var.basis.c_str(), var.confirmed_median_ms.value_or(var.value_ms), here.c_str(),
+                  lo.problems.empty() ? "" : ("  PROBLEM: " + lo.problems.front()).c_str());
+    }
+  }
+}
+
+int cmd_info(const Args& a) {
+  std::string no_device;
+  auto p = open_pkg(a, true, &no_device);
+  const Manifest& m = p->manifest();
+  std::printf("package %s (%s, triton %s)\n", a.pkg.c_str(), m.format.c_str(),
+              m.toolchain.is_object() ? m.toolchain.value("triton", "?").c_str() : "?");
+  for (const auto& t : m.targets) {
+    std::string note;
+    if (!p->bound().backend.empty() && same_arch(t, p->bound())) note = "  <- " + p->bound().label;
+    std::printf("target %-8s %-8s %s%s\n", t.name.c_str(), t.arch.c_str(), t.target_id.c_str(), note.c_str());
+  }
+  if (!no_device.empty()) std::printf("no device: %s\n", no_device.c_str());
+  else std::printf("bound to %s: every variant for it checked compatible\n", p->bound().label.c_str());
+  print_kernels(*p);
+  return kOk;
+}
+
+int cmd_verify(const Args& a) {
+  std::string no_device;
+  auto p = open_pkg(a, true, &no_device);
+  const Manifest& m = p->manifest();
+  std::printf("integrity: SHA256SUMS ok%s\n", a.pubkey.empty() ? "" : ", signature ok");
+  auto problems = static_problems(*p);
+  size_t objects = 0;
+  for (const auto& ks : m.kernels) objects += ks.variants.size();
+  for (const auto& pr : problems) std::printf("FAIL static: %s\n", pr.c_str());
+  std::printf("static: %zu code objects, %zu problems\n", objects, problems.size());
+  if (!problems.empty()) return kFail;
+  if (!a.target.empty()) {
+    std::printf("compatible with %s; no launch (static target)\n", p->bound().label.c_str());
+    return kStaticOnly;
+  }
+  if (!p->backend()) {
+    std::printf("statically verified; no device present, nothing launched (%s)\n", no_device.c_str());
+    return kStaticOnly;
+  }
+  int fails = 0, runs = 0;
+  for (size_t k = 0; k < m.kernels.size(); ++k) {
+    for (size_t v = 0; v < m.kernels[k].variants.size(); ++v) {
+      if (!p->runs_here(k, v)) continue;
+      ++runs;
+      std::string why;
+      try {
+        why = verify_on_device(*p, k, v);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      std::printf("%s %s rank %d %s%s\n", why.empty() ? "PASS" : "FAIL", m.kernels[k].label().c_str(),
+                  m.kernels[k].variants[v].rank, m.kernels[k].variants[v].target.c_str(),
+                  why.empty() ? "" : (": " + why).c_str());
+      fails += !why.empty();
+    }
+  }
+  std::printf("verified %d kernels on %s: %d failed\n", runs, p->bound().label.c_str(), fails);
+  return fails ? kFail : kOk;
+}
+
+int cmd_bench(const Args& a) {
+  std::string dummy;
+  auto p = open_pkg(a, false, &dummy);
+  const Manifest& m = p->manifest();
+  int slow = 0;
+  std::printf("%-40s %-8s %10s %10s %8s\n", "kernel", "target", "median_ms", "recorded", "ratio");
+  for (size_t k = 0; k < m.kernels.size(); ++k) {
+    for (size_t v = 0; v < m.kernels[k].variants.size(); ++v) {
+      const Variant& var = m.kernels[k].variants[v];
+      if (!p->runs_here(k, v) || var.rank != 0) continue;
+      Timing t = time_on_device(*p, k, v, a.reps);
+      double ref = var.confirmed_median_ms.value_or(var.value_ms);
+      double ratio = ref > 0 ? t.median_ms / ref : 0;
+      bool flag = ref > 0 && ratio > 1.03;
+      slow += flag;
+      std::printf("%-40s %-8s %10.4f %10.4f %8.3f%s\n", m.kernels[k].label().c_str(), var.target.c_str(), t.median_ms,
+                  ref, ratio, flag ? "  SLOWER >3%" : "");
+    }
+  }
+  return slow ? kFail : kOk;
+}
+
+int cmd_tune(const Args& a) {
+  if (a.out.empty()) return kUsage;
+  std::string dummy;
+  auto p = open_pkg(a, false, &dummy);
+  const Manifest& m = p->manifest();
+  const DeviceProps* d = p->device();
+  nlohmann::json out = {{"format", "kiln-measurements/1"}, {"device", d->name}, {"driver", d->driver},
+                        {"uuid", d->uuid}, {"target", p->bound().label}, {"kernels", nlohmann::json::array()}};
+  for (size_t k = 0; k < m.kernels.size(); ++k) {
+    const KernelSpec& ks = m.kernels[k];
+    nlohmann::json best;
+    for (size_t v = 0; v < ks.variants.size(); ++v) {
+      if (!p->runs_here(k, v)) continue;
+      const Variant& var = ks.variants[v];
+      Timing t;
+      std::string why;
+      try {
+        why = verify_on_device(*p, k, v);
+        if (why.empty()) t = time_on_device(*p, k, v, a.reps);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      std::printf("%-40s rank %d candidate %lld: %s\n", ks.label().c_str(), var.rank, (long long)var.candidate_id,
+                  why.empty() ? (std::to_string(t.median_ms) + " ms").c_str() : ("skipped: " + why).c_str());
+      if (!why.empty()) continue;
+      nlohmann::json row = {{"job_key", ks.job_key}, {"operator", ks.op}, {"shape", ks.shape}, {"dtype", ks.dtype},
+                            {"candidate_id", var.candidate_id}, {"rank", var.rank}, {"median_ms", t.median_ms},
+                            {"samples", t.samples_ms}};
+      if (best.is_null() || t.median_ms < best["median_ms"].get<double>()) best = row;
+    }
+    if (!best.is_null()) out["kernels"].push_back(best);
+  }
+  std::string tmp = a.out + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << out.dump(1) << "\n";
+    if (!f) throw Error(KILN_E_IO, "cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), a.out.c_str()) != 0) throw Error(KILN_E_IO, "cannot write " + a.out);
+  std::printf("wrote %s (%zu kernels)\n", a.out.c_str(), out["kernels"].size());
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!parse(argc, argv, a)) {
+    std::fputs(kUsageText, stderr);
+    return kUsage;
+  }
+  try {
+    if (a.cmd == "info") return cmd_info(a);
+    if (a.cmd == "verify") return cmd_verify(a);
+    if (a.cmd == "bench") return cmd_bench(a);
+    int rc = cmd_tune(a);
+    if (rc == kUsage) std::fputs(kUsageText, stderr);
+    return rc;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kiln-rt %s: %s\n", a.cmd.c_str(), e.what());
+    return e.status == KILN_E_USAGE ? kUsage : kFail;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-rt %s: %s\n", a.cmd.c_str(), e.what());
+    return kFail;
+  }
+}

@@ -1,0 +1,284 @@
+#include "manifest.h"
+
+#include "error.h"
+
+namespace kiln::rt {
+
+using nlohmann::json;
+
+namespace {
+
+struct Ctx {
+  std::string what;
+  [[noreturn]] void fail(const std::string& path, const std::string& why) const {
+    throw Error(KILN_E_FORMAT, what + ": " + path + ": " + why);
+  }
+  const json& need(const json& o, const char* key, const std::string& path) const {
+    if (!o.is_object() || !o.contains(key)) fail(path, std::string("missing \"") + key + "\"");
+    return o.at(key);
+  }
+  std::string str(const json& o, const char* key, const std::string& path, bool required = true) const {
+    if (!o.contains(key) || o.at(key).is_null()) {
+      if (required) fail(path, std::string("missing \"") + key + "\"");
+      return {};
+    }
+    if (!o.at(key).is_string()) fail(path + "." + key, "expected a string");
+    return o.at(key).get<std::string>();
+  }
+  int64_t integer(const json& o, const char* key, const std::string& path, int64_t dflt,
+                  bool required = false) const {
+    if (!o.contains(key) || o.at(key).is_null()) {
+      if (required) fail(path, std::string("missing \"") + key + "\"");
+      return dflt;
+    }
+    const json& v = o.at(key);
+    if (!v.is_number_integer()) fail(path + "." + key, "expected an integer");
+    return v.get<int64_t>();
+  }
+  double number(const json& o, const char* key, const std::string& path, double dflt) const {
+    if (!o.contains(key) || o.at(key).is_null()) return dflt;
+    if (!o.at(key).is_number()) fail(path + "." + key, "expected a number");
+    return o.at(key).get<double>();
+  }
+  Expr expr(const json& v, const std::string& path) const {
+    std::string text;
+    if (v.is_number_integer()) text = std::to_string(v.get<int64_t>());
+    else if (v.is_string()) text = v.get<std::string>();
+    else fail(path, "expected an expression (string or integer)");
+    try {
+      return Expr::parse(text);
+    } catch (const ExprError& e) {
+      fail(path, e.what());
+    }
+  }
+};
+
+Bind parse_bind(const Ctx& c, const json& b, const std::string& path) {
+  Bind r;
+  if (!b.is_object() || b.size() != 1) c.fail(path, "expected one of tensor|expr|value|scratch|tma");
+  if (b.contains("tensor")) {
+    r.kind = Bind::Tensor;
+    r.tensor = static_cast<int>(c.integer(b, "tensor", path, -1, true));
+  } else if (b.contains("expr")) {
+    r.kind = Bind::Scalar;
+    r.expr = c.expr(b.at("expr"), path + ".expr");
+  } else if (b.contains("value")) {
+    r.kind = Bind::Value;
+    if (!b.at("value").is_number()) c.fail(path + ".value", "expected a number");
+    r.value = b.at("value").get<double>();
+  } else if (b.contains("scratch")) {
+    r.kind = Bind::Scratch;
+    std::string s = c.str(b, "scratch", path);
+    if (s != "global" && s != "profile") c.fail(path + ".scratch", "expected \"global\" or \"profile\"");
+    r.global_scratch = s == "global";
+  } else if (b.contains("tma")) {
+    r.kind = Bind::Tma;
+    const json& t = b.at("tma");
+    std::string tp = path + ".tma";
+    r.tma.tensor = static_cast<int>(c.integer(t, "tensor", tp, -1, true));
+    const json& dims = c.need(t, "dims", tp);
+    const json& strides = c.need(t, "strides_bytes", tp);
+    const json& box = c.need(t, "box", tp);
+    if (!dims.is_array() || !strides.is_array() || !box.is_array() || dims.empty() ||
+        strides.size() + 1 != dims.size() || box.size() != dims.size())
+      c.fail(tp, "dims, strides_bytes (one fewer) and box must be arrays of matching rank");
+    for (size_t i = 0; i < dims.size(); ++i) r.tma.dims.push_back(c.expr(dims[i], tp + ".dims[" + std::to_string(i) + "]"));
+    for (size_t i = 0; i < strides.size(); ++i)
+      r.tma.strides_bytes.push_back(c.expr(strides[i], tp + ".strides_bytes[" + std::to_string(i) + "]"));
+    for (const auto& x : box) {
+      if (!x.is_number_integer()) c.fail(tp + ".box", "expected integers");
+      r.tma.box.push_back(x.get<int64_t>());
+    }
+    r.tma.elem = c.str(t, "elem", tp);
+    r.tma.swizzle_bytes = static_cast<int>(c.integer(t, "swizzle_bytes", tp, 0));
+  } else {
+    c.fail(path, "unknown bind " + b.dump());
+  }
+  return r;
+}
+
+Variant parse_variant(const Ctx& c, const json& v, const std::string& p) {
+  Variant r;
+  r.target = c.str(v, "target", p);
+  r.rank = static_cast<int>(c.integer(v, "rank", p, 0));
+  r.file = c.str(v, "file", p);
+  r.bundle_entry = c.str(v, "bundle_entry", p, false);
+  r.sha256 = c.str(v, "sha256", p, false);
+  r.size = c.integer(v, "size", p, -1);
+  r.kernel_name = c.str(v, "kernel_name", p);
+  r.code_object_version = static_cast<int>(c.integer(v, "code_object_version", p, 0));
+  r.num_warps = static_cast<int>(c.integer(v, "num_warps", p, 0));
+  r.num_stages = static_cast<int>(c.integer(v, "num_stages", p, 0));
+  r.warp_size = static_cast<int>(c.integer(v, "warp_size", p, 0));
+  if (v.contains("block")) {
+    const json& b = v.at("block");
+    if (!b.is_array() || b.empty() || b.size() > 3) c.fail(p + ".block", "expected 1-3 integers");
+    for (size_t i = 0; i < b.size(); ++i) {
+      if (!b[i].is_number_integer()) c.fail(p + ".block", "expected integers");
+      r.block[i] = b[i].get<int64_t>();
+    }
+  } else {
+    r.block = {int64_t(r.num_warps) * std::max(r.warp_size, 1), 1, 1};
+  }
+  r.shared_bytes = c.integer(v, "shared_bytes", p, 0);
+  r.registers = c.integer(v, "registers", p, 0);
+  r.sgprs = c.integer(v, "sgprs", p, 0);
+  r.spills = c.integer(v, "spills", p, 0);
+  r.scratch_bytes = c.integer(v, "scratch_bytes", p, 0);
+  r.global_scratch_size = c.integer(v, "global_scratch_size", p, 0);
+  r.global_scratch_align = std::max<int64_t>(1, c.integer(v, "global_scratch_align", p, 1));
+  r.profile_scratch_size = c.integer(v, "profile_scratch_size", p, 0);
+  r.profile_scratch_align = std::max<int64_t>(1, c.integer(v, "profile_scratch_align", p, 1));
+  const json& grid = c.need(v, "grid", p);
+  if (!grid.is_array() || grid.empty() || grid.size() > 3) c.fail(p + ".grid", "expected 1-3 expressions");
+  for (size_t i = 0; i < 3; ++i)
+    r.grid.push_back(i < grid.size() ? c.expr(grid[i], p + ".grid[" + std::to_string(i) + "]") : Expr::parse("1"));
+  const json& args = c.need(v, "args", p);
+  if (!args.is_array()) c.fail(p + ".args", "expected an array");
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string ap = p + ".args[" + std::to_string(i) + "]";
+    ArgSpec a;
+    a.name = c.str(args[i], "name", ap, false);
+    a.type = c.str(args[i], "type", ap);
+    a.hidden = args[i].value("hidden", false);
+    a.bind = parse_bind(c, c.need(args[i], "bind", ap), ap + ".bind");
+    r.args.push_back(std::move(a));
+  }
+  if (v.contains("assume")) {
+    const json& as = v.at("assume");
+    if (!as.is_array()) c.fail(p + ".assume", "expected an array");
+    for (size_t i = 0; i < as.size(); ++i) {
+      std::string ap = p + ".assume[" + std::to_string(i) + "]";
+      Assume a{c.expr(c.need(as[i], "expr", ap), ap + ".expr"), c.integer(as[i], "multiple_of", ap, 1)};
+      if (a.multiple_of <= 0) c.fail(ap, "multiple_of must be positive");
+      r.assumes.push_back(std::move(a));
+    }
+  }
+  if (v.contains("range") && v.at("range").is_object()) {
+    const json& rg = v.at("range");
+    r.range_exact = rg.value("exact", false) || !rg.contains("dims");
+    if (rg.contains("dims")) {
+      const json& dims = rg.at("dims");
+      if (!dims.is_array()) c.fail(p + ".range.dims", "expected an array");
+      for (size_t i = 0; i < dims.size(); ++i) {
+        std::string dp = p + ".range.dims[" + std::to_string(i) + "]";
+        DimRange d;
+        d.min = c.integer(dims[i], "min", dp, 1);
+        d.max = c.integer(dims[i], "max", dp, INT64_MAX);
+        d.multiple_of = std::max<int64_t>(1, c.integer(dims[i], "multiple_of", dp, 1));
+        r.dims.push_back(d);
+      }
+    }
+    if (rg.contains("verified_shapes") && rg.at("verified_shapes").is_array())
+      for (const auto& s : rg.at("verified_shapes")) r.verified_shapes.push_back(s.get<std::vector<int64_t>>());
+  }
+  r.candidate_id = c.integer(v, "candidate_id", p, -1);
+  r.basis = c.str(v, "basis", p, false);
+  r.value_ms = c.number(v, "value_ms", p, 0);
+  if (v.contains("confirmed") && v.at("confirmed").is_object() && v.at("confirmed").contains("median_ms") &&
+      v.at("confirmed").at("median_ms").is_number())
+    r.confirmed_median_ms = v.at("confirmed").at("median_ms").get<double>();
+  r.device = c.str(v, "device", p, false);
+  r.driver = c.str(v, "driver", p, false);
+  r.verify = c.str(v, "verify", p, false);
+  if (v.contains("config")) r.config = v.at("config");
+  return r;
+}
+
+}  // namespace
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "x" : "") + std::to_string(s[i]);
+  return out;
+}
+
+std::string KernelSpec::label() const { return op + " " + shape_str(shape) + " " + dtype; }
+
+const TargetSpec* Manifest::target(const std::string& name) const {
+  for (const auto& t : targets)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+Manifest Manifest::parse(const std::string& text, const std::string& what) {
+  Ctx c{what};
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(KILN_E_FORMAT, what + ": not JSON: " + e.what());
+  }
+  if (!j.is_object()) c.fail("$", "expected an object");
+  Manifest m;
+  m.format = j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
+  if (m.format != kPackageFormat)
+    throw Error(KILN_E_FORMAT, what + ": format is \"" + (m.format.empty() ? "(none)" : m.format) +
+                                   "\", this runtime reads \"" + kPackageFormat +
+                                   "\": re-package with a kiln that writes " + kPackageFormat);
+  if (j.contains("toolchain")) m.toolchain = j["toolchain"];
+  const json& targets = c.need(j, "targets", "$");
+  if (!targets.is_array()) c.fail("targets", "expected an array");
+  for (size_t i = 0; i < targets.size(); ++i) {
+    std::string p = "targets[" + std::to_string(i) + "]";
+    const json& t = targets[i];
+    TargetSpec s;
+    s.name = c.str(t, "name", p);
+    s.arch = c.str(t, "arch", p);
+    s.backend = c.str(t, "backend", p, false);
+    s.vendor = c.str(t, "vendor", p, false);
+    s.target_id = c.str(t, "target_id", p, false);
+    s.warp_size = static_cast<int>(c.integer(t, "warp_size", p, 0));
+    s.compute_units = static_cast<int>(c.integer(t, "compute_units", p, 0));
+    s.max_shared_per_block = c.integer(t, "max_shared_per_block", p, 0);
+    if (t.contains("measured_on")) s.measured_on = t["measured_on"];
+    if (s.backend.empty()) s.backend = s.arch.rfind("sm_", 0) == 0 ? "cuda" : "hip";
+    m.targets.push_back(std::move(s));
+  }
+  const json& kernels = c.need(j, "kernels", "$");
+  if (!kernels.is_array()) c.fail("kernels", "expected an array");
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    std::string p = "kernels[" + std::to_string(i) + "]";
+    const json& k = kernels[i];
+    KernelSpec s;
+    s.op = c.str(k, "operator", p);
+    s.dtype = c.str(k, "dtype", p);
+    s.job_key = c.str(k, "job_key", p, false);
+    const json& shape = c.need(k, "shape", p);
+    if (!shape.is_array()) c.fail(p + ".shape", "expected an array of integers");
+    for (const auto& d : shape) {
+      if (!d.is_number_integer()) c.fail(p + ".shape", "expected an array of integers");
+      s.shape.push_back(d.get<int64_t>());
+    }
+    const json& tensors = c.need(k, "tensors", p);
+    if (!tensors.is_array()) c.fail(p + ".tensors", "expected an array");
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      std::string tp = p + ".tensors[" + std::to_string(t) + "]";
+      TensorSpec ts;
+      ts.name = c.str(tensors[t], "name", tp, false);
+      ts.role = c.str(tensors[t], "role", tp);
+      ts.dtype = c.str(tensors[t], "dtype", tp);
+      const json& sh = c.need(tensors[t], "shape", tp);
+      if (!sh.is_array()) c.fail(tp + ".shape", "expected an array");
+      for (size_t d = 0; d < sh.size(); ++d) ts.shape.push_back(c.expr(sh[d], tp + ".shape[" + std::to_string(d) + "]"));
+      s.tensors.push_back(std::move(ts));
+    }
+    const json& variants = c.need(k, "variants", p);
+    if (!variants.is_array()) c.fail(p + ".variants", "expected an array");
+    for (size_t v = 0; v < variants.size(); ++v) {
+      Variant var = parse_variant(c, variants[v], p + ".variants[" + std::to_string(v) + "]");
+      if (!m.target(var.target))
+        c.fail(p + ".variants[" + std::to_string(v) + "]", "target \"" + var.target + "\" is not in targets[]");
+      for (const auto& a : var.args) {
+        if ((a.bind.kind == Bind::Tensor && (a.bind.tensor < 0 || a.bind.tensor >= int(s.tensors.size()))) ||
+            (a.bind.kind == Bind::Tma && (a.bind.tma.tensor < 0 || a.bind.tma.tensor >= int(s.tensors.size()))))
+          c.fail(p + ".variants[" + std::to_string(v) + "]", "argument " + a.name + " binds a tensor index out of range");
+      }
+      s.variants.push_back(std::move(var));
+    }
+    m.kernels.push_back(std::move(s));
+  }
+  return m;
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,124 @@
+#include "tools.h"
+
+#include <algorithm>
+
+#include "error.h"
+#include "integrity.h"
+#include "verify_data.h"
+
+namespace kiln::rt {
+
+std::vector<std::string> static_problems(const Package& p) {
+  std::vector<std::string> out;
+  const Manifest& m = p.manifest();
+  for (size_t k = 0; k < m.kernels.size(); ++k)
+    for (size_t v = 0; v < m.kernels[k].variants.size(); ++v)
+      for (const auto& why : p.object(k, v).problems)
+        out.push_back(m.kernels[k].label() + " / " + m.kernels[k].variants[v].target + " rank " +
+                      std::to_string(m.kernels[k].variants[v].rank) + ": " + why);
+  return out;
+}
+
+namespace {
+
+// Device buffers for one launch of a kernel, freed on scope exit.
+struct Buffers {
+  Backend* b;
+  std::vector<void*> ptrs;
+  std::vector<size_t> bytes;
+  ~Buffers() {
+    for (void* q : ptrs) b->free(q);
+  }
+};
+
+Buffers make_buffers(Package& p, const Kernel& kern) {
+  Buffers buf{p.backend(), {}, {}};
+  const KernelSpec& ks = kern.spec();
+  for (size_t t = 0; t < ks.tensors.size(); ++t) {
+    int es = dtype_size(ks.tensors[t].dtype);
+    if (!es) throw Error(KILN_E_FORMAT, ks.label() + ": tensor dtype " + ks.tensors[t].dtype + " is not supported");
+    size_t n = static_cast<size_t>(kern.numel()[t]) * es;
+    buf.bytes.push_back(n);
+    buf.ptrs.push_back(p.backend()->alloc(n));
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string verify_on_device(Package& p, size_t k, size_t v) {
+  const KernelSpec& ks = p.manifest().kernels[k];
+  const Variant& var = ks.variants[v];
+  if (var.verify.empty()) throw Error(KILN_E_FORMAT, ks.label() + ": the variant has no verify data");
+  VerifySpec vs = VerifySpec::parse(read_file(p.dir() / var.verify), var.verify);
+  Kernel kern(p, k, v, vs.shape.empty() ? ks.shape : vs.shape);
+  Buffers buf = make_buffers(p, kern);
+  Backend* b = p.backend();
+  for (size_t t = 0; t < ks.tensors.size(); ++t) b->fill(buf.ptrs[t], 0, buf.bytes[t]);
+  for (const auto& in : vs.inputs) {
+    if (in.tensor < 0 || in.tensor >= int(ks.tensors.size())) throw Error(KILN_E_FORMAT, var.verify + ": input tensor index out of range");
+    std::vector<unsigned char> host(buf.bytes[in.tensor]);
+    fill_inputs(vs.seed, in.tensor, in.lo, in.hi, ks.tensors[in.tensor].dtype, host.data(), kern.numel()[in.tensor]);
+    b->to_device(buf.ptrs[in.tensor], host.data(), host.size());
+  }
+  for (const auto& out : vs.outputs) {
+    if (out.tensor < 0 || out.tensor >= int(ks.tensors.size())) throw Error(KILN_E_FORMAT, var.verify + ": output tensor index out of range");
+    b->fill(buf.ptrs[out.tensor], 0xFF, buf.bytes[out.tensor]);  // NaN in every float dtype
+  }
+  kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
+  b->synchronize();
+  for (const auto& out : vs.outputs) {
+    std::vector<unsigned char> host(buf.bytes[out.tensor]);
+    b->to_host(host.data(), buf.ptrs[out.tensor], host.size());
+    std::string why = check_output(out, host.data(), kern.numel()[out.tensor], ks.tensors[out.tensor].dtype);
+    if (!why.empty()) return "output " + ks.tensors[out.tensor].name + ": " + why;
+  }
+  return {};
+}
+
+Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup) {
+  const KernelSpec& ks = p.manifest().kernels[k];
+  Kernel kern(p, k, v, ks.shape);
+  Buffers buf = make_buffers(p, kern);
+  Backend* b = p.backend();
+  for (size_t t = 0; t < ks.tensors.size(); ++t) b->fill(buf.ptrs[t], 0, buf.bytes[t]);
+  const Variant& var = ks.variants[v];
+  if (!var.verify.empty()) {  // realistic values (a kernel's speed may depend on them)
+    VerifySpec vs = VerifySpec::parse(read_file(p.dir() / var.verify), var.verify);
+    for (const auto& in : vs.inputs) {
+      std::vector<unsigned char> host(buf.bytes[in.tensor]);
+      fill_inputs(vs.seed, in.tensor, in.lo, in.hi, ks.tensors[in.tensor].dtype, host.data(), kern.numel()[in.tensor]);
+      b->to_device(buf.ptrs[in.tensor], host.data(), host.size());
+    }
+  }
+  size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);
+  void* flush = b->alloc(flush_bytes);
+  void* e0 = b->event_create();
+  void* e1 = b->event_create();
+  Timing t;
+  try {
+    for (int i = 0; i < warmup; ++i) kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
+    b->synchronize();
+    for (int i = 0; i < reps; ++i) {
+      b->fill(flush, static_cast<unsigned char>(i), flush_bytes);
+      b->event_record(e0, nullptr);
+      kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
+      b->event_record(e1, nullptr);
+      t.samples_ms.push_back(b->event_elapsed_ms(e0, e1));
+    }
+  } catch (...) {
+    b->event_destroy(e0);
+    b->event_destroy(e1);
+    b->free(flush);
+    throw;
+  }
+  b->event_destroy(e0);
+  b->event_destroy(e1);
+  b->free(flush);
+  std::vector<double> s = t.samples_ms;
+  std::sort(s.begin(), s.end());
+  t.median_ms = s.empty() ? 0 : (s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]));
+  return t;
+}
+
+}  // namespace kiln::rt

@@ -1,0 +1,62 @@
+// Deterministic verification without PyTorch (docs/package-format.md "verify"):
+// SplitMix64 inputs rounded to the dtype, NaN-poisoned outputs, and the check
+// (no NaN, sampled |out - expected| <= atol + rtol*|expected|, sum within
+// atol*count + rtol*abs_sum). Pure functions; thread-safe.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::rt {
+
+// Element size in bytes of a kiln dtype ("fp32", "bf16", "fp16", "fp64", "i32",
+// "i64", "i16", "i8", "u8", "fp8e4nv", "fp8e5", "bool"); 0 when unknown.
+int dtype_size(std::string_view dtype);
+
+class SplitMix64 {
+ public:
+  SplitMix64(uint64_t seed, uint64_t stream) : state_(seed + stream * 0x9E3779B97F4A7C15ull) {}
+  uint64_t next() {
+    state_ += 0x9E3779B97F4A7C15ull;
+    uint64_t z = state_;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+ private:
+  uint64_t state_;
+};
+
+// Writes n elements of dtype into out (n * dtype_size bytes): lo + (hi-lo)*u,
+// rounded to the dtype to nearest even. Throws std::runtime_error on an unknown dtype.
+void fill_inputs(uint64_t seed, int tensor, double lo, double hi, std::string_view dtype,
+                 void* out, int64_t n);
+double round_to_dtype(double x, std::string_view dtype);
+// Element i of a dtype buffer as double.
+double load_as_double(const void* data, int64_t i, std::string_view dtype);
+
+struct OutputCheck {
+  int tensor = 0;
+  double atol = 0, rtol = 0, sum = 0, abs_sum = 0;
+  int64_t count = 0;
+  std::vector<std::pair<int64_t, double>> samples;
+};
+
+struct VerifySpec {
+  uint64_t seed = 0;
+  std::vector<int64_t> shape;
+  struct Input { int tensor; double lo, hi; };
+  std::vector<Input> inputs;
+  std::vector<OutputCheck> outputs;
+  static VerifySpec parse(const std::string& text, const std::string& what);  // Error(KILN_E_FORMAT)
+};
+
+// "" when the output passes, else what failed (first NaN index, worst sample, sum).
+std::string check_output(const OutputCheck& c, const void* data, int64_t n, std::string_view dtype);
+
+}  // namespace kiln::rt

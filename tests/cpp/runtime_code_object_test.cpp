@@ -1,0 +1,220 @@
+// Code objects read with no device, checked against what Triton itself says
+// about them (its metadata and the AMDGPU metadata it printed in the amdgcn
+// assembly, recorded by make_package.py), clang offload bundles made by
+// clang-offload-bundler-15, target-id feature matching, and the verification
+// input generator against the numpy implementation.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "code_object.h"
+#include "compat.h"
+#include "manifest.h"
+#include "error.h"
+#include "runtime_test_util.h"
+#include "target_id.h"
+#include "verify_data.h"
+
+using namespace kiln::rt;
+using namespace rt_test;
+
+TEST(RuntimeCodeObject, AmdMetadataMatchesTriton) {
+  auto f = facts("full");
+  int amd = 0;
+  for (auto& [file, fact] : f["objects"].items()) {
+    if (fact["kind"] != "hsaco") continue;
+    ++amd;
+    SCOPED_TRACE(file);
+    CodeObject co = parse_code_object(slurp(pkgs() / "full" / file), file);
+    const auto& a = fact["asm"];
+    EXPECT_EQ(co.kind, CodeObject::Amd);
+    EXPECT_EQ(co.note_target, a["target"].get<std::string>());
+    EXPECT_EQ(co.gfx, fact["arch"].get<std::string>());  // Triton's metadata arch
+    // amdhsa.version [1, minor]: code object version minor + 3
+    EXPECT_EQ(co.code_object_version, a["version"][1].get<int>() + 3);
+    ASSERT_EQ(co.kernels.size(), 1u);
+    const AmdKernelMeta& k = co.kernels[0];
+    EXPECT_EQ(k.name, fact["name"].get<std::string>());
+    EXPECT_EQ(k.name, a["name"].get<std::string>());
+    EXPECT_EQ(k.kernarg_segment_size, a["kernarg_segment_size"].get<int64_t>());
+    EXPECT_EQ(k.group_segment_fixed_size, a["group_segment_fixed_size"].get<int64_t>());
+    EXPECT_EQ(k.private_segment_fixed_size, a["private_segment_fixed_size"].get<int64_t>());
+    EXPECT_EQ(k.sgpr_count, a["sgpr_count"].get<int64_t>());
+    EXPECT_EQ(k.vgpr_count, a["vgpr_count"].get<int64_t>());
+    EXPECT_EQ(k.wavefront_size, a["wavefront_size"].get<int64_t>());
+    EXPECT_EQ(k.wavefront_size, fact["warp_size"].get<int64_t>());
+  }
+  EXPECT_EQ(amd, 9);  // 3 AMD targets x (softmax 2 ranks + add)
+}
+
+TEST(RuntimeCodeObject, CubinSmMatchesTriton) {
+  auto f = facts("full");
+  int n = 0;
+  for (auto& [file, fact] : f["objects"].items()) {
+    if (fact["kind"] != "cubin") continue;
+    ++n;
+    SCOPED_TRACE(file);
+    CodeObject co = parse_code_object(slurp(pkgs() / "full" / file), file);
+    EXPECT_EQ(co.kind, CodeObject::Cuda);
+    EXPECT_EQ("sm" + std::to_string(co.sm), fact["arch"].get<std::string>());   // Triton: "sm90"
+    EXPECT_EQ(co.sm_name(), fact["ptx_target"].get<std::string>());             // the PTX's .target
+  }
+  EXPECT_EQ(n, 3);
+}
+
+TEST(RuntimeCodeObject, NotElfAndTruncatedAreFormatErrors) {
+  std::string image = slurp(pkgs() / "full" / "objects" / "add-5000-fp16-r0-gfx942.hsaco");
+  EXPECT_THROW(parse_code_object("hello", "x"), Error);
+  try {
+    parse_code_object(image.substr(0, image.size() / 2), "half.hsaco");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status, KILN_E_FORMAT);
+    EXPECT_NE(std::string(e.what()).find("half.hsaco"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RuntimeCodeObject, BundleListsThreeAndSelectsByTargetId) {
+  fs::path co = pkgs() / "bundle" / "objects" / "softmax-64x1000-fp32-r0.co";
+  CmdResult list = run("clang-offload-bundler-15 --list -type=bc -input=" + shell_quote(co.string()));
+  ASSERT_EQ(list.rc, 0) << list.out;
+  std::set<std::string> listed;
+  std::istringstream in(list.out);
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) listed.insert(line);
+  EXPECT_EQ(lines, 3) << list.out;
+  EXPECT_EQ(listed, (std::set<std::string>{"hipv4-amdgcn-amd-amdhsa--gfx942", "hipv4-amdgcn-amd-amdhsa--gfx90a",
+                                           "hipv4-amdgcn-amd-amdhsa--gfx1100"}))
+      << list.out;
+
+  std::string bytes = slurp(co);
+  auto entries = read_offload_bundle(bytes, co.string());
+  std::set<std::string> ours;
+  for (const auto& e : entries) ours.insert(e.id);
+  EXPECT_EQ(ours, listed);
+
+  for (const char* want : {"gfx942", "gfx90a", "gfx1100"}) {
+    for (std::string id : {std::string(want), std::string(want) + ":sramecc+:xnack-",
+                           "amdgcn-amd-amdhsa--" + std::string(want) + ":xnack+"}) {
+      int i = select_bundle_entry(entries, TargetId::parse(id));
+      ASSERT_GE(i, 0) << id;
+      CodeObject obj = parse_code_object(std::string_view(bytes).substr(entries[i].offset, entries[i].size), id);
+      EXPECT_EQ(obj.gfx, want) << id;
+    }
+  }
+  EXPECT_EQ(select_bundle_entry(entries, TargetId::parse("gfx908")), -1);
+  EXPECT_EQ(select_bundle_entry(entries, TargetId::parse("gfx950")), -1);
+}
+
+TEST(RuntimeCodeObject, TargetIdFeatureRule) {
+  auto id = [](const char* s) { return TargetId::parse(s); };
+  EXPECT_EQ(amd_mismatch(id("gfx942"), id("gfx942:sramecc+:xnack-")), "");          // any matches
+  EXPECT_EQ(amd_mismatch(id("gfx942:sramecc+"), id("gfx942:sramecc+:xnack-")), "");
+  std::string why = amd_mismatch(id("gfx942:sramecc+"), id("gfx942:sramecc-:xnack-"));
+  EXPECT_NE(why.find("sramecc+"), std::string::npos) << why;
+  EXPECT_NE(why.find("sramecc-"), std::string::npos) << why;
+  why = amd_mismatch(id("gfx90a"), id("gfx942"));
+  EXPECT_NE(why.find("gfx90a"), std::string::npos);
+  EXPECT_NE(why.find("gfx942"), std::string::npos);
+  EXPECT_EQ(id("hipv4-amdgcn-amd-amdhsa--gfx942:xnack-").str(), "gfx942:xnack-");
+  EXPECT_THROW(id("gfx942:sramecc"), Error);
+
+  // the bundle rule: a featured entry wins where it matches, a plain one matches any
+  std::vector<BundleEntry> entries = {{"host-x86_64-unknown-linux-gnu", 0, 0},
+                                      {"hipv4-amdgcn-amd-amdhsa--gfx942", 0, 0},
+                                      {"hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+", 0, 0},
+                                      {"hipv4-amdgcn-amd-amdhsa--gfx90a:xnack+", 0, 0}};
+  EXPECT_EQ(select_bundle_entry(entries, id("gfx942:sramecc+:xnack-")), 2);
+  EXPECT_EQ(select_bundle_entry(entries, id("gfx942:sramecc-:xnack-")), 1);
+  EXPECT_EQ(select_bundle_entry(entries, id("gfx90a:xnack-")), -1);
+  EXPECT_EQ(select_bundle_entry(entries, id("gfx90a:xnack+")), 3);
+}
+
+TEST(RuntimeVerifyData, SplitMixInputsMatchNumpy) {
+  auto f = facts("full");
+  int checked = 0;
+  for (auto& [tag, tensors] : f["verify"].items()) {
+    auto spec = VerifySpec::parse(slurp(pkgs() / "full" / "verify" / (tag + ".json")), tag);
+    auto m = nlohmann::json::parse(slurp(pkgs() / "full" / "manifest.json"));
+    for (const auto& in : spec.inputs) {
+      std::string dtype;
+      for (const auto& k : m["kernels"])
+        if (k["operator"].get<std::string>() + "-" == tag.substr(0, k["operator"].get<std::string>().size() + 1))
+          dtype = k["tensors"][in.tensor]["dtype"];
+      ASSERT_FALSE(dtype.empty());
+      const auto& want = tensors[std::to_string(in.tensor)];
+      std::vector<unsigned char> buf(want.size() * dtype_size(dtype));
+      fill_inputs(spec.seed, in.tensor, in.lo, in.hi, dtype, buf.data(), static_cast<int64_t>(want.size()));
+      for (size_t i = 0; i < want.size(); ++i, ++checked)
+        ASSERT_EQ(load_as_double(buf.data(), static_cast<int64_t>(i), dtype), want[i].get<double>())
+            << tag << " tensor " << in.tensor << " element " << i << " (" << dtype << ")";
+    }
+  }
+  EXPECT_GE(checked, 3 * 64);
+}
+
+TEST(RuntimeVerifyData, CheckCatchesNanWrongAndSum) {
+  auto spec = VerifySpec::parse(slurp(pkgs() / "full" / "verify" / "add-5000-fp16.json"), "add");
+  ASSERT_EQ(spec.outputs.size(), 1u);
+  const OutputCheck& c = spec.outputs[0];
+  // a correct output: x + y from the same generator, rounded to fp16
+  std::vector<unsigned char> x(5000 * 2), y(5000 * 2), out(5000 * 2);
+  fill_inputs(spec.seed, 0, -1, 1, "fp16", x.data(), 5000);
+  fill_inputs(spec.seed, 1, -1, 1, "fp16", y.data(), 5000);
+  for (int i = 0; i < 5000; ++i) {
+    double s = round_to_dtype(load_as_double(x.data(), i, "fp16") + load_as_double(y.data(), i, "fp16"), "fp16");
+    _Float16 h = static_cast<_Float16>(s);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  EXPECT_EQ(check_output(c, out.data(), 5000, "fp16"), "");
+  auto bad = out;
+  bad[2 * 4321] = bad[2 * 4321 + 1] = 0xFF;  // one element left as the NaN poison
+  EXPECT_NE(check_output(c, bad.data(), 5000, "fp16").find("NaN"), std::string::npos);
+  bad = out;
+  _Float16 h = static_cast<_Float16>(load_as_double(out.data(), c.samples[7].first, "fp16") + 0.25);
+  std::memcpy(bad.data() + 2 * c.samples[7].first, &h, 2);
+  EXPECT_NE(check_output(c, bad.data(), 5000, "fp16").find("element"), std::string::npos);
+}
+
+TEST(RuntimeCompat, LimitsNameBothSides) {
+  auto m = Manifest::parse(slurp(pkgs() / "full" / "manifest.json"), "manifest.json");
+  const KernelSpec& softmax = m.kernels[0];
+  auto variant_for = [&](const std::string& target) -> const Variant& {
+    for (const auto& v : softmax.variants)
+      if (v.target == target && v.rank == 0) return v;
+    throw std::runtime_error("no variant for " + target);
+  };
+  const Variant& h200 = variant_for("H200");
+  CodeObject cubin = parse_code_object(slurp(pkgs() / "full" / h200.file), h200.file);
+  EXPECT_EQ(check_against(h200, cubin, limits_from_id("sm_90"), h200.file), "");
+  std::string why = check_against(h200, cubin, limits_from_id("sm_89"), h200.file);
+  EXPECT_NE(why.find("sm_90a"), std::string::npos) << why;
+  EXPECT_NE(why.find("sm_89"), std::string::npos) << why;
+  why = check_against(h200, cubin, limits_from_id("gfx942"), h200.file);
+  EXPECT_NE(why.find("cannot run on gfx942"), std::string::npos) << why;
+  Variant big = h200;
+  big.shared_bytes = 300000;
+  why = check_against(big, cubin, limits_from_id("sm_90"), h200.file);
+  EXPECT_NE(why.find("300000"), std::string::npos) << why;
+  EXPECT_NE(why.find("232448"), std::string::npos) << why;
+
+  const Variant& mi300 = variant_for("MI300X");
+  CodeObject hsaco = parse_code_object(slurp(pkgs() / "full" / mi300.file), mi300.file);
+  EXPECT_EQ(check_against(mi300, hsaco, limits_from_id("gfx942:sramecc+:xnack-"), mi300.file), "");
+  big = mi300;
+  big.shared_bytes = 70000;
+  why = check_against(big, hsaco, limits_from_id("gfx942"), mi300.file);
+  EXPECT_NE(why.find("70000"), std::string::npos) << why;
+  EXPECT_NE(why.find("65536"), std::string::npos) << why;
+  TargetLimits wave32 = limits_from_id("gfx942");
+  wave32.warp_size = 32;
+  why = check_against(mi300, hsaco, wave32, mi300.file);
+  EXPECT_NE(why.find("wave64"), std::string::npos) << why;
+  EXPECT_NE(why.find("wave32"), std::string::npos) << why;
+  Variant persistent = mi300;
+  persistent.config["NUM_SMS"] = 228;
+  TargetLimits cus = limits_from_target(*m.target("MI300X"));  // 304 CUs
+  why = check_against(persistent, hsaco, cus, mi300.file);
+  EXPECT_NE(why.find("228"), std::string::npos) << why;
+  EXPECT_NE(why.find("304"), std::string::npos) << why;
+}
