@@ -1,0 +1,76 @@
+// What `kiln package` reads from the catalog and what `kiln
+// import-measurements` writes to it (db/migrations/0006_imported_measurements.sql).
+// Free functions over a Catalog (catalog.h): the catalog alone speaks SQL.
+// Same threading rule as Catalog: one Catalog per thread.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "catalog/catalog.h"
+
+namespace kiln {
+
+// One candidate's code object for a job's target, with what ranked it.
+struct PackageCandidate {
+  long long candidate_id = 0;
+  nlohmann::json config;
+  std::string kind, sha256, kernel_name;   // artifact
+  nlohmann::json metadata;                 // artifacts.metadata (what evaluate returned)
+  std::string bytes;                       // the code object (checked against sha256)
+  std::optional<double> estimate_ms;       // static model
+};
+
+// A finished job with a selected kernel for the target.
+struct PackageJob {
+  long long job_id = 0;
+  std::string key, op, dtype, target, arch;
+  nlohmann::json shape, params, spec;
+  std::string basis;                       // measured | estimated
+  double value_ms = 0;
+  std::string device;                      // measuring device ("" when estimated)
+  nlohmann::json measured_on;              // {"device","driver","uuid"} or null
+  nlohmann::json confirmed;                // {"median_ms","ci_low_ms","ci_high_ms","runs"} or null
+  // [0] the selected candidate; for an estimated job then up to
+  // shortlist_max - 1 more correct candidates with an artifact, by estimate,
+  // whose estimate is within shortlist_ratio x the selected one's.
+  std::vector<PackageCandidate> candidates;
+};
+
+// The done jobs of `target` with a best row, ordered by op, id. Throws
+// CatalogError on SQLite errors, and when a stored code object does not match
+// its checksum.
+std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& target, int shortlist_max = 8,
+                                     double shortlist_ratio = 1.5);
+
+// One kernel timed on a deployment node (`kiln-rt tune`).
+struct ImportedKernel {
+  std::string job_key, target;
+  long long candidate_id = 0;
+  double median_ms = 0;
+  std::vector<double> samples;
+};
+struct MeasurementsIn {
+  std::string source;                      // the file, for the record
+  std::string device, driver, uuid;
+  nlohmann::json versions = nlohmann::json::object();
+  std::vector<ImportedKernel> kernels;
+};
+struct ImportStats {
+  int measurements = 0;                    // rows written
+  int jobs = 0;                            // distinct jobs touched
+  int best_changed = 0;                    // jobs whose best changed
+};
+
+// Records every kernel (replacing an earlier import of the same candidate on
+// the same device) and re-selects the best of each job touched: the fastest
+// measurement of the job (the existing measured best and every imported
+// one); an estimated best is always replaced. One transaction: on any error
+// nothing is written. Throws CatalogError naming the kernel (index, job key)
+// when a job key is unknown, the target is not the job's, or the candidate
+// is not the job's or has no correct evaluation.
+ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in);
+
+}  // namespace kiln
