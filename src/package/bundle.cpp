@@ -86,10 +86,11 @@ fs::path find_offload_bundler() {
 void write_offload_bundle(const fs::path& tool, const std::vector<std::pair<std::string, fs::path>>& entries,
                           const fs::path& output) {
   if (entries.empty()) throw std::invalid_argument("an offload bundle needs at least one entry");
-  std::string targets;
+  std::string targets = kBundleHostEntry;
   std::vector<std::string> argv = {tool.string(), "--type=o"};
   for (const auto& [id, file] : entries) targets += (targets.empty() ? "" : ",") + id;
   argv.push_back("--targets=" + targets);
+  argv.push_back("--input=/dev/null");
   for (const auto& [id, file] : entries) argv.push_back("--input=" + file.string());
   argv.push_back("--output=" + output.string());
   const auto [rc, out] = run_capture(argv);

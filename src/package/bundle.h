@@ -20,13 +20,18 @@ std::string bundle_entry_id(const std::string& target_id);
 // saying how to install it (apt-get install clang-tools-15) when none is found.
 std::filesystem::path find_offload_bundler();
 
-// Writes `output` holding `entries` (entry ID, code-object file). Throws
+// The empty host entry every bundle starts with, as hipcc writes them (the
+// bundler needs one when its inputs are ELF code objects).
+inline constexpr const char* kBundleHostEntry = "host-x86_64-unknown-linux";
+
+// Writes `output` holding the empty host entry and `entries` (entry ID,
+// code-object file). Throws
 // std::runtime_error with the tool's output when it fails.
 void write_offload_bundle(const std::filesystem::path& tool,
                           const std::vector<std::pair<std::string, std::filesystem::path>>& entries,
                           const std::filesystem::path& output);
 
-// The entry IDs `bundle` holds (`--list`), sorted. Throws std::runtime_error
+// The entry IDs `bundle` holds (`--list`), sorted, the host entry included. Throws std::runtime_error
 // when the tool fails (not a bundle).
 std::vector<std::string> list_offload_bundle(const std::filesystem::path& tool, const std::filesystem::path& bundle);
 

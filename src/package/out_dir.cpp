@@ -131,7 +131,7 @@ std::string safe_component(std::string_view text) {
     if (s.size() >= 80) break;
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
                     c == '-' || c == '+' || c == '.';
-    s += ok ? c : '_';
+    s += !ok || (c == '.' && !s.empty() && s.back() == '.') ? '_' : c;  // no ".." either
   }
   while (!s.empty() && s.front() == '.') s.front() = '_';
   return s.empty() ? "_" : s;

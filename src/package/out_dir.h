@@ -42,7 +42,7 @@ std::filesystem::path make_temp_sibling(const std::filesystem::path& out);
 void install_dir(const std::filesystem::path& tmp, const std::filesystem::path& out, bool force);
 
 // A file-name component from untrusted text: [A-Za-z0-9._+-] kept, anything
-// else becomes '_', no leading '.', at most 80 characters, never empty.
+// else becomes '_', no leading '.' and no "..", at most 80 characters, never empty.
 std::string safe_component(std::string_view text);
 
 // root / rel, after checking that rel is relative, has no "..", "." or empty

@@ -141,6 +141,10 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
   std::set<std::string> written;
 
   for (auto& [t, jobs] : per_target) {
+    if (jobs.empty()) {
+      r.warnings.push_back("no finished job with a selected kernel for " + t->name + ": not in the package");
+      continue;
+    }
     json tdoc = {{"name", t->name}, {"arch", t->arch}, {"backend", t->backend}, {"vendor", t->vendor},
                  {"target_id", nullptr}, {"warp_size", t->warp_size}, {"compute_units", t->compute_units},
                  {"max_shared_per_block", t->max_shared_per_block}, {"measured_on", nullptr}};
@@ -257,8 +261,9 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
         const fs::path bundle = path_inside(tmp, rel);
         if (written.insert(rel).second) {
           write_offload_bundle(bundler, entries, bundle);
-          std::vector<std::string> want;
+          std::vector<std::string> want = {kBundleHostEntry};
           for (const auto& e : entries) want.push_back(e.first);
+          std::sort(want.begin(), want.end());
           if (list_offload_bundle(bundler, bundle) != want)
             throw std::runtime_error("the offload bundle " + rel + " does not list the entries written");
           ++r.bundles;
