@@ -11,6 +11,7 @@ APT_PACKAGES=(build-essential cmake pkg-config git
   nlohmann-json3-dev libssl-dev libgtest-dev python3 python3-pip
   libopenmpi-dev openmpi-bin  # kiln-mpi (mpi/)
   slurm-wlm munge             # scripts/slurm/ and its test on a local single-node cluster
+  clang-tools-15 openssl      # kiln package --bundle (clang-offload-bundler-15), --sign keys and their tests
 )
 
 say() { echo "[setup] $*" >&2; }

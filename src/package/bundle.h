@@ -31,8 +31,9 @@ void write_offload_bundle(const std::filesystem::path& tool,
                           const std::vector<std::pair<std::string, std::filesystem::path>>& entries,
                           const std::filesystem::path& output);
 
-// The entry IDs `bundle` holds (`--list`), sorted, the host entry included. Throws std::runtime_error
-// when the tool fails (not a bundle).
+// The entry IDs `bundle` holds (`--list`), sorted, the host entry included;
+// none for a file that is not a bundle. Throws std::runtime_error when the
+// tool fails.
 std::vector<std::string> list_offload_bundle(const std::filesystem::path& tool, const std::filesystem::path& bundle);
 
 }  // namespace kiln
