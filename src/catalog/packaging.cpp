@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <map>
 #include <set>
@@ -98,6 +100,31 @@ PackageCandidate candidate_from(const Q& q, int at, const Catalog& c) {
   return pc;
 }
 
+}  // namespace
+
+nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le) {
+  std::vector<double> x;
+  for (size_t i = 0; i + 4 <= samples_f32le.size(); i += 4) {
+    float f;
+    std::memcpy(&f, samples_f32le.data() + i, 4);  // little-endian hosts (x86-64, aarch64)
+    if (std::isfinite(f)) x.push_back(f);
+  }
+  std::sort(x.begin(), x.end());
+  const long long n = static_cast<long long>(x.size());
+  json out = {{"median_ms", median_ms}, {"ci_low_ms", nullptr}, {"ci_high_ms", nullptr}, {"runs", n}};
+  if (n >= 6) {
+    // 95% distribution-free interval of the median: order statistics n/2 -+ 1.96 sqrt(n)/2 (1-based).
+    const double h = 1.96 * std::sqrt(static_cast<double>(n)) / 2;
+    const long long lo = std::max<long long>(1, static_cast<long long>(std::floor(n / 2.0 - h)));
+    const long long hi = std::min<long long>(n, static_cast<long long>(std::ceil(n / 2.0 + 1 + h)));
+    out["ci_low_ms"] = x[lo - 1];
+    out["ci_high_ms"] = x[hi - 1];
+  }
+  return out;
+}
+
+namespace {
+
 constexpr const char* kCandidateCols =
     "c.id, c.config, a.kind, a.sha256, a.kernel_name, a.metadata, bl.data, e.estimate_ms";
 
@@ -106,12 +133,14 @@ constexpr const char* kCandidateCols =
 std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& target, int shortlist_max,
                                      double shortlist_ratio) {
   const bool imported = has_table(catalog, "imported_measurements");
-  // The confirmation round's table, where this catalog has one with the columns we read.
+  // The confirmation round (its migration: table confirmations, best.confirmed_run):
+  // read where this catalog has it.
   bool confirmations = false;
   if (has_table(catalog, "confirmations")) {
     const auto cols = columns(catalog, "confirmations");
-    confirmations = cols.count("candidate_id") && cols.count("median_ms") && cols.count("ci_low_ms") &&
-                    cols.count("ci_high_ms") && cols.count("runs");
+    const auto best_cols = columns(catalog, "best");
+    confirmations = cols.count("candidate_id") && cols.count("run_id") && cols.count("samples") &&
+                    cols.count("median_ms") && cols.count("basis") && best_cols.count("confirmed_run");
   }
   Q q(catalog, std::string("SELECT j.id, j.key, j.op, j.shape, j.dtype, j.params, j.spec, j.target, j.arch, "
                            "b.basis, b.value_ms, b.device, ") +
@@ -160,12 +189,11 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
       }
     }
     if (confirmations) {
-      Q cq(catalog, "SELECT median_ms, ci_low_ms, ci_high_ms, runs FROM confirmations WHERE candidate_id = ?1 "
-                    "ORDER BY rowid DESC LIMIT 1");
-      cq.bind(1, best);
-      if (cq.step() && !cq.null(0))
-        j.confirmed = {{"median_ms", cq.dbl(0)}, {"ci_low_ms", cq.opt_dbl(1) ? json(cq.dbl(1)) : json(nullptr)},
-                       {"ci_high_ms", cq.opt_dbl(2) ? json(cq.dbl(2)) : json(nullptr)}, {"runs", cq.i64(3)}};
+      Q cq(catalog, "SELECT c.median_ms, c.samples FROM best b JOIN confirmations c "
+                    "ON c.run_id = b.confirmed_run AND c.candidate_id = b.candidate_id "
+                    "WHERE b.job_id = ?1 AND c.candidate_id = ?2 AND c.basis = 'device' LIMIT 1");
+      cq.bind(1, j.job_id).bind(2, best);
+      if (cq.step()) j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1));
     }
     const std::optional<double> best_est = j.candidates[0].estimate_ms;
     if (j.basis != "estimated" || shortlist_max <= 1 || !best_est || *best_est <= 0) continue;
@@ -243,7 +271,15 @@ ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in) {
       if (cur.step()) {
         const bool same = cur.i64(0) == cand && cur.text(1) == "measured" && cur.dbl(2) == ms &&
                           cur.text(3) == device;
-        if (same || (cur.text(1) == "measured" && cur.dbl(2) < ms)) replace = false;
+        // A measured best of the engine's own (not an import, whose row above
+        // holds its latest value) stays when it is faster.
+        bool engine_measured = false;
+        if (cur.text(1) == "measured") {
+          Q own(catalog, "SELECT 1 FROM imported_measurements WHERE candidate_id = ?1 AND device = ?2");
+          own.bind(1, cur.i64(0)).bind(2, cur.text(3));
+          engine_measured = !own.step();
+        }
+        if (same || (engine_measured && cur.dbl(2) < ms)) replace = false;
       }
       if (!replace) continue;
       Q up(catalog, "INSERT INTO best (job_id, candidate_id, basis, value_ms, device, selected_at) "

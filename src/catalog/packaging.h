@@ -32,7 +32,7 @@ struct PackageJob {
   double value_ms = 0;
   std::string device;                      // measuring device ("" when estimated)
   nlohmann::json measured_on;              // {"device","driver","uuid"} or null
-  nlohmann::json confirmed;                // {"median_ms","ci_low_ms","ci_high_ms","runs"} or null
+  nlohmann::json confirmed;                // confirmed_summary() of the best's confirmation, or null
   // [0] the selected candidate; for an estimated job then up to
   // shortlist_max - 1 more correct candidates with an artifact, by estimate,
   // whose estimate is within shortlist_ratio x the selected one's.
@@ -44,6 +44,13 @@ struct PackageJob {
 // its checksum.
 std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& target, int shortlist_max = 8,
                                      double shortlist_ratio = 1.5);
+
+// The manifest's `confirmed` for a best whose confirmation round timed it on a
+// device (table confirmations, the confirmation round's migration): the round's
+// median, the 95% distribution-free interval of the median from the raw
+// samples (float32 little-endian; order statistics n/2 -+ 1.96 sqrt(n)/2; null
+// with fewer than 6 samples) and the sample count as runs.
+nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le);
 
 // One kernel timed on a deployment node (`kiln-rt tune`).
 struct ImportedKernel {
@@ -66,8 +73,9 @@ struct ImportStats {
 
 // Records every kernel (replacing an earlier import of the same candidate on
 // the same device) and re-selects the best of each job touched: the fastest
-// measurement of the job (the existing measured best and every imported
-// one); an estimated best is always replaced. One transaction: on any error
+// of the job's imported measurements (each candidate and device at its latest
+// value) and a measured best of the engine's own; an estimated best is always
+// replaced. One transaction: on any error
 // nothing is written. Throws CatalogError naming the kernel (index, job key)
 // when a job key is unknown, the target is not the job's, or the candidate
 // is not the job's or has no correct evaluation.
