@@ -26,7 +26,13 @@ std::string arch_of(const std::string& item_in) {
   std::string item = lower(trim(item_in));
   const std::string prefix = "amdgcn-amd-amdhsa--";
   if (item.rfind(prefix, 0) == 0) item = item.substr(prefix.size());
-  if (auto colon = item.find(':'); colon != std::string::npos) item = item.substr(0, colon);
+  if (auto colon = item.find(':'); colon != std::string::npos) {
+    // target features: ":sramecc+:xnack-"
+    for (size_t i = colon; i < item.size(); ++i)
+      if (!std::isalnum(static_cast<unsigned char>(item[i])) && item[i] != ':' && item[i] != '+' && item[i] != '-')
+        return "";
+    item = item.substr(0, colon);
+  }
   if (item.size() > 3 && item.rfind("gfx", 0) == 0 &&
       std::all_of(item.begin() + 3, item.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); }))
     return item;

@@ -15,7 +15,37 @@ namespace kiln {
 using nlohmann::json;
 
 namespace {
+
 constexpr size_t kMaxLogBytes = 64u << 20;
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+}  // namespace
+
+std::vector<const Target*> miss_targets(const TargetRegistry& registry, const std::string& text) {
+  try {
+    return resolve_targets(registry, text);
+  } catch (const std::invalid_argument&) {
+    // The runtime's label: "ID (DEVICE NAME)" or "TARGET (ID)".
+    const size_t open = text.find('('), close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close < open || text.find(',') != std::string::npos)
+      throw;
+    const std::string head = trim(text.substr(0, open)), inner = trim(text.substr(open + 1, close - open - 1));
+    std::vector<const Target*> by_device;
+    for (const Target& t : registry.all())
+      if (TargetRegistry::matches_device(t, inner)) by_device.push_back(&t);
+    if (!by_device.empty()) return by_device;
+    for (const std::string& part : {head, inner}) {
+      try {
+        if (!part.empty()) return resolve_targets(registry, part);
+      } catch (const std::invalid_argument&) {
+      }
+    }
+    throw;
+  }
 }
 
 MissManifest load_misses(const std::filesystem::path& file, const Knowledge& knowledge) {
@@ -59,7 +89,7 @@ MissManifest load_misses(const std::filesystem::path& file, const Knowledge& kno
     if (!knowledge.operators.find(op)) fail("unknown operator '" + op.substr(0, 64) + "'");
     std::vector<const Target*> targets;
     try {
-      targets = resolve_targets(knowledge.targets, m["target"].get<std::string>());
+      targets = miss_targets(knowledge.targets, m["target"].get<std::string>());
     } catch (const std::invalid_argument& e) {
       fail(e.what());
     }

@@ -6,6 +6,7 @@
 #pragma once
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "manifest/manifest.h"
 
@@ -16,6 +17,12 @@ struct MissManifest {
   int lines = 0;           // misses read
   int distinct = 0;        // distinct (op, shape, dtype, params, target)
 };
+
+// The targets a miss's `target` names: what resolve_targets accepts (a name,
+// an architecture: every target of it, a target ID), or the runtime's label
+// "ID (DEVICE NAME)" (the targets whose device_match the name matches, else
+// the ID's) or "TARGET (ID)". Throws std::invalid_argument.
+std::vector<const Target*> miss_targets(const TargetRegistry& registry, const std::string& text);
 
 // Reads and validates the log. `target` may be a target name, an architecture
 // (gfx942, sm_90, sm_90a: every target of it) or a code-object target ID.

@@ -13,6 +13,7 @@
 
 #include "knowledge/target_list.h"
 #include "manifest/manifest.h"
+#include "manifest/misses.h"
 #include "package/bundle.h"
 #include "package/out_dir.h"
 #include "package/package.h"
@@ -234,4 +235,15 @@ TEST(CodeObject, AmdVersionFromTheElfHeader) {
   elf[18] = static_cast<char>(190);  // a cubin
   EXPECT_EQ(amd_code_object_version(elf), 0);
   EXPECT_EQ(amd_code_object_version("short"), 0);
+}
+
+TEST(MissTargets, RuntimeLabels) {
+  const auto& reg = knowledge().targets;
+  EXPECT_EQ(names(miss_targets(reg, "gfx942:sramecc+:xnack- (AMD Instinct MI300X)")),
+            (std::vector<std::string>{"MI300X"}));
+  EXPECT_EQ(names(miss_targets(reg, "sm_90 (NVIDIA H200)")), (std::vector<std::string>{"H200"}));
+  EXPECT_EQ(names(miss_targets(reg, "MI250X (amdgcn-amd-amdhsa--gfx90a)")), (std::vector<std::string>{"MI250X"}));
+  EXPECT_EQ(names(miss_targets(reg, "gfx942 (Some Unknown GPU)")), (std::vector<std::string>{"MI300X", "MI325X"}));
+  EXPECT_EQ(names(miss_targets(reg, "MI355X")), (std::vector<std::string>{"MI355X"}));
+  EXPECT_THROW(miss_targets(reg, "nothing (at all)"), std::invalid_argument);
 }

@@ -394,10 +394,13 @@ def test_submit_misses_makes_jobs_that_run_and_package(cat, tmp_path):
     log.write_text("\n".join(json.dumps(m) for m in [
         miss, dict(miss, pid=2),                                                      # the same miss twice
         {"op": "add", "shape": [2048], "dtype": "fp32", "target": "amdgcn-amd-amdhsa--gfx90a:xnack-"},
+        # the runtime's labels: "ID (device)" and "TARGET (ID)"
+        {"op": "add", "shape": [2048], "dtype": "fp32", "target": "sm_90 (NVIDIA H200)", "time": 1.0},
+        {"op": "add", "shape": [2048], "dtype": "fp32", "target": "MI250X (amdgcn-amd-amdhsa--gfx90a)"},
     ]) + "\n")
     jobs_before = db_rows(db, "SELECT COUNT(*) FROM jobs")[0][0]
     r = json.loads(kiln("submit", "--misses", log, "--json", catalog=db).stdout)
-    assert (r["misses"], r["distinct_misses"], r["jobs"], r["new_jobs"]) == (3, 2, 2, 2), r
+    assert (r["misses"], r["distinct_misses"], r["jobs"], r["new_jobs"]) == (5, 2, 2, 2), r
     assert db_rows(db, "SELECT COUNT(*) FROM jobs")[0][0] == jobs_before + 2
     assert sorted(db_rows(db, "SELECT target FROM jobs WHERE shape = '[2048]'")) == [("H200",), ("MI250X",)]
     again = json.loads(kiln("submit", "--misses", log, "--json", catalog=db).stdout)
