@@ -231,26 +231,34 @@ ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in) {
     for (size_t i = 0; i < in.kernels.size(); ++i) {
       const ImportedKernel& k = in.kernels[i];
       const std::string which = "kernels[" + std::to_string(i) + "] (job_key " + k.job_key + ")";
-      Q j(catalog, "SELECT id, target FROM jobs WHERE key = ?1");
+      // A package's kernel carries one job key for all its targets (the first
+      // target's job): the candidate names the job it was timed for, which must
+      // be the same kernel instance (operator, shape, dtype, params).
+      Q j(catalog, "SELECT op, shape, dtype, params FROM jobs WHERE key = ?1");
       j.bind(1, k.job_key);
       if (!j.step()) throw CatalogError(which + ": no such job in catalog " + catalog.path().string());
-      const long long job_id = j.i64(0);
-      if (j.text(1) != k.target)
-        throw CatalogError(which + ": target " + k.target + " is not the job's (" + j.text(1) + ")");
-      Q c(catalog, "SELECT e.status FROM candidates c LEFT JOIN evaluations e ON e.candidate_id = c.id "
-                   "WHERE c.id = ?1 AND c.job_id = ?2");
-      c.bind(1, k.candidate_id).bind(2, job_id);
+      Q c(catalog, "SELECT c.job_id, jc.target, jc.op, jc.shape, jc.dtype, jc.params, e.status FROM candidates c "
+                   "JOIN jobs jc ON jc.id = c.job_id LEFT JOIN evaluations e ON e.candidate_id = c.id WHERE c.id = ?1");
+      c.bind(1, k.candidate_id);
       if (!c.step())
-        throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) + " is not one of the job's");
-      if (c.text(0) != "ok")
+        throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) + " is not in the catalog");
+      const long long job_id = c.i64(0);
+      const std::string target = c.text(1);
+      if (c.text(2) != j.text(0) || c.js(3) != j.js(1) || c.text(4) != j.text(2) || c.js(5) != j.js(3))
+        throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) + " is one of another kernel's (" +
+                           c.text(2) + " " + c.text(3) + " " + c.text(4) + "), not the job's");
+      if (!k.targets.empty() && std::find(k.targets.begin(), k.targets.end(), target) == k.targets.end())
+        throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) + " was tuned for " + target +
+                           ", not for the file's target (" + k.target_text + ")");
+      if (c.null(6) || c.text(6) != "ok")
         throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) +
-                           " was not verified correct (status " + (c.null(0) ? "none" : c.text(0)) + ")");
+                           " was not verified correct (status " + (c.null(6) ? "none" : c.text(6)) + ")");
       Q ins(catalog, "INSERT INTO imported_measurements (job_id, candidate_id, target, device, driver, uuid, "
                      "versions, median_ms, samples, source, imported_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) "
                      "ON CONFLICT (candidate_id, device) DO UPDATE SET driver = excluded.driver, "
                      "uuid = excluded.uuid, versions = excluded.versions, median_ms = excluded.median_ms, "
                      "samples = excluded.samples, source = excluded.source, imported_at = excluded.imported_at");
-      ins.bind(1, job_id).bind(2, k.candidate_id).bind(3, k.target).bind(4, in.device);
+      ins.bind(1, job_id).bind(2, k.candidate_id).bind(3, target).bind(4, in.device);
       ins.bind_or_null(5, in.driver).bind_or_null(6, in.uuid).bind(7, in.versions.dump());
       ins.bind(8, k.median_ms).bind(9, json(k.samples).dump()).bind(10, in.source).bind(11, now);
       ins.step();

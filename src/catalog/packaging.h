@@ -54,7 +54,9 @@ nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f3
 
 // One kernel timed on a deployment node (`kiln-rt tune`).
 struct ImportedKernel {
-  std::string job_key, target;
+  std::string job_key;                     // a job of the kernel instance timed
+  std::vector<std::string> targets;        // the target names the file's target may mean (empty: any)
+  std::string target_text;                 // that target as the file wrote it (messages)
   long long candidate_id = 0;
   double median_ms = 0;
   std::vector<double> samples;
@@ -76,9 +78,11 @@ struct ImportStats {
 // of the job's imported measurements (each candidate and device at its latest
 // value) and a measured best of the engine's own; an estimated best is always
 // replaced. One transaction: on any error
-// nothing is written. Throws CatalogError naming the kernel (index, job key)
-// when a job key is unknown, the target is not the job's, or the candidate
-// is not the job's or has no correct evaluation.
+// nothing is written. The candidate decides the job (a package's kernel names
+// one job key for all its targets). Throws CatalogError naming the kernel
+// (index, job key) when the job key or the candidate is unknown, the
+// candidate is another kernel instance's, its job's target is not one of
+// `targets`, or it has no correct evaluation.
 ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in);
 
 }  // namespace kiln

@@ -3,10 +3,12 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include "catalog/packaging.h"
 #include "cli/cli_util.h"
 #include "knowledge/target_list.h"
+#include "manifest/misses.h"
 #include "package/info_worker.h"
 #include "cli/package_cli.h"
 #include "package/package.h"
@@ -110,7 +112,7 @@ int cmd_package(const Args& args) {
 
 namespace {
 
-MeasurementsIn read_measurements(const std::filesystem::path& file) {
+MeasurementsIn read_measurements(const std::filesystem::path& file, const Knowledge& knowledge) {
   const std::string name = file.string();
   auto bad = [&](const std::string& why) { return UsageError(name + ": " + why); };
   std::error_code ec;
@@ -136,6 +138,24 @@ MeasurementsIn read_measurements(const std::filesystem::path& file) {
     if (!j[key].is_string()) throw bad(std::string("'") + key + "' must be a string");
     *dst = j[key];
   }
+  if (j.contains("format") && j["format"] != "kiln-measurements/1")
+    throw bad("'format' must be kiln-measurements/1 (what kiln-rt tune writes)");
+  // The target: per kernel, else the file's (kiln-rt tune writes its label,
+  // "gfx942:sramecc+:xnack- (AMD Instinct MI300X)").
+  auto targets_of = [&](const json& t, const std::string& at) {
+    std::pair<std::vector<std::string>, std::string> out;
+    if (t.is_null()) return out;
+    if (!t.is_string() || t.get<std::string>().empty() || t.get<std::string>().size() > 256)
+      throw bad(at + "target must be a non-empty string");
+    try {
+      for (const Target* x : miss_targets(knowledge.targets, t.get<std::string>())) out.first.push_back(x->name);
+    } catch (const std::invalid_argument& e) {
+      throw bad(at + "target: " + e.what());
+    }
+    out.second = t;
+    return out;
+  };
+  const auto file_targets = targets_of(j.value("target", json(nullptr)), "");
   if (j.contains("versions") && !j["versions"].is_null()) {
     if (!j["versions"].is_object()) throw bad("'versions' must be an object");
     m.versions = j["versions"];
@@ -147,11 +167,11 @@ MeasurementsIn read_measurements(const std::filesystem::path& file) {
     const std::string at = "kernels[" + std::to_string(i) + "]";
     if (!k.is_object()) throw bad(at + " must be an object");
     ImportedKernel ik;
-    for (auto [key, dst] : {std::pair<const char*, std::string*>{"job_key", &ik.job_key}, {"target", &ik.target}}) {
-      if (!k.contains(key) || !k[key].is_string() || k[key].get<std::string>().empty())
-        throw bad(at + "." + key + " must be a non-empty string");
-      *dst = k[key];
-    }
+    if (!k.contains("job_key") || !k["job_key"].is_string() || k["job_key"].get<std::string>().empty())
+      throw bad(at + ".job_key must be a non-empty string");
+    ik.job_key = k["job_key"];
+    std::tie(ik.targets, ik.target_text) =
+        k.contains("target") ? targets_of(k["target"], at + ".") : file_targets;
     if (!k.contains("candidate_id") || !k["candidate_id"].is_number_integer() || k["candidate_id"].get<long long>() <= 0)
       throw bad(at + ".candidate_id must be a positive integer");
     ik.candidate_id = k["candidate_id"];
@@ -183,12 +203,14 @@ int cmd_import_measurements(const Args& args) {
     pos.add("file", 1);
     auto vm = parse(args, d, &pos,
                     "usage: kiln import-measurements FILE [--catalog PATH] [--json]\n"
+                    "FILE: {format: kiln-measurements/1, device, driver, uuid, target, versions,\n"
+                    "       kernels: [{job_key, candidate_id, median_ms, samples, target?}]}\n"
                     "Records the latencies a `kiln-rt tune` run measured on a deployment node as measured\n"
                     "on that device, and re-selects the best of those jobs (the fastest measurement), so\n"
                     "the next `kiln package` ships it.");
     if (!vm) return 0;
     const std::filesystem::path file = (*vm)["file"].as<std::string>();
-    const MeasurementsIn m = read_measurements(file);  // validated before the catalog is opened
+    const MeasurementsIn m = read_measurements(file, load_knowledge());  // validated before the catalog is opened
     Catalog catalog = open_catalog(*vm, false);
     ImportStats st;
     try {

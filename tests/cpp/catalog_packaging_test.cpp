@@ -112,7 +112,7 @@ TEST_F(PackagingTest, ImportedMeasurementsReselectTheBest) {
   m.device = "AMD Instinct MI300X";
   m.driver = "6.8";
   m.uuid = "GPU-1";
-  m.kernels = {{key, "MI300X", ids[0], 0.7, {0.7, 0.71}}, {key, "MI300X", ids[5], 0.5, {0.5}}};
+  m.kernels = {{key, {"MI300X"}, "MI300X", ids[0], 0.7, {0.7, 0.71}}, {key, {}, "", ids[5], 0.5, {0.5}}};
   ImportStats st = import_measurements(*cat, m);
   EXPECT_EQ(st.measurements, 2);
   EXPECT_EQ(st.jobs, 1);
@@ -127,7 +127,7 @@ TEST_F(PackagingTest, ImportedMeasurementsReselectTheBest) {
   EXPECT_EQ(jobs[0].measured_on, json({{"device", "AMD Instinct MI300X"}, {"driver", "6.8"}, {"uuid", "GPU-1"}}));
   // again: nothing changes; a slower re-measurement of the pick moves the best to the next fastest
   EXPECT_EQ(import_measurements(*cat, m).best_changed, 0);
-  m.kernels = {{key, "MI300X", ids[5], 0.9, {0.9}}};
+  m.kernels = {{key, {"MI300X"}, "MI300X", ids[5], 0.9, {0.9}}};
   EXPECT_EQ(import_measurements(*cat, m).best_changed, 1);
   EXPECT_EQ(cat->best(job_id)->candidate_id, ids[0]);
   EXPECT_EQ(count("SELECT COUNT(*) FROM imported_measurements"), 2);
@@ -138,11 +138,11 @@ TEST_F(PackagingTest, ABadKernelImportsNothing) {
   m.source = "tune.json";
   m.device = "D";
   for (const ImportedKernel& bad : std::vector<ImportedKernel>{
-           {"no-such-key", "MI300X", ids[0], 0.1, {0.1}},
-           {key, "H200", ids[0], 0.1, {0.1}},
-           {key, "MI300X", 999999, 0.1, {0.1}},
-           {key, "MI300X", ids[7], 0.1, {0.1}}}) {  // incorrect
-    m.kernels = {{key, "MI300X", ids[1], 0.2, {0.2}}, bad};
+           {"no-such-key", {"MI300X"}, "MI300X", ids[0], 0.1, {0.1}},
+           {key, {"H100", "H200"}, "sm_90", ids[0], 0.1, {0.1}},
+           {key, {"MI300X"}, "MI300X", 999999, 0.1, {0.1}},
+           {key, {"MI300X"}, "MI300X", ids[7], 0.1, {0.1}}}) {  // incorrect
+    m.kernels = {{key, {"MI300X"}, "MI300X", ids[1], 0.2, {0.2}}, bad};
     EXPECT_THROW(import_measurements(*cat, m), CatalogError);
   }
   EXPECT_EQ(count("SELECT COUNT(*) FROM imported_measurements"), 0);

@@ -358,6 +358,34 @@ def test_import_measurements_round_trip(cat, tmp_path):
         assert v["device"] == "AMD Instinct MI300X" and v["driver"] == "6.8.5"
 
 
+def test_import_what_kiln_rt_tune_writes_for_a_second_target(cat, tmp_path):
+    """kiln-rt tune's file: the file's target as the runtime labels it, per
+    kernel the package kernel's job key (its first target's job) and the
+    candidate it timed fastest; the candidate decides the job."""
+    db = fresh_copy(cat, tmp_path)
+    package(db, "--target", "MI300X,MI250X", "--out", tmp_path / "p")
+    man = manifest(tmp_path / "p")
+    kernels = []
+    for k in man["kernels"]:
+        v = max((v for v in k["variants"] if v["target"] == "MI250X"), key=lambda v: v["rank"])
+        kernels.append({"job_key": k["job_key"], "operator": k["operator"], "shape": k["shape"],
+                        "dtype": k["dtype"], "candidate_id": v["candidate_id"], "rank": v["rank"],
+                        "median_ms": 0.03, "samples": [0.03, 0.031]})
+    f = tmp_path / "tune.json"
+    f.write_text(json.dumps({"format": "kiln-measurements/1", "device": "AMD Instinct MI250X", "driver": "6.8",
+                             "uuid": "GPU-9", "target": "gfx90a:sramecc+:xnack- (AMD Instinct MI250X)",
+                             "kernels": kernels}))
+    r = json.loads(kiln("import-measurements", f, "--json", catalog=db).stdout)
+    assert r["measurements"] == r["jobs"] == r["best_changed"] == len(man["kernels"])
+    rows = db_rows(db, "SELECT j.target, b.basis, b.device, b.candidate_id FROM best b JOIN jobs j ON j.id = b.job_id "
+                       "WHERE b.basis = 'measured'")
+    assert sorted(rows) == sorted(("MI250X", "measured", "AMD Instinct MI250X", k["candidate_id"]) for k in kernels)
+    # the same file claiming another GPU is refused
+    f.write_text(f.read_text().replace("gfx90a:sramecc+:xnack- (AMD Instinct MI250X)", "sm_90 (NVIDIA H200)"))
+    bad = kiln("import-measurements", f, catalog=db, check=False)
+    assert bad.returncode == 2 and "was tuned for MI250X" in bad.stderr
+
+
 def test_import_measurements_rejects_bad_files(cat, tmp_path):
     db = fresh_copy(cat, tmp_path)
     key, cand = db_rows(db, "SELECT j.key, b.candidate_id FROM jobs j JOIN best b ON b.job_id = j.id "
@@ -370,9 +398,12 @@ def test_import_measurements_rejects_bad_files(cat, tmp_path):
         "negative.json": (json.dumps({"device": "d", "kernels": [dict(good, median_ms=-1)]}), "kernels[0].median_ms"),
         "unknownjob.json": (json.dumps({"device": "d", "kernels": [good, dict(good, job_key="nope")]}),
                             "kernels[1] (job_key nope): no such job"),
-        "wrongtarget.json": (json.dumps({"device": "d", "kernels": [dict(good, target="H200")]}), "not the job's"),
+        "wrongtarget.json": (json.dumps({"device": "d", "kernels": [dict(good, target="H200")]}),
+                             "was tuned for MI300X, not for the file's target (H200)"),
+        "badtarget.json": (json.dumps({"device": "d", "target": "gfx1 (?)", "kernels": [good]}), "unknown target"),
         "wrongcand.json": (json.dumps({"device": "d", "kernels": [dict(good, candidate_id=999999)]}),
-                           "is not one of the job's"),
+                           "candidate 999999 is not in the catalog"),
+        "format.json": (json.dumps({"format": "other/1", "device": "d", "kernels": [good]}), "kiln-measurements/1"),
     }
     before = db_rows(db, "SELECT * FROM best ORDER BY job_id")
     for name, (text, msg) in cases.items():
