@@ -87,6 +87,7 @@ int cmd_package(const Args& args) {
     o.protected_dirs = {std::filesystem::absolute(catalog_path).parent_path()};
     PackageResult r;
     try {
+      check_package_out(o);  // before the catalog and the evaluator
       Catalog catalog = open_catalog(*vm, true);
       r = package_with_worker(catalog, targets, o, KILN_VERSION);
     } catch (const std::invalid_argument& e) {

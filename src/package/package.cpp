@@ -95,21 +95,24 @@ int amd_code_object_version(std::string_view b) {
   return abiver >= 2 ? abiver + 2 : 0;
 }
 
-PackageResult write_package(const Catalog& catalog, const std::vector<const Target*>& targets,
-                            const PackageOptions& o, const PackageInfoFn& info) {
+void check_package_out(const PackageOptions& o) {
   check_out_allowed(o.out, o.protected_dirs);
   const fs::path out = normalise_out(o.out);
-  {
-    std::error_code ec;
-    if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
-      if (!is_kiln_package(out))
-        throw std::invalid_argument("--out " + o.out.string() +
-                                    " exists, is not empty and holds no Kiln package: refusing to replace it; "
-                                    "name a new directory");
-      if (!o.force)
-        throw std::invalid_argument("--out " + o.out.string() + " holds a Kiln package (use --force to replace it)");
-    }
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
+    if (!is_kiln_package(out))
+      throw std::invalid_argument("--out " + o.out.string() +
+                                  " exists, is not empty and holds no Kiln package: refusing to replace it; "
+                                  "name a new directory");
+    if (!o.force)
+      throw std::invalid_argument("--out " + o.out.string() + " holds a Kiln package (use --force to replace it)");
   }
+}
+
+PackageResult write_package(const Catalog& catalog, const std::vector<const Target*>& targets,
+                            const PackageOptions& o, const PackageInfoFn& info) {
+  check_package_out(o);
+  const fs::path out = normalise_out(o.out);
   fs::path bundler;
   if (o.bundle) bundler = find_offload_bundler();
   if (o.sign_key) (void)ed25519_sign_hex(*o.sign_key, "");  // an unusable key fails before any work

@@ -52,6 +52,12 @@ using PackageInfoFn = std::function<nlohmann::json(const nlohmann::json& request
 PackageResult write_package(const Catalog& catalog, const std::vector<const Target*>& targets,
                             const PackageOptions& options, const PackageInfoFn& info);
 
+// Throws std::invalid_argument when options.out may not be written (out_dir.h's
+// rules) or holds something that would not be replaced (not a Kiln package, or
+// one without force). write_package checks it too; call it first to refuse
+// before any work.
+void check_package_out(const PackageOptions& options);
+
 // The ELF code object version of an AMD code object (ELFABIVERSION_AMDGPU_HSA:
 // 2 -> 4, 3 -> 5, 4 -> 6); 0 when not an AMDHSA code object.
 int amd_code_object_version(std::string_view bytes);
