@@ -11,7 +11,8 @@ APT_PACKAGES=(build-essential cmake pkg-config git
   nlohmann-json3-dev libssl-dev libgtest-dev python3 python3-pip
   libopenmpi-dev openmpi-bin  # kiln-mpi (mpi/)
   slurm-wlm munge             # scripts/slurm/ and its test on a local single-node cluster
-  libamdhip64-dev libmsgpack-cxx-dev clang-tools-15  # src/runtime: HIP headers + runtime (dlopen'd), msgpack.hpp, clang-offload-bundler-15
+  libamdhip64-dev libmsgpack-cxx-dev  # src/runtime: HIP headers + runtime (dlopen'd), msgpack.hpp
+  clang-tools-15 openssl      # clang-offload-bundler-15 (kiln package --bundle, runtime tests); --sign keys
 )
 
 say() { echo "[setup] $*" >&2; }

@@ -32,6 +32,7 @@
 #include "cli/cli_util.h"
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
+#include "cli/package_cli.h"
 #include "package/package.h"
 
 namespace kiln {
@@ -440,7 +441,11 @@ int cmd_nightly(const Args& args) {
         const Target* t = knowledge.targets.find(target_name);
         const auto out = std::filesystem::path((*vm)["package-dir"].as<std::string>()) / target_name;
         try {
-          const PackageResult pr = package_target(*view, *t, out, true);
+          PackageOptions popts;
+          popts.out = out;
+          popts.force = true;
+          popts.protected_dirs = {std::filesystem::absolute(catalog_path).parent_path()};
+          const PackageResult pr = package_with_worker(*view, {t}, popts, KILN_VERSION);
           packages.push_back({{"target", target_name}, {"dir", pr.dir.string()}, {"kernels", pr.kernels}});
         } catch (const std::exception& e) {
           packages.push_back({{"target", target_name}, {"skipped", e.what()}});

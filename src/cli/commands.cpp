@@ -23,6 +23,7 @@
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
 #include "manifest/manifest.h"
+#include "manifest/misses.h"
 #include "package/code_object.h"
 #include "package/package.h"
 
@@ -38,17 +39,25 @@ int cmd_submit(const Args& args) {
   return guarded("submit", [&] {
     po::options_description d("kiln submit options");
     add_common(d, true);
-    d.add_options()("manifest", po::value<std::string>()->required(), "the YAML manifest");
+    d.add_options()("manifest", po::value<std::string>(), "the YAML manifest")(
+        "misses", po::value<std::string>(),
+        "a runtime miss log (JSON lines {op, shape, dtype, target} from $KILN_MISS_LOG) instead of a manifest");
     po::positional_options_description pos;
     pos.add("manifest", 1);
     auto vm = parse(args, d, &pos,
                     "usage: kiln submit MANIFEST [--catalog PATH] [--json]\n"
+                    "       kiln submit --misses FILE [--catalog PATH] [--json]\n"
                     "Validates MANIFEST, expands it into jobs (operator x shape x dtype x target) and\n"
-                    "stores them. Submitting the same manifest again adds no jobs.");
+                    "stores them. Submitting the same manifest again adds no jobs. --misses turns each\n"
+                    "distinct miss a deployed runtime logged into a job, the same way.");
     if (!vm) return 0;
+    if (vm->count("manifest") == vm->count("misses"))
+      throw UsageError("give either a MANIFEST or --misses FILE");
     const Knowledge knowledge = load_knowledge();
     // Validate completely before the catalog is opened: a bad manifest leaves it untouched.
-    const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
+    std::optional<MissManifest> misses;
+    if (vm->count("misses")) misses = load_misses((*vm)["misses"].as<std::string>(), knowledge);
+    const Manifest m = misses ? misses->manifest : load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
     json hello;
     try {
       hello = worker_hello(m, knowledge);
@@ -61,10 +70,16 @@ int cmd_submit(const Args& args) {
     const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello, catalog.compile_seconds());
     SubmitResult r = catalog.submit(m.name, std::filesystem::absolute(m.path).string(), m.text, jobs);
     if (vm->count("json")) {
-      std::cout << json{{"batch", r.batch_id}, {"name", m.name}, {"jobs", r.total_jobs},
-                        {"new_jobs", r.new_jobs}, {"triton", triton}}.dump()
-                << "\n";
+      json out = {{"batch", r.batch_id}, {"name", m.name}, {"jobs", r.total_jobs},
+                  {"new_jobs", r.new_jobs}, {"triton", triton}};
+      if (misses) {
+        out["misses"] = misses->lines;
+        out["distinct_misses"] = misses->distinct;
+      }
+      std::cout << out.dump() << "\n";
     } else {
+      if (misses)
+        std::cout << misses->lines << " miss(es), " << misses->distinct << " distinct: ";
       std::cout << "batch " << r.batch_id << " (" << m.name << "): " << r.total_jobs << " jobs, "
                 << r.new_jobs << " new\n";
     }
@@ -358,38 +373,6 @@ int cmd_query(const Args& args) {
     if (vm->count("json")) std::cout << t.to_json().dump(2) << "\n";
     else if (vm->count("csv")) t.print_csv(std::cout);
     else t.print_text(std::cout);
-    return 0;
-  });
-}
-
-// --- package -------------------------------------------------------------------
-
-int cmd_package(const Args& args) {
-  return guarded("package", [&] {
-    po::options_description d("kiln package options");
-    add_common(d, true);
-    d.add_options()("target", po::value<std::string>()->required(), "target name, e.g. MI300X")(
-        "out", po::value<std::string>()->required(), "output directory")(
-        "force", "replace --out if it exists");
-    auto vm = parse(args, d, nullptr,
-                    "usage: kiln package --target T --out DIR [--force]\n"
-                    "Writes the best code object of every finished job for target T, manifest.json\n"
-                    "(kernel name, operator, shape, dtype, launch metadata) and SHA256SUMS.");
-    if (!vm) return 0;
-    const Knowledge knowledge = load_knowledge();
-    const Target* t = knowledge.targets.find((*vm)["target"].as<std::string>());
-    if (!t) {
-      std::string known;
-      for (const auto& n : knowledge.targets.names()) known += (known.empty() ? "" : ", ") + n;
-      throw UsageError("unknown target '" + (*vm)["target"].as<std::string>() + "' (known: " + known + ")");
-    }
-    Catalog catalog = open_catalog(*vm, true);
-    PackageResult r = package_target(catalog, *t, (*vm)["out"].as<std::string>(), vm->count("force") > 0);
-    if (vm->count("json"))
-      std::cout << json{{"dir", r.dir.string()}, {"kernels", r.kernels}, {"files", r.files}}.dump() << "\n";
-    else
-      std::cout << "packaged " << r.kernels << " kernel(s) for " << t->name << " in " << r.dir.string()
-                << "\n";
     return 0;
   });
 }

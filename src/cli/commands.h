@@ -16,7 +16,8 @@ int cmd_run(const Args& args);
 int cmd_status(const Args& args);
 int cmd_best(const Args& args);
 int cmd_query(const Args& args);
-int cmd_package(const Args& args);
+int cmd_package(const Args& args);               // cli/cmd_package.cpp
+int cmd_import_measurements(const Args& args);  // cli/cmd_package.cpp
 int cmd_merge(const Args& args);    // cli/cmd_merge.cpp
 int cmd_nightly(const Args& args);  // cli/cmd_nightly.cpp
 int cmd_lineage(const Args& args);  // cli/cmd_lineage.cpp

@@ -15,7 +15,8 @@ commands:
   status               jobs and candidates per state
   best                 the best kernel per job, its metrics and their basis
   query "SELECT ..."   read-only SQL over the catalog
-  package              bundle the best code objects for a target
+  package              a kiln-package/2 of the best code objects for targets
+  import-measurements FILE   latencies timed by `kiln-rt tune` on a deployment node
   lineage --job ID     which candidate repairs which: rounds, instances, LLM calls
   merge OUT IN...      merge catalogs (e.g. the shards of a Slurm job array)
   nightly MANIFEST     regenerate a kernel set: run what changed, report regressions (exit 4)
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   if (cmd == "best") return kiln::cmd_best(args);
   if (cmd == "query") return kiln::cmd_query(args);
   if (cmd == "package") return kiln::cmd_package(args);
+  if (cmd == "import-measurements") return kiln::cmd_import_measurements(args);
   if (cmd == "merge") return kiln::cmd_merge(args);
   if (cmd == "nightly") return kiln::cmd_nightly(args);
   if (cmd == "lineage") return kiln::cmd_lineage(args);

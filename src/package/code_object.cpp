@@ -55,10 +55,14 @@ CodeObjectInfo inspect_code_object(std::string_view b) {
     info.flags_gfx = gfx_from_flags(flags);
   } else if (machine == 190) {
     info.machine = "CUDA";
-    // Newer cubins put the SM in bits 8-15 of e_flags, older ones in the low byte.
+    // Newer cubins (EI_ABIVERSION 8) put the SM in bits 8-15 of e_flags and
+    // mark arch-specific code (sm_90a) with 0x8; older ones (7) use the low
+    // byte and 0x800 (EF_CUDA_ACCELERATORS).
+    const unsigned abi = static_cast<unsigned char>(b[8]);
     uint32_t sm = (flags >> 8) & 0xff;
-    if (sm < 30) sm = flags & 0xff;
-    info.sm = "sm_" + std::to_string(sm);
+    if (abi < 8 || sm < 30) sm = flags & 0xff;
+    const bool arch_specific = abi >= 8 ? (flags & 0x8) != 0 : (flags & 0x800) != 0;
+    info.sm = "sm_" + std::to_string(sm) + (arch_specific ? "a" : "");
   } else {
     info.machine = "other";
   }

@@ -13,7 +13,7 @@ struct CodeObjectInfo {
   std::string machine;          // "AMDGPU" | "CUDA" | "other"
   std::string flags_gfx;        // from e_flags' low byte (AMDGPU), e.g. "gfx942"
   std::string note_target;      // from the metadata note, e.g. "amdgcn-amd-amdhsa--gfx942"
-  std::string sm;               // CUDA: "sm_90" from e_flags
+  std::string sm;               // CUDA: "sm_90", or "sm_90a" for arch-specific code, from e_flags
   // One line: "ELF AMDGPU gfx942, note amdgcn-amd-amdhsa--gfx942"
   std::string summary() const;
 };

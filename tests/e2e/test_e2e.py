@@ -48,6 +48,10 @@ def db_rows(catalog, sql):
 
 
 FAKE_EVALUATOR = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
+# `kiln package` with the scripted evaluator answering package_info (launches
+# derived from each request): packaging a real catalog whatever the worker has.
+FAKE_PACKAGE_INFO = {"KILN_PYTHON": str(FAKE_EVALUATOR)}
+NO_PACKAGE_INFO = "no package_info method"  # kiln package's error while the worker lacks it
 
 
 def run_fake_evaluator(tmp, manifest_text, *run_args):
@@ -238,22 +242,29 @@ def test_query_is_read_only(quickstart):
 
 def test_package_writes_checked_bundle(quickstart, tmp_path):
     out = tmp_path / "mi300x"
-    kiln("package", "--target", "MI300X", "--out", out, catalog=quickstart["catalog"])
+    kiln("package", "--target", "MI300X", "--out", out, catalog=quickstart["catalog"], env=FAKE_PACKAGE_INFO)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["target"]["arch"] == "gfx942"
+    assert manifest["format"] == "kiln-package/2"
+    assert [(t["name"], t["arch"], t["target_id"]) for t in manifest["targets"]] == \
+        [("MI300X", "gfx942", "amdgcn-amd-amdhsa--gfx942")]
     assert manifest["kernels"]
     for k in manifest["kernels"]:
-        data = (out / k["file"]).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == k["sha256"]
-        assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == AMD_MACHINE
-        assert k["kernel_name"] and k["args"] and k["grid"] and k["num_warps"]
-        # the hidden scratch arguments' sizes travel with the kernel (none of ours needs any)
-        assert k["profile_scratch_size"] == 0 and k.get("global_scratch_size", 0) == 0
+        assert k["tensors"]
+        for v in k["variants"]:
+            data = (out / v["file"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == v["sha256"]
+            assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == AMD_MACHINE
+            assert v["kernel_name"] and v["args"] and v["grid"] and v["num_warps"]
+            assert (out / v["verify"]).is_file()
+            # the hidden scratch arguments' sizes travel with the kernel (none of ours needs any)
+            assert v["profile_scratch_size"] == 0 and v["global_scratch_size"] == 0
+        assert [v["rank"] for v in k["variants"]][0] == 0
     sums = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
     assert sums.returncode == 0, sums.stdout + sums.stderr
     # A second package into the same place needs --force.
-    r = kiln("package", "--target", "MI300X", "--out", out, catalog=quickstart["catalog"], check=False)
-    assert r.returncode != 0
+    r = kiln("package", "--target", "MI300X", "--out", out, catalog=quickstart["catalog"], check=False,
+             env=FAKE_PACKAGE_INFO)
+    assert r.returncode != 0 and "--force" in r.stderr
 
 
 # --- bad manifests -------------------------------------------------------------------
@@ -296,7 +307,8 @@ def test_bad_manifest_leaves_existing_catalog_unchanged(binary, tmp_path):
 
 
 def test_every_command_has_help(binary, tmp_path):
-    for cmd in ["submit", "run", "status", "best", "query", "package", "lineage", "merge", "nightly"]:
+    for cmd in ["submit", "run", "status", "best", "query", "package", "lineage", "merge", "nightly",
+                "import-measurements"]:
         r = kiln(cmd, "--help", catalog=tmp_path / "none.db")
         assert "usage: kiln " + cmd in r.stdout
     assert not (tmp_path / "none.db").exists()

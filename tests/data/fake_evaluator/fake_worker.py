@@ -3,6 +3,12 @@ lines on stdin / stdout), claims to be an NVIDIA H200, offers `add` configs
 BLOCK = 64 x 1..N with a latency that grows with BLOCK, evaluates nothing, and
 appends every evaluate request's benchmark settings to $FAKE_EVALUATOR_LOG.
 
+It also answers `package_info` (docs/package-format.md) with a launch derived
+from the request alone -- the job's shape and dtype, the config's BLOCK and the
+artifact's argument list and grid -- so `kiln package` can be tested on a real
+catalog before or without the real method; each request is appended to
+$FAKE_PACKAGE_INFO_LOG when set.
+
 The engine starts it as `$KILN_PYTHON -m kiln_worker`; tests point KILN_PYTHON
 at fake_python.sh next to this file, which runs this script instead.
 """
@@ -26,7 +32,7 @@ def answer(req):
                 device[var.lower()] = os.environ[var]
         return {"python": "3", "torch": "fake", "triton": "3.6.0", "worker": "fake", "pid": os.getpid(),
                 "device": device, "templates": {}, "operators": ["add"],
-                "methods": ["hello", "space", "evaluate"]}
+                "methods": ["hello", "space", "evaluate", "package_info"]}
     if m == "traffic":
         return {"traffic": [{"bytes": 1e6, "flops": 1e5} for _ in req.get("jobs", [])]}
     if m == "space":
@@ -45,7 +51,57 @@ def answer(req):
                             "p99_ms": ms, "min_ms": ms, "max_ms": ms, "stddev_ms": 0.0},
                 "artifact": None, "traffic": {"bytes": 1e6, "flops": 1e5},
                 "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
+    if m == "package_info":
+        return package_info(req)
     raise ValueError(f"unknown method {m!r}")
+
+
+def package_info(req):
+    job, config, art = req["job"], req.get("config") or {}, req["artifact"]
+    if os.environ.get("FAKE_PACKAGE_INFO_LOG"):
+        with open(os.environ["FAKE_PACKAGE_INFO_LOG"], "a") as f:
+            f.write(json.dumps({k: req.get(k) for k in ("job", "config", "neighbours", "verify_seed")}) + "\n")
+    shape, dtype = list(job["shape"]), job["dtype"]
+    dims = [f"s{i}" for i in range(len(shape))]
+    args = [a for a in art.get("args") or [] if isinstance(a, dict)]
+    pointers = [a for a in args if str(a.get("type", "")).startswith("*") and not a.get("hidden")]
+    if not pointers:
+        raise ValueError("artifact has no pointer arguments")
+    tensors = [{"name": a["name"].removesuffix("_ptr"), "role": "output" if i == len(pointers) - 1 else "input",
+                "dtype": dtype, "shape": dims} for i, a in enumerate(pointers)]
+    numel = 1
+    for d in shape:
+        numel *= d
+    grid = [str(g) for g in art.get("grid") or [1, 1, 1]]
+    block = config.get("BLOCK") or config.get("BLOCK_SIZE")
+    if block and (numel + block - 1) // block == int(grid[0]):
+        grid[0] = f"cdiv({'*'.join(dims)}, {block})"
+    bound, n_int = [], 0
+    for a in args:
+        ty = str(a.get("type", ""))
+        if a.get("hidden"):
+            bind = {"scratch": "global" if "global" in a["name"] else "profile"}
+        elif ty.startswith("*"):
+            bind = {"tensor": pointers.index(a)}
+        elif ty.startswith("i") or ty.startswith("u"):
+            bind = {"expr": dims[n_int % len(dims)]}
+            n_int += 1
+        else:
+            bind = {"value": 1e-5}
+        bound.append({**a, "bind": bind})
+    assume = [{"expr": dims[-1], "multiple_of": 16}] if shape[-1] % 16 == 0 else []
+    if req.get("neighbours"):
+        rng = {"dims": [{"min": 1, "max": 2 * d, "multiple_of": 1} for d in shape],
+               "verified_shapes": [shape, [*shape[:-1], shape[-1] + 1]]}
+    else:
+        rng = {"exact": True}
+    tol = 1e-5 if dtype == "fp32" else 1e-2
+    count = numel
+    verify = {"format": "kiln-verify/1", "seed": req["verify_seed"], "shape": shape,
+              "inputs": [{"tensor": i, "lo": -1.0, "hi": 1.0} for i in range(len(tensors) - 1)],
+              "outputs": [{"tensor": len(tensors) - 1, "atol": tol, "rtol": tol, "samples": [[0, 0.0]],
+                           "sum": 0.0, "abs_sum": float(count) / 2, "count": count}]}
+    return {"tensors": tensors, "grid": grid, "args": bound, "assume": assume, "range": rng, "verify": verify}
 
 
 for line in sys.stdin:

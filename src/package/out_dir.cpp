@@ -1,0 +1,154 @@
+#include "package/out_dir.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path resolved(const fs::path& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(p, ec);
+  return ec ? p.lexically_normal() : r;
+}
+
+// a == b or a is an ancestor of b (both absolute and normal).
+bool same_or_ancestor(const fs::path& a, const fs::path& b) {
+  auto ai = a.begin(), bi = b.begin();
+  for (; ai != a.end(); ++ai, ++bi) {
+    if (ai->empty()) continue;  // a trailing separator
+    if (bi == b.end() || *ai != *bi) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+fs::path normalise_out(const fs::path& out) {
+  if (out.empty()) throw std::invalid_argument("--out is empty");
+  fs::path p = fs::absolute(out).lexically_normal();
+  std::string s = p.string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return fs::path(s);
+}
+
+void check_out_allowed(const fs::path& out_given, const std::vector<fs::path>& protected_dirs) {
+  const fs::path out = resolved(normalise_out(out_given));
+  const std::string shown = out_given.string();
+  if (out == out.root_path())
+    throw std::invalid_argument("--out " + shown + " is the filesystem root: refusing to write a package there");
+  struct Guard {
+    fs::path dir;
+    std::string what;
+  };
+  std::vector<Guard> guards;
+  std::error_code ec;
+  guards.push_back({resolved(fs::current_path(ec)), "the working directory"});
+  if (const char* home = std::getenv("HOME"); home && *home) guards.push_back({resolved(home), "the home directory"});
+  for (const auto& d : protected_dirs) guards.push_back({resolved(fs::absolute(d)), "the catalog's directory"});
+  for (const auto& g : guards) {
+    if (g.dir.empty()) continue;
+    if (same_or_ancestor(out, g.dir))
+      throw std::invalid_argument("--out " + shown + " is " + (out == g.dir ? "" : "an ancestor of ") + g.what +
+                                  " (" + g.dir.string() + "): refusing to replace it; name a new directory");
+  }
+  if (fs::exists(fs::symlink_status(out, ec)) && !fs::is_directory(out, ec))
+    throw std::invalid_argument("--out " + shown + " exists and is not a directory: refusing to replace it");
+}
+
+bool is_kiln_package(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  std::ifstream f(dir / "manifest.json", std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    const auto j = nlohmann::json::parse(ss.str());
+    return j.is_object() && j.contains("format") && j["format"].is_string() &&
+           j["format"].get<std::string>().rfind("kiln-package/", 0) == 0;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+fs::path make_temp_sibling(const fs::path& out_given) {
+  const fs::path out = normalise_out(out_given);
+  const fs::path parent = out.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  std::string tmpl = (parent / ("." + safe_component(out.filename().string()) + ".kiln-XXXXXX")).string();
+  if (!::mkdtemp(tmpl.data()))
+    throw std::runtime_error("cannot create a temporary directory in " + parent.string() + ": " +
+                             std::strerror(errno));
+  return fs::path(tmpl);
+}
+
+void install_dir(const fs::path& tmp, const fs::path& out_given, bool force) {
+  const fs::path out = normalise_out(out_given);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(out, ec))) {
+    fs::rename(tmp, out);
+    return;
+  }
+  if (fs::is_symlink(fs::symlink_status(out, ec)))
+    throw std::invalid_argument("--out " + out.string() + " is a symbolic link: refusing to replace it");
+  if (!fs::is_directory(out, ec))
+    throw std::invalid_argument("--out " + out.string() + " exists and is not a directory: refusing to replace it");
+  if (fs::is_empty(out, ec)) {
+    fs::rename(tmp, out);  // rename(2) replaces an empty directory
+    return;
+  }
+  if (!is_kiln_package(out))
+    throw std::invalid_argument("--out " + out.string() +
+                                " exists, is not empty and holds no Kiln package (no manifest.json of format "
+                                "kiln-package/*): refusing to replace it; name a new directory");
+  if (!force)
+    throw std::invalid_argument("--out " + out.string() + " holds a Kiln package (use --force to replace it)");
+  const fs::path old = make_temp_sibling(out);  // an empty fresh dir: rename(2) replaces it
+  fs::rename(out, old);
+  try {
+    fs::rename(tmp, out);
+  } catch (...) {
+    fs::rename(old, out, ec);
+    throw;
+  }
+  fs::remove_all(old, ec);
+}
+
+std::string safe_component(std::string_view text) {
+  std::string s;
+  for (char c : text) {
+    if (s.size() >= 80) break;
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '+' || c == '.';
+    s += !ok || (c == '.' && !s.empty() && s.back() == '.') ? '_' : c;  // no ".." either
+  }
+  while (!s.empty() && s.front() == '.') s.front() = '_';
+  return s.empty() ? "_" : s;
+}
+
+fs::path path_inside(const fs::path& root, const std::string& rel) {
+  const fs::path r(rel);
+  if (rel.empty() || r.is_absolute()) throw std::invalid_argument("unsafe path '" + rel + "': not relative");
+  for (const auto& c : r) {
+    const std::string s = c.string();
+    if (s.empty() || s == "." || s == "..")
+      throw std::invalid_argument("unsafe path '" + rel + "': '" + s + "' component");
+  }
+  const fs::path full = (root / r).lexically_normal();
+  if (!same_or_ancestor(root.lexically_normal(), full))
+    throw std::invalid_argument("unsafe path '" + rel + "' leaves " + root.string());
+  return full;
+}
+
+}  // namespace kiln

@@ -1,0 +1,182 @@
+// What kiln package reads from the catalog (the selected candidate and the
+// shortlist of an estimated job, a confirmation) and what kiln
+// import-measurements writes, on a real catalog file.
+#include "catalog/packaging.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "catalog/job_key.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace kiln;
+
+namespace {
+
+const fs::path kMigrations = fs::path(KILN_SOURCE_DIR) / "db" / "migrations";
+
+class PackagingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kiln-packaging-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    cat.emplace(Catalog::open(dir / "c.db", false, kMigrations));
+    NewJob j;
+    j.op = "softmax";
+    j.dtype = "fp16";
+    j.target = "MI300X";
+    j.arch = "gfx942";
+    j.shape = json::array({128, 1000});
+    j.params = json::object();
+    j.spec = {{"op", j.op}, {"shape", j.shape}, {"dtype", j.dtype}, {"params", j.params}};
+    j.key = job_key(j.spec, "t", "3.6.0");
+    key = j.key;
+    cat->submit("b", "m.yaml", "text", {j});
+    const std::string owner = "host:" + std::to_string(getpid());
+    job_id = cat->claim_job(owner, 60)->id;
+    // estimate per candidate; the 8th is incorrect
+    const std::vector<double> est = {1.0, 1.3, 1.1, 1.49, 1.6, 1.2, 2.0, 1.05, 1.4, 1.45, 1.25, 1.35};
+    for (size_t i = 0; i < est.size(); ++i) {
+      CandidateRow c;
+      c.job_id = job_id;
+      c.generator = "template";
+      c.template_name = "softmax";
+      c.config = {{"BLOCK", 64 * (i + 1)}};
+      const long long id = cat->add_candidate(c).id;
+      ids.push_back(id);
+      EvaluationIn e;
+      e.status = i == 7 ? "incorrect" : "ok";
+      e.result = json::object();
+      e.estimate_ms = est[i];
+      ArtifactIn a;
+      a.target = "MI300X";
+      a.arch = "gfx942";
+      a.kind = "hsaco";
+      a.kernel_name = "softmax_kernel";
+      a.bytes = "code object " + std::to_string(i);
+      a.metadata = {{"num_warps", 4}};
+      e.artifact = a;
+      cat->record_evaluation(id, e);
+    }
+    cat->set_best({job_id, ids[0], "estimated", 1.0, ""});
+    cat->finish_job(job_id, owner, true, "");
+  }
+  void TearDown() override {
+    cat.reset();
+    fs::remove_all(dir);
+  }
+  std::vector<long long> shortlist() {
+    auto jobs = package_jobs(*cat, "MI300X");
+    EXPECT_EQ(jobs.size(), 1u);
+    std::vector<long long> out;
+    for (const auto& c : jobs[0].candidates) out.push_back(c.candidate_id);
+    return out;
+  }
+  long long count(const std::string& sql) {
+    auto r = cat->query(sql);
+    return r.rows[0][0].get<long long>();
+  }
+  fs::path dir;
+  std::optional<Catalog> cat;
+  std::string key;
+  long long job_id = 0;
+  std::vector<long long> ids;
+};
+
+}  // namespace
+
+TEST_F(PackagingTest, EstimatedJobShipsTheBestThenUpToSevenByEstimateWithinTheRatio) {
+  // ok and within 1.5 x 1.0: 1.1 (2), 1.2 (5), 1.25 (10), 1.3 (1), 1.35 (11), 1.4 (8), 1.45 (9), 1.49 (3);
+  // 1.05 (7) is incorrect; at most 8 in all
+  EXPECT_EQ(shortlist(), (std::vector<long long>{ids[0], ids[2], ids[5], ids[10], ids[1], ids[11], ids[8], ids[9]}));
+  auto jobs = package_jobs(*cat, "MI300X", 3, 1.15);
+  ASSERT_EQ(jobs[0].candidates.size(), 2u);  // 1.1 only is within 1.15
+  EXPECT_EQ(jobs[0].candidates[1].candidate_id, ids[2]);
+  EXPECT_EQ(jobs[0].candidates[1].bytes, "code object 2");
+  EXPECT_EQ(jobs[0].basis, "estimated");
+  EXPECT_TRUE(jobs[0].measured_on.is_null());
+  EXPECT_TRUE(jobs[0].confirmed.is_null());
+  EXPECT_TRUE(package_jobs(*cat, "H200").empty());
+}
+
+TEST_F(PackagingTest, ImportedMeasurementsReselectTheBest) {
+  MeasurementsIn m;
+  m.source = "tune.json";
+  m.device = "AMD Instinct MI300X";
+  m.driver = "6.8";
+  m.uuid = "GPU-1";
+  m.kernels = {{key, {"MI300X"}, "MI300X", ids[0], 0.7, {0.7, 0.71}}, {key, {}, "", ids[5], 0.5, {0.5}}};
+  ImportStats st = import_measurements(*cat, m);
+  EXPECT_EQ(st.measurements, 2);
+  EXPECT_EQ(st.jobs, 1);
+  EXPECT_EQ(st.best_changed, 1);
+  auto b = cat->best(job_id);
+  EXPECT_EQ(b->candidate_id, ids[5]);
+  EXPECT_EQ(b->basis, "measured");
+  EXPECT_EQ(b->device, "AMD Instinct MI300X");
+  EXPECT_DOUBLE_EQ(b->value_ms, 0.5);
+  auto jobs = package_jobs(*cat, "MI300X");
+  ASSERT_EQ(jobs[0].candidates.size(), 1u);  // measured: no shortlist
+  EXPECT_EQ(jobs[0].measured_on, json({{"device", "AMD Instinct MI300X"}, {"driver", "6.8"}, {"uuid", "GPU-1"}}));
+  // again: nothing changes; a slower re-measurement of the pick moves the best to the next fastest
+  EXPECT_EQ(import_measurements(*cat, m).best_changed, 0);
+  m.kernels = {{key, {"MI300X"}, "MI300X", ids[5], 0.9, {0.9}}};
+  EXPECT_EQ(import_measurements(*cat, m).best_changed, 1);
+  EXPECT_EQ(cat->best(job_id)->candidate_id, ids[0]);
+  EXPECT_EQ(count("SELECT COUNT(*) FROM imported_measurements"), 2);
+}
+
+TEST_F(PackagingTest, ABadKernelImportsNothing) {
+  MeasurementsIn m;
+  m.source = "tune.json";
+  m.device = "D";
+  for (const ImportedKernel& bad : std::vector<ImportedKernel>{
+           {"no-such-key", {"MI300X"}, "MI300X", ids[0], 0.1, {0.1}},
+           {key, {"H100", "H200"}, "sm_90", ids[0], 0.1, {0.1}},
+           {key, {"MI300X"}, "MI300X", 999999, 0.1, {0.1}},
+           {key, {"MI300X"}, "MI300X", ids[7], 0.1, {0.1}}}) {  // incorrect
+    m.kernels = {{key, {"MI300X"}, "MI300X", ids[1], 0.2, {0.2}}, bad};
+    EXPECT_THROW(import_measurements(*cat, m), CatalogError);
+  }
+  EXPECT_EQ(count("SELECT COUNT(*) FROM imported_measurements"), 0);
+  EXPECT_EQ(cat->best(job_id)->candidate_id, ids[0]);
+  EXPECT_EQ(cat->best(job_id)->basis, "estimated");
+}
+
+TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
+  // The confirmation round's schema (its own migration, on another branch): the
+  // columns package_jobs reads.
+  sqlite3* db = cat->handle();
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE confirmations (id INTEGER PRIMARY KEY, job_id INTEGER, candidate_id INTEGER, "
+                         "run_id TEXT, basis TEXT, device TEXT, samples BLOB, n INTEGER, median_ms REAL);"
+                         "ALTER TABLE best ADD COLUMN confirmed_run TEXT;",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  std::string blob;
+  for (int i = 20; i >= 1; --i) {  // 20 samples, 1..20 ms, in any order
+    const float f = static_cast<float>(i);
+    blob.append(reinterpret_cast<const char*>(&f), 4);
+  }
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "INSERT INTO confirmations (job_id, candidate_id, run_id, basis, device, samples, n, "
+                         "median_ms) VALUES (?1, ?2, 'r1', 'device', 'MI300X', ?3, 20, 10.5)", -1, &st, nullptr);
+  sqlite3_bind_int64(st, 1, job_id);
+  sqlite3_bind_int64(st, 2, ids[0]);
+  sqlite3_bind_blob(st, 3, blob.data(), (int)blob.size(), SQLITE_TRANSIENT);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+  sqlite3_finalize(st);
+  EXPECT_TRUE(package_jobs(*cat, "MI300X")[0].confirmed.is_null());  // best.confirmed_run not set
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE best SET confirmed_run = 'r1'", nullptr, nullptr, nullptr), SQLITE_OK);
+  // order statistics 20/2 -+ 0.98 sqrt(20): the 5th and 16th of 20
+  EXPECT_EQ(package_jobs(*cat, "MI300X")[0].confirmed,
+            json({{"median_ms", 10.5}, {"ci_low_ms", 5.0}, {"ci_high_ms", 16.0}, {"runs", 20}}));
+  EXPECT_EQ(confirmed_summary(1.0, std::string(8, '\0'))["ci_low_ms"], nullptr);  // too few samples
+}
