@@ -78,11 +78,12 @@ class Server:
                 continue
             method = req.get("method")
             handler = {"hello": self.hello, "space": self.space, "evaluate": self.evaluate,
-                       "reference_info": self.reference_info, "traffic": self.traffic}.get(method) \
+                       "reference_info": self.reference_info, "traffic": self.traffic,
+                       "confirm": self.confirm}.get(method) \
                 if isinstance(method, str) else None
             if handler is None:
                 self.error(rid, f"unknown method {method!r} "
-                                "(expected hello, space, evaluate, reference_info or traffic)")
+                                "(expected hello, space, evaluate, reference_info, traffic or confirm)")
                 continue
             try:
                 result = handler(req)
@@ -130,7 +131,7 @@ class Server:
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
-            "methods": ["hello", "space", "evaluate", "reference_info"],
+            "methods": ["hello", "space", "evaluate", "reference_info", "traffic", "confirm"],
             "generated": {"statuses": ["ok", "compile_error", "resource_error", "incorrect",
                                        "crash", "rejected", "timeout"]},
         }
@@ -185,6 +186,13 @@ class Server:
             self.wait_warm()
             return self.generated().evaluate(req)
         return self.evaluation.run(req.get("job"), req.get("config"), req.get("artifact_dir"))
+
+    def confirm(self, req: dict) -> dict:
+        """A job's finalists and baselines timed again, interleaved (confirm.py)."""
+        self.require_device()
+        self.wait_warm()
+        from . import confirm
+        return confirm.run(self.lib, self.dev, req)
 
     def reference_info(self, req: dict) -> dict:
         self.require_device()
