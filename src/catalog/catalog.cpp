@@ -1052,6 +1052,26 @@ std::vector<double> decode_samples(const std::string& bytes) {
   return out;
 }
 
+std::vector<EvaluatedCandidate> Catalog::evaluated_candidates(long long job_id) const {
+  Stmt st(db_, path_,
+          "SELECT c.id, c.config, c.source IS NOT NULL, e.status, e.bench_device, e.median_ms, e.estimate_ms "
+          "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ? ORDER BY c.id");
+  st.bind(1, job_id);
+  std::vector<EvaluatedCandidate> out;
+  while (st.step()) {
+    EvaluatedCandidate c;
+    c.candidate_id = st.i64(0);
+    c.config = st.js(1);
+    c.generated = st.i64(2) != 0;
+    c.status = st.text(3);
+    c.bench_device = st.text(4);
+    c.median_ms = st.opt_dbl(5);
+    c.estimate_ms = st.opt_dbl(6);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 void Catalog::record_confirmations(const std::vector<ConfirmationRow>& rows) {
   Tx tx(db_, path_);
   const double now = now_s();

@@ -106,8 +106,18 @@ struct BestRow {
   std::string device;       // "" is stored as NULL (estimated)
   // The confirmation round that chose this candidate and its confirmed median
   // there (0005_confirmation.sql); unset: chosen by the exploration alone.
-  std::optional<std::string> confirmed_run;
-  std::optional<double> confirmed_ms;
+  std::optional<std::string> confirmed_run = std::nullopt;
+  std::optional<double> confirmed_ms = std::nullopt;
+};
+
+// A candidate of a job with its evaluation (Catalog::evaluated_candidates).
+struct EvaluatedCandidate {
+  long long candidate_id = 0;
+  nlohmann::json config;
+  bool generated = false;               // has source code (llm), not a template config
+  std::string status;                   // the evaluation's status
+  std::string bench_device;             // "" when not benchmarked
+  std::optional<double> median_ms, estimate_ms;
 };
 
 // One entry of a confirmation round (table confirmations, 0005_confirmation.sql):
@@ -233,6 +243,10 @@ class Catalog {
   // candidate does not belong to the job.
   void set_best(const BestRow& best);
   std::optional<BestRow> best(long long job_id) const;
+
+  // Every evaluated candidate of the job, by candidate id: what the
+  // confirmation round picks its finalists from (src/explore/confirm.h).
+  std::vector<EvaluatedCandidate> evaluated_candidates(long long job_id) const;
 
   // Confirmation rounds. record_confirmations writes one round's entries in
   // one transaction (all or nothing); each candidate must belong to its job

@@ -2,6 +2,13 @@
 lines on stdin / stdout), claims to be an NVIDIA H200, offers `add` configs
 BLOCK = 64 x 1..N with a latency that grows with BLOCK, evaluates nothing, and
 appends every evaluate request's benchmark settings to $FAKE_EVALUATOR_LOG.
+It answers `confirm` (the confirmation round) with scripted samples around
+each finalist's latency: deterministic noise of +-1%, and the config whose
+BLOCK is $FAKE_CONFIRM_FASTEST (if set) at 0.4x its latency there, so a test
+sees the selection follow the confirmed medians; the eager baseline at 0.5 ms,
+compile at 0.3 ms; $FAKE_CONFIRM_SCALE multiplies every candidate's samples
+(a slower kernel for the nightly's test). Confirm requests are logged to
+$FAKE_EVALUATOR_LOG.confirm.
 
 The engine starts it as `$KILN_PYTHON -m kiln_worker`; tests point KILN_PYTHON
 at fake_python.sh next to this file, which runs this script instead.
@@ -45,7 +52,37 @@ def answer(req):
                             "p99_ms": ms, "min_ms": ms, "max_ms": ms, "stddev_ms": 0.0},
                 "artifact": None, "traffic": {"bytes": 1e6, "flops": 1e5},
                 "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
+    if m == "confirm":
+        with open(os.environ["FAKE_EVALUATOR_LOG"] + ".confirm", "a") as f:
+            f.write(json.dumps({"confirm": req["entries"], "rounds": req["rounds"], "reps": req["reps"]}) + "\n")
+        n = req["rounds"] * req["reps"]
+        fastest = os.environ.get("FAKE_CONFIRM_FASTEST")
+        scale = float(os.environ.get("FAKE_CONFIRM_SCALE", "1"))
+        entries = []
+        for e in req["entries"]:
+            if "baseline" in e:
+                base = {"eager": 0.5, "compile": 0.3}[e["baseline"]]
+                entries.append({"baseline": e["baseline"], "samples_ms": noisy(base, n)})
+                continue
+            ms = latency_ms(e["config"]) * scale
+            if fastest and e["config"]["BLOCK"] == int(fastest):
+                ms *= 0.4
+            entries.append({"id": e["id"], "samples_ms": noisy(ms, n),
+                            "check": {"passed": True, "rounds": req["rounds"], "max_abs_err": 0.0}})
+        rounds = [{"round": r, "start": {"sm_clock_mhz": 1980, "temperature_c": 40, "power_w": 300},
+                   "end": {"sm_clock_mhz": 1980, "temperature_c": 41, "power_w": 310}, "clock_drop": False}
+                  for r in range(req["rounds"])]
+        return {"basis": "device", "device": "NVIDIA H200", "rounds": req["rounds"], "reps": req["reps"],
+                "entries": entries,
+                "conditions": {"identity": {"name": "NVIDIA H200", "uuid": "GPU-fake", "driver": "fake"},
+                               "rounds": rounds, "clock_drop": False},
+                "timings": {"setup_s": 0.0, "time_s": 0.0, "kernel_s": sum(sum(e["samples_ms"]) for e in entries) / 1e3}}
     raise ValueError(f"unknown method {m!r}")
+
+
+def noisy(ms, n):
+    """n samples of ms with deterministic +-1% noise (a fixed sequence)."""
+    return [ms * (1 + 0.01 * (((i * 7919) % 201) - 100) / 100) for i in range(n)]
 
 
 for line in sys.stdin:
