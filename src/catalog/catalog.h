@@ -298,8 +298,8 @@ class Catalog {
 // batch links, candidates by (job key, candidate key), evaluations (one per
 // candidate), blobs by sha256, artifacts by (candidate, target), the best
 // candidate per job (measured beats estimated; on the same basis the lower
-// value_ms wins; a tie keeps `into`'s), and llm_calls where both catalogs have
-// them. `from` is opened read-only and never changed; it may be an older schema
+// value_ms wins; a tie keeps `into`'s), and llm_calls and confirmations where
+// both catalogs have them. `from` is opened read-only and never changed; it may be an older schema
 // version (columns it lacks take their defaults). Merging the same file twice
 // changes nothing the second time. `into` should not be in use by a run.
 struct MergeStats {
@@ -308,6 +308,7 @@ struct MergeStats {
   int candidates = 0, evaluations = 0, blobs = 0, artifacts = 0;
   int best_new = 0, best_replaced = 0;
   int llm_calls = 0;
+  int confirmations = 0;                    // rows of confirmation rounds (0005), by (job, run, entry)
   std::vector<std::string> skipped_tables;  // tables of `from` this kiln does not merge
 };
 MergeStats merge_catalog(Catalog& into, const std::filesystem::path& from);

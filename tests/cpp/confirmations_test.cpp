@@ -1,6 +1,7 @@
 // The catalog's confirmation rounds (0005_confirmation.sql), on a real file.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -124,4 +125,24 @@ TEST(Confirmations, BadRoundsWriteNothing) {
   EXPECT_THROW(f.cat.record_confirmations({row(f.job, f.c1, std::string("eager"), "r", {1.0})}), CatalogError);
   EXPECT_THROW(f.cat.record_confirmations({row(f.job, f.c1, std::nullopt, "r", {})}), CatalogError);
   EXPECT_TRUE(f.cat.confirmations(f.job).empty());
+}
+
+TEST(Confirmations, MergeCopiesRoundsOnceWithCandidateIdsMapped) {
+  Fixture f;
+  f.cat.record_confirmations({row(f.job, f.c2, std::nullopt, "r1", {0.5, 0.6, 0.7}),
+                              row(f.job, std::nullopt, std::string("eager"), "r1", {1.0})});
+  f.cat.set_best({f.job, f.c2, "measured", 0.6, "NVIDIA H200", std::string("r1"), 0.6});
+  const fs::path into_path = f.dir / "into.db";
+  Catalog into = Catalog::open(into_path, false, kMigrations);
+  MergeStats st = merge_catalog(into, f.dir / "k.db");
+  EXPECT_EQ(st.confirmations, 2);
+  EXPECT_TRUE(std::find(st.skipped_tables.begin(), st.skipped_tables.end(), "confirmations") == st.skipped_tables.end());
+  auto q = into.query("SELECT c.config, k.median_ms FROM confirmations k JOIN candidates c ON c.id = k.candidate_id");
+  ASSERT_EQ(q.rows.size(), 1u);
+  EXPECT_EQ(json::parse(q.rows[0][0].get<std::string>())["num_warps"], 8);
+  EXPECT_DOUBLE_EQ(q.rows[0][1].get<double>(), 0.6f);
+  auto b = into.query("SELECT confirmed_run FROM best");
+  ASSERT_EQ(b.rows.size(), 1u);
+  EXPECT_EQ(b.rows[0][0], "r1");
+  EXPECT_EQ(merge_catalog(into, f.dir / "k.db").confirmations, 0);  // idempotent
 }
