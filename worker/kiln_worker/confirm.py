@@ -291,12 +291,13 @@ def run(lib, dev, req: dict) -> dict:
                 compiled = torch.compile(lambda inputs: mod.reference(op, inputs, params),
                                          mode="max-autotune")
                 fns = [(lambda s=s: compiled(s["inputs"])) for s in sets]
-            calls.append({"entry": e, "fns": fns, "outs": None})
+            calls.append({"entry": e, "fns": fns, "out": None})
         else:
-            outs = [mod.output_like(op, s["inputs"], params) for s in sets]
-            fns = [(lambda s=s, o=o, cfg=e["config"]: mod.launch(op, s["inputs"], o, cfg, params))
-                   for s, o in zip(sets, outs)]
-            calls.append({"entry": e, "fns": fns, "outs": outs, "check": None})
+            # One output per finalist: poisoned before each round, checked after it.
+            out = mod.output_like(op, sets[0]["inputs"], params)
+            fns = [(lambda s=s, cfg=e["config"], out=out: mod.launch(op, s["inputs"], out, cfg, params))
+                   for s in sets]
+            calls.append({"entry": e, "fns": fns, "out": out, "check": None})
 
     clock = _Clock(dev, target)
     # Warm-up (JIT loads, torch.compile's autotuning) and the spin per entry.
@@ -318,9 +319,9 @@ def run(lib, dev, req: dict) -> dict:
     for r in range(rounds):
         s_idx = r % len(sets)
         order = [(r + k) % n for k in range(n)]
-        for c in calls:  # poison the candidates' outputs for this round's set
-            if c["outs"] is not None:
-                _poison(c["outs"][s_idx])
+        for c in calls:  # poison the candidates' outputs before the round
+            if c["out"] is not None:
+                _poison(c["out"])
         with _lock(dev, False, "bench"):
             if dev.is_gpu:
                 torch.cuda.synchronize()
@@ -338,11 +339,11 @@ def run(lib, dev, req: dict) -> dict:
                                  "clock_drop": clock_dropped(start, end)})
         # The outputs of what was timed, checked against the reference.
         for c in calls:
-            if c["outs"] is None or (c["check"] is not None and not c["check"]["passed"]):
+            if c["out"] is None or (c["check"] is not None and not c["check"]["passed"]):
                 continue
             s = sets[s_idx]
             try:
-                st = check.compare(c["outs"][s_idx], s["ref"], atol, rtol, scaled, s["seed"], memo=s["memo"])
+                st = check.compare(c["out"], s["ref"], atol, rtol, scaled, s["seed"], memo=s["memo"])
                 prev = c["check"] or {"passed": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "rounds": 0}
                 prev["rounds"] += 1
                 for k in ("max_abs_err", "max_rel_err"):
@@ -376,6 +377,10 @@ def run(lib, dev, req: dict) -> dict:
     if dev.is_gpu:
         timings["gpu_spans"] = [[a, b, kind] for a, b, kind in spans]
         timings["gpu_s"] = sum(b - a for a, b, _ in spans)
+    del calls, sets
+    if dev.is_gpu:
+        # the round's inputs and outputs back to the driver: other workers share the GPU
+        torch.cuda.empty_cache()
     return {"basis": "device" if dev.is_gpu else "cpu", "device": dev.name, "rounds": rounds,
             "reps": reps, "entries": out_entries, "conditions": conditions, "timings": timings}
 
