@@ -431,7 +431,19 @@ void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
         finish(job, true, "");
         return;
       }
-      why = "no finalist passed its re-check after timing";
+      bool any_passed = false;
+      for (const auto& r : stored)
+        if (r.candidate_id && r.conditions.value("check", json()).is_object() &&
+            r.conditions["check"].value("passed", false))
+          any_passed = true;
+      if (!any_passed) {
+        // Every finalist computed something wrong while it was timed: none of
+        // them may stand as the best on the exploration's numbers either.
+        ++stats_.confirm_failures;
+        finish(job, false, "confirmation round: no finalist's outputs passed the re-check after timing");
+        return;
+      }
+      why = "the confirmed best has no value on the job's basis (no estimate for the target)";
     } catch (const CatalogError& e) {
       fail(std::string("catalog: ") + e.what());
       return;

@@ -167,6 +167,21 @@ def test_measured_selection_follows_the_confirmed_medians(tmp_path):
     assert summary["gpu_kernel_s"] > 0 and "gpu_busy_fraction" in summary
 
 
+def test_finalists_wrong_while_timed_fail_the_job(tmp_path):
+    cat = tmp_path / "k.db"
+    man = tmp_path / "m.yaml"
+    man.write_text(FAKE_MANIFEST)
+    kiln("submit", man, catalog=cat)
+    r = kiln("run", "--device", "gpu", "--scratch", tmp_path / "s", "--json", catalog=cat,
+             env={"KILN_PYTHON": str(FAKE_EVALUATOR), "FAKE_EVALUATOR_LOG": str(tmp_path / "l"),
+                  "FAKE_CONFIRM_WRONG": "1"})
+    assert json.loads(r.stdout.splitlines()[-1])["jobs_failed"] == 1
+    (state, message), = db_rows(cat, "SELECT state, message FROM jobs")
+    assert state == "failed" and "re-check after timing" in message
+    assert db_rows(cat, "SELECT COUNT(*) FROM best") == [(0,)]
+    assert db_rows(cat, "SELECT COUNT(*) FROM confirmations") == [(6,)]  # kept: 4 finalists, 2 baselines
+
+
 def test_confirm_rounds_zero_turns_it_off(tmp_path):
     cat = tmp_path / "k.db"
     man = tmp_path / "m.yaml"

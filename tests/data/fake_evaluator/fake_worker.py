@@ -7,7 +7,8 @@ each finalist's latency: deterministic noise of +-1%, and the config whose
 BLOCK is $FAKE_CONFIRM_FASTEST (if set) at 0.4x its latency there, so a test
 sees the selection follow the confirmed medians; the eager baseline at 0.5 ms,
 compile at 0.3 ms; $FAKE_CONFIRM_SCALE multiplies every candidate's samples
-(a slower kernel for the nightly's test). Confirm requests are logged to
+(a slower kernel for the nightly's test); $FAKE_CONFIRM_WRONG fails every
+finalist's re-check. Confirm requests are logged to
 $FAKE_EVALUATOR_LOG.confirm.
 
 The engine starts it as `$KILN_PYTHON -m kiln_worker`; tests point KILN_PYTHON
@@ -67,8 +68,10 @@ def answer(req):
             ms = latency_ms(e["config"]) * scale
             if fastest and e["config"]["BLOCK"] == int(fastest):
                 ms *= 0.4
-            entries.append({"id": e["id"], "samples_ms": noisy(ms, n),
-                            "check": {"passed": True, "rounds": req["rounds"], "max_abs_err": 0.0}})
+            check = {"passed": True, "rounds": req["rounds"], "max_abs_err": 0.0}
+            if os.environ.get("FAKE_CONFIRM_WRONG"):  # every finalist wrong while timed
+                check = {"passed": False, "round": 0, "message": "scripted: wrong after timing"}
+            entries.append({"id": e["id"], "samples_ms": noisy(ms, n), "check": check})
         rounds = [{"round": r, "start": {"sm_clock_mhz": 1980, "temperature_c": 40, "power_w": 300},
                    "end": {"sm_clock_mhz": 1980, "temperature_c": 41, "power_w": 310}, "clock_drop": False}
                   for r in range(req["rounds"])]
