@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "h200_like.h"
+#include "manifest/manifest.h"
 
 using nlohmann::json;
 using namespace kiln;
@@ -117,4 +118,36 @@ TEST(Confirm, CpuBasisKeepsTheEstimate) {
   EXPECT_EQ(best->basis, "estimated");
   EXPECT_DOUBLE_EQ(best->value_ms, 0.02);
   EXPECT_DOUBLE_EQ(*best->confirmed_ms, 4.0);
+}
+
+namespace {
+const Knowledge& knowledge() {
+  static const Knowledge k = Knowledge::load(KILN_SOURCE_DIR);
+  return k;
+}
+std::string manifest(const std::string& exploration) {
+  return "targets: [H200]\ndefaults:\n  dtypes: [fp32]\n  exploration: " + exploration +
+         "\noperators:\n  - op: add\n    shape: [1024]\n";
+}
+}  // namespace
+
+TEST(Confirm, ManifestKeysReachTheSpecOnlyWhenGiven) {
+  const Manifest plain = parse_manifest(manifest("{max_candidates: 4}"), "m.yaml", knowledge());
+  const json p = plain.jobs.at(0).to_json(*knowledge().targets.find("H200"));
+  EXPECT_FALSE(p["explore"].contains("confirm_margin"));
+  EXPECT_FALSE(p["explore"].contains("baselines"));
+  const Manifest m = parse_manifest(manifest("{confirm_margin: 0.1, baselines: [compile]}"), "m.yaml", knowledge());
+  const json j = m.jobs.at(0).to_json(*knowledge().targets.find("H200"));
+  EXPECT_DOUBLE_EQ(j["explore"]["confirm_margin"].get<double>(), 0.1);
+  EXPECT_EQ(j["explore"]["baselines"], json({"eager", "compile"}));  // eager always, first
+  const ConfirmSettings s = confirm_settings(j, 5, 20);
+  EXPECT_EQ(s.baselines, (std::vector<std::string>{"eager", "compile"}));
+  try {
+    parse_manifest(manifest("{baselines: [eagre]}"), "m.yaml", knowledge());
+    ADD_FAILURE() << "a misspelt baseline was accepted";
+  } catch (const ManifestError& e) {
+    EXPECT_NE(std::string(e.what()).find("exploration.baselines"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("eager"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_manifest(manifest("{confirm_margin: -1}"), "m.yaml", knowledge()), ManifestError);
 }
