@@ -317,7 +317,7 @@ int cmd_nightly(const Args& args) {
         "package the targets whose kernels changed (and did not regress) into DIR/<target>")(
         "threshold", po::value<double>()->default_value(0.05),
         "without raw samples on both sides: the relative slowdown that counts as a regression (0.05 = 5%)")(
-        "min-effect", po::value<double>()->default_value(0.03),
+        "min-effect", po::value<double>()->default_value(0.03, "0.03"),
         "with raw samples: the smallest slowdown of the medians that counts, besides Mann-Whitney p < 0.01 "
         "(0.03 = 3%)")(
         "report", po::value<std::string>(),
@@ -543,7 +543,7 @@ int cmd_nightly(const Args& args) {
 int cmd_decide(const Args& args) {
   return guarded("decide", [&] {
     po::options_description d("kiln decide options");
-    d.add_options()("help,h", "show this help")("min-effect", po::value<double>()->default_value(0.03),
+    d.add_options()("help,h", "show this help")("min-effect", po::value<double>()->default_value(0.03, "0.03"),
                                                  "the smallest slowdown of the medians that counts")(
         "alpha", po::value<double>()->default_value(0.01), "Mann-Whitney two-sided p below this");
     po::variables_map vm;
