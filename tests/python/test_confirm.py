@@ -96,3 +96,55 @@ def test_clock_drop_rule():
     assert clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1800}) is True
     assert clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1900}) is False
     assert clock_dropped({}, {"sm_clock_mhz": 1}) is False
+
+
+def test_gpu_timing_loop_with_a_fake_device():
+    """The device path of the timed calls, with a fake device API: cold cache,
+    spin, start event, the injected sleep, the call, end event; the spin stays
+    outside the timed region, the injected delay inside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
+    from kiln_worker.confirm import _Clock
+    log, clock = [], [0.0]
+
+    class Buf:
+        def zero_(self):
+            log.append("flush")
+
+    class Event:
+        def record(self):
+            self.t = clock[0]
+            log.append("event")
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    class Api:
+        def buffer(self, nbytes):
+            return Buf()
+
+        def event(self):
+            return Event()
+
+        def synchronize(self):
+            log.append("sync")
+
+        def sleep(self, cycles):  # 1e6 cycles per ms
+            clock[0] += cycles / 1e6
+            log.append(("sleep", cycles))
+            return True
+
+    class Dev:
+        is_gpu = False
+
+    def launch():
+        clock[0] += 2.0
+        log.append("launch")
+
+    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=Api())
+    xs = c.time_calls(launch, 3, 5000, 0.5)
+    assert xs == pytest.approx([2.5, 2.5, 2.5])  # the 5000-cycle spin (0.005 ms) is not in them
+    assert c.cycles_per_ms == pytest.approx(1e6)
+    timed = log[log.index("sync", log.index("sync") + 1) + 1:]  # after the sleep calibration
+    assert timed[:6] == ["flush", ("sleep", 5000), "event", ("sleep", 500000), "launch", "event"]
+    assert timed[-1] == "sync" and timed.count("launch") == 3
+    assert c.time_calls(launch, 2, 5000, None) == pytest.approx([2.0, 2.0])

@@ -199,10 +199,10 @@ class _Clock:
     """Per call: cold cache, spin, then the call between two marks. On a GPU
     device events (read once per round), on the CPU perf_counter."""
 
-    def __init__(self, dev, target: dict | None):
-        self.gpu = dev.is_gpu
+    def __init__(self, dev, target: dict | None, api=None):
+        self.gpu = dev.is_gpu or api is not None
         if self.gpu:
-            self.api = bench._Cuda()
+            self.api = api or bench._Cuda()  # a fake one in the tests
             self.cache = self.api.buffer(bench.flush_bytes(target))
             self.cycles_per_ms = None
 
