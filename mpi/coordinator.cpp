@@ -70,6 +70,8 @@ json CoordinatorSummary::to_json() const {
     j["gpu_ranks"] = gpu_ranks;
     j["gpu_busy_each_s"] = gpu_busy_each_s;
   }
+  j["gpu_kernel_s"] = gpu_kernel_s;
+  j["gpu_kernel_fraction"] = gpu_kernel_fraction ? json(*gpu_kernel_fraction) : json(nullptr);
   if (candidates > 0 && busy_s > 0) {
     j["ms_per_candidate"] = busy_s * 1000.0 / candidates;
     j["candidates_per_s"] = candidates / busy_s;
@@ -231,6 +233,7 @@ void Coordinator::on_result(Peer& p, const json& m) {
   WorkerOutcome o = outcome_from_json(m.value("outcome", json::object()));
   if (o.kind == WorkerOutcome::Kind::kReply) {
     append_gpu_spans(o.reply, p.gpu_spans);
+    sum_.gpu_kernel_s += device_kernel_seconds(o.reply);
     try {
       const std::string why = attach_artifact(p, id, o.reply, m);
       if (!why.empty())
@@ -431,6 +434,9 @@ CoordinatorSummary Coordinator::summary() const {
   s.cpu_s = process_cpu_seconds();
   if (!s.gpu_busy_each_s.empty() && s.wall_s > 0)
     s.gpu_busy_fraction = std::min(1.0, busy / (s.wall_s * static_cast<double>(s.gpu_busy_each_s.size())));
+  if (!s.gpu_busy_each_s.empty() && s.wall_s > 0 && s.gpu_kernel_s > 0)
+    s.gpu_kernel_fraction =
+        std::min(1.0, s.gpu_kernel_s / (s.wall_s * static_cast<double>(s.gpu_busy_each_s.size())));
   return s;
 }
 

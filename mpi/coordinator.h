@@ -71,6 +71,10 @@ struct CoordinatorSummary {
   std::vector<std::string> gpu_ranks;      // "rank R on HOST (DEVICE)" per rank with GPU work
   std::vector<double> gpu_busy_each_s;
   std::optional<double> gpu_busy_fraction;  // sum / (wall_s x ranks with GPU work)
+  // The device's own account (explorer.h, RunSummary::gpu_kernel_s): kernel
+  // time measured by device events in the timed calls, over wall_s x ranks.
+  double gpu_kernel_s = 0;
+  std::optional<double> gpu_kernel_fraction;
   nlohmann::json to_json() const;
 };
 

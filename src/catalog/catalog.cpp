@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "catalog/job_key.h"
 #include "common/hash.h"
 #include "common/home.h"
+#include "stats/stats.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -979,14 +981,16 @@ void Catalog::set_best(const BestRow& b) {
                          std::to_string(chk.i64(0)) + ", not " + std::to_string(b.job_id));
   }
   Stmt(db_, path_,
-       "INSERT OR REPLACE INTO best (job_id, candidate_id, basis, value_ms, device, selected_at) "
-       "VALUES (?, ?, ?, ?, ?, ?)")
+       "INSERT OR REPLACE INTO best (job_id, candidate_id, basis, value_ms, device, selected_at, "
+       "confirmed_run, confirmed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, b.job_id)
       .bind(2, b.candidate_id)
       .bind(3, b.basis)
       .bind(4, b.value_ms)
       .bind_text_or_null(5, b.device)
       .bind(6, now_s())
+      .bind(7, b.confirmed_run)
+      .bind(8, b.confirmed_ms)
       .run();
   tx.commit();
 }
@@ -1006,7 +1010,8 @@ std::map<std::pair<std::string, std::string>, double> Catalog::compile_seconds(i
 
 std::optional<BestRow> Catalog::best(long long job_id) const {
   Stmt st(db_, path_,
-          "SELECT job_id, candidate_id, basis, value_ms, device FROM best WHERE job_id = ?");
+          "SELECT job_id, candidate_id, basis, value_ms, device, confirmed_run, confirmed_ms FROM best "
+          "WHERE job_id = ?");
   st.bind(1, job_id);
   if (!st.step()) return std::nullopt;
   BestRow b;
@@ -1015,7 +1020,127 @@ std::optional<BestRow> Catalog::best(long long job_id) const {
   b.basis = st.text(2);
   b.value_ms = st.dbl(3);
   b.device = st.text(4);
+  if (!st.is_null(5)) b.confirmed_run = st.text(5);
+  b.confirmed_ms = st.opt_dbl(6);
   return b;
+}
+
+std::string encode_samples(const std::vector<double>& ms) {
+  std::string out(ms.size() * 4, '\0');
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const float f = static_cast<float>(ms[i]);
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &f, 4);
+    for (int k = 0; k < 4; ++k) out[i * 4 + k] = static_cast<char>((bits >> (8 * k)) & 0xff);
+  }
+  return out;
+}
+
+std::vector<double> decode_samples(const std::string& bytes) {
+  if (bytes.size() % 4 != 0)
+    throw CatalogError("confirmation samples of " + std::to_string(bytes.size()) +
+                       " bytes: not float32 values (a multiple of 4 bytes)");
+  std::vector<double> out(bytes.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::uint32_t bits = 0;
+    for (int k = 0; k < 4; ++k)
+      bits |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i * 4 + k])) << (8 * k);
+    float f = 0;
+    std::memcpy(&f, &bits, 4);
+    out[i] = f;
+  }
+  return out;
+}
+
+std::vector<EvaluatedCandidate> Catalog::evaluated_candidates(long long job_id) const {
+  Stmt st(db_, path_,
+          "SELECT c.id, c.config, c.source IS NOT NULL, e.status, e.bench_device, e.median_ms, e.estimate_ms "
+          "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ? ORDER BY c.id");
+  st.bind(1, job_id);
+  std::vector<EvaluatedCandidate> out;
+  while (st.step()) {
+    EvaluatedCandidate c;
+    c.candidate_id = st.i64(0);
+    c.config = st.js(1);
+    c.generated = st.i64(2) != 0;
+    c.status = st.text(3);
+    c.bench_device = st.text(4);
+    c.median_ms = st.opt_dbl(5);
+    c.estimate_ms = st.opt_dbl(6);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void Catalog::record_confirmations(const std::vector<ConfirmationRow>& rows) {
+  Tx tx(db_, path_);
+  const double now = now_s();
+  for (const ConfirmationRow& r : rows) {
+    if (r.candidate_id.has_value() == r.baseline.has_value())
+      throw CatalogError("catalog " + path_.string() +
+                         ": record_confirmations: a row names a candidate or a baseline, exactly one");
+    if (r.samples_ms.empty())
+      throw CatalogError("catalog " + path_.string() + ": record_confirmations: a row without samples");
+    if (r.candidate_id) {
+      Stmt chk(db_, path_, "SELECT job_id FROM candidates WHERE id = ?");
+      chk.bind(1, *r.candidate_id);
+      if (!chk.step() || chk.i64(0) != r.job_id)
+        throw CatalogError("catalog " + path_.string() + ": record_confirmations: candidate " +
+                           std::to_string(*r.candidate_id) + " is not of job " + std::to_string(r.job_id));
+    }
+    const std::string blob = encode_samples(r.samples_ms);
+    Stmt(db_, path_,
+         "INSERT INTO confirmations (job_id, candidate_id, baseline, run_id, basis, device, samples, n, "
+         "median_ms, conditions, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(1, r.job_id)
+        .bind(2, r.candidate_id)
+        .bind(3, r.baseline)
+        .bind(4, r.run_id)
+        .bind(5, r.basis)
+        .bind(6, r.device)
+        .bind_blob(7, blob)
+        .bind(8, static_cast<long long>(r.samples_ms.size()))
+        .bind(9, stats::median(decode_samples(blob)))
+        .bind(10, (r.conditions.is_null() ? json::object() : r.conditions).dump())
+        .bind(11, now)
+        .run();
+  }
+  tx.commit();
+}
+
+std::vector<ConfirmationRow> Catalog::confirmations(long long job_id, const std::string& run_id) const {
+  std::string run = run_id;
+  if (run.empty()) {
+    Stmt last(db_, path_,
+              "SELECT run_id FROM confirmations WHERE job_id = ? ORDER BY created_at DESC, id DESC LIMIT 1");
+    last.bind(1, job_id);
+    if (!last.step()) return {};
+    run = last.text(0);
+  }
+  Stmt st(db_, path_,
+          "SELECT id, candidate_id, baseline, run_id, basis, device, samples, median_ms, conditions, created_at "
+          "FROM confirmations WHERE job_id = ? AND run_id = ? "
+          "ORDER BY candidate_id IS NULL, candidate_id, baseline");
+  st.bind(1, job_id).bind(2, run);
+  std::vector<ConfirmationRow> out;
+  while (st.step()) {
+    ConfirmationRow r;
+    r.id = st.i64(0);
+    r.job_id = job_id;
+    r.candidate_id = st.opt_i64(1);
+    if (!st.is_null(2)) r.baseline = st.text(2);
+    r.run_id = st.text(3);
+    r.basis = st.text(4);
+    r.device = st.text(5);
+    const void* p = sqlite3_column_blob(st.get(), 6);
+    const int nbytes = sqlite3_column_bytes(st.get(), 6);
+    r.samples_ms = decode_samples(p ? std::string(static_cast<const char*>(p), static_cast<size_t>(nbytes)) : "");
+    r.median_ms = st.dbl(7);
+    r.conditions = st.js(8);
+    r.created_at = st.dbl(9);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::vector<MeasuredJob> Catalog::measured_configs(const std::string& op, const std::string& arch,

@@ -102,9 +102,45 @@ struct LlmCallRow : LlmCallIn {
 struct BestRow {
   long long job_id = 0, candidate_id = 0;
   std::string basis;        // measured | estimated
-  double value_ms = 0;
+  double value_ms = 0;      // the confirmed median when confirmed on the device, else the exploration's
   std::string device;       // "" is stored as NULL (estimated)
+  // The confirmation round that chose this candidate and its confirmed median
+  // there (0005_confirmation.sql); unset: chosen by the exploration alone.
+  std::optional<std::string> confirmed_run = std::nullopt;
+  std::optional<double> confirmed_ms = std::nullopt;
 };
+
+// A candidate of a job with its evaluation (Catalog::evaluated_candidates).
+struct EvaluatedCandidate {
+  long long candidate_id = 0;
+  nlohmann::json config;
+  bool generated = false;               // has source code (llm), not a template config
+  std::string status;                   // the evaluation's status
+  std::string bench_device;             // "" when not benchmarked
+  std::optional<double> median_ms, estimate_ms;
+};
+
+// One entry of a confirmation round (table confirmations, 0005_confirmation.sql):
+// a candidate's or a baseline's raw samples from the worker's `confirm`.
+struct ConfirmationRow {
+  long long id = 0;                    // set when read back
+  long long job_id = 0;
+  std::optional<long long> candidate_id;  // exactly one of candidate_id, baseline
+  std::optional<std::string> baseline;    // eager | compile
+  std::string run_id;
+  std::string basis;                   // device | cpu
+  std::string device;
+  std::vector<double> samples_ms;      // stored as float32 little-endian
+  double median_ms = 0;                // computed from the samples when recorded
+  nlohmann::json conditions = nlohmann::json::object();
+  double created_at = 0;               // set when read back
+};
+
+// float32 little-endian bytes of the samples and back (the confirmations.samples
+// encoding; exposed for tools and tests). decode throws CatalogError when the
+// size is not a multiple of 4.
+std::string encode_samples(const std::vector<double>& ms);
+std::vector<double> decode_samples(const std::string& bytes);
 
 // The measured template configs of one job (Catalog::measured_configs).
 struct MeasuredJob {
@@ -208,6 +244,19 @@ class Catalog {
   void set_best(const BestRow& best);
   std::optional<BestRow> best(long long job_id) const;
 
+  // Every evaluated candidate of the job, by candidate id: what the
+  // confirmation round picks its finalists from (src/explore/confirm.h).
+  std::vector<EvaluatedCandidate> evaluated_candidates(long long job_id) const;
+
+  // Confirmation rounds. record_confirmations writes one round's entries in
+  // one transaction (all or nothing); each candidate must belong to its job
+  // and every row must have samples. median_ms is computed here from the
+  // samples as stored (float32), so it is what a reader recomputes.
+  void record_confirmations(const std::vector<ConfirmationRow>& rows);
+  // The job's rows of one round (run_id), or of its latest round when run_id is
+  // empty; candidates first (by id), then baselines. Empty when none.
+  std::vector<ConfirmationRow> confirmations(long long job_id, const std::string& run_id = "") const;
+
   // Jobs of operator `op` on `arch` whose candidates of template `template_name`
   // were benchmarked on `device` (evaluations.bench_device): per job its
   // `per_job` fastest correct configs, jobs in id order. Only the `max_jobs`
@@ -249,8 +298,8 @@ class Catalog {
 // batch links, candidates by (job key, candidate key), evaluations (one per
 // candidate), blobs by sha256, artifacts by (candidate, target), the best
 // candidate per job (measured beats estimated; on the same basis the lower
-// value_ms wins; a tie keeps `into`'s), and llm_calls where both catalogs have
-// them. `from` is opened read-only and never changed; it may be an older schema
+// value_ms wins; a tie keeps `into`'s), and llm_calls and confirmations where
+// both catalogs have them. `from` is opened read-only and never changed; it may be an older schema
 // version (columns it lacks take their defaults). Merging the same file twice
 // changes nothing the second time. `into` should not be in use by a run.
 struct MergeStats {
@@ -259,6 +308,7 @@ struct MergeStats {
   int candidates = 0, evaluations = 0, blobs = 0, artifacts = 0;
   int best_new = 0, best_replaced = 0;
   int llm_calls = 0;
+  int confirmations = 0;                    // rows of confirmation rounds (0005), by (job, run, entry)
   std::vector<std::string> skipped_tables;  // tables of `from` this kiln does not merge
 };
 MergeStats merge_catalog(Catalog& into, const std::filesystem::path& from);

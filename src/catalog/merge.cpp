@@ -234,7 +234,7 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
 
   MergeStats st;
   const std::set<std::string> known = {"batches", "jobs", "batch_jobs", "candidates", "evaluations",
-                                       "blobs", "artifacts", "best", "llm_calls"};
+                                       "blobs", "artifacts", "best", "llm_calls", "confirmations"};
   {
     Q q(from, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
     while (q.step())
@@ -495,6 +495,36 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
         bind_row(*ins, *sel, cols.size(), ids);
         ins->run();
         ++st.llm_calls;
+      }
+    }
+
+    // --- confirmations: by (job, run_id, candidate, baseline) ----------------------------------
+    if (has_table(from, "confirmations") && has_table(into, "confirmations")) {
+      const auto cols = common_columns(into, from, "confirmations", {"id"});
+      const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
+                c_run = index_of(cols, "run_id"), c_base = index_of(cols, "baseline");
+      Q find(into,
+             "SELECT 1 FROM confirmations WHERE job_id IS ?1 AND run_id IS ?2 AND candidate_id IS ?3 "
+             "AND baseline IS ?4");
+      auto sel = select_all(from, "confirmations", cols);
+      auto ins = insert_into(into, "confirmations", cols, false);
+      while (sel->step()) {
+        std::map<int, std::optional<long long>> ids;
+        ids[c_job] = job_of(*sel, c_job);
+        ids[c_cand] = cand_of(*sel, c_cand);
+        find.reset();
+        if (ids[c_job]) find.bind(1, *ids[c_job]);
+        else find.bind_value(1, sel->value(c_job));
+        find.bind_value(2, sel->value(c_run));
+        if (ids[c_cand]) find.bind(3, *ids[c_cand]);
+        else find.bind_value(3, sel->value(c_cand));
+        find.bind_value(4, sel->value(c_base));
+        const bool present = find.step();
+        sqlite3_reset(find.get());
+        if (present) continue;
+        bind_row(*ins, *sel, cols.size(), ids);
+        ins->run();
+        ++st.confirmations;
       }
     }
 

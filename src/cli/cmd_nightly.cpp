@@ -12,8 +12,11 @@
 //      estimated values are never compared ("not comparable");
 //   4. package the targets whose kernels changed and did not regress
 //      (--package-dir DIR: DIR/<target>, via package_target).
-// Exit 4 when a job run now is slower than its previous best by more than
-// --threshold (or failed where it had a kernel before), so cron and Slurm notice.
+// Exit 4 when a job run now regressed (or failed where it had a kernel before),
+// so cron and Slurm notice. Regressed: where both bests have raw samples from
+// a confirmation round, Mann-Whitney U p < 0.01 and the median more than
+// --min-effect slower (stats/regression.h); otherwise the median more than
+// --threshold slower.
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -34,6 +37,7 @@
 #include "explore/explorer.h"
 #include "cli/package_cli.h"
 #include "package/package.h"
+#include "stats/regression.h"
 
 namespace kiln {
 
@@ -48,11 +52,14 @@ struct BestInfo {
   std::string key, basis, device;
   double ms = 0;
   long long candidate_id = 0;
+  std::vector<double> samples;           // the best's raw samples from its confirmation round ({} if none)
+  std::string samples_basis;             // device | cpu
   json to_json() const {
     return {{"job_id", job_id}, {"key", key},
             {"basis", basis},   {"ms", ms},
             {"device", device.empty() ? json(nullptr) : json(device)},
-            {"candidate_id", candidate_id}};
+            {"candidate_id", candidate_id},
+            {"confirmed_samples", samples.size()}};
   }
 };
 
@@ -64,6 +71,7 @@ struct JobReport {
   bool ran_now = false;                  // not done before this nightly, done or failed after it
   std::optional<BestInfo> now, previous;
   std::optional<double> ratio;           // now / previous, same basis only
+  json decision;                         // the test on raw samples (decided_by, p, ratio_ci95, ...)
   std::string status;                    // new | improved | same | regression | not comparable |
                                          // unchanged | failed | pending | missing
   bool counts_as_regression = false;
@@ -87,24 +95,29 @@ std::string now_iso() {
   return buf;
 }
 
-std::optional<BestInfo> read_best(sqlite3* db, long long job_id, const std::string& key) {
-  Stmt st(db, "SELECT basis, value_ms, device, candidate_id FROM best WHERE job_id = ?1");
-  sqlite3_bind_int64(st.s, 1, job_id);
-  if (!st.step()) return std::nullopt;
+std::optional<BestInfo> read_best(const Catalog& catalog, long long job_id, const std::string& key) {
+  const std::optional<BestRow> row = catalog.best(job_id);
+  if (!row) return std::nullopt;
   BestInfo b;
   b.job_id = job_id;
   b.key = key;
-  b.basis = st.col(0).get<std::string>();
-  b.ms = st.col(1).get<double>();
-  b.device = st.col(2).is_null() ? "" : st.col(2).get<std::string>();
-  b.candidate_id = st.col(3).get<long long>();
+  b.basis = row->basis;
+  b.ms = row->value_ms;
+  b.device = row->device;
+  b.candidate_id = row->candidate_id;
+  if (row->confirmed_run)  // the raw samples of the round that chose it
+    for (const auto& c : catalog.confirmations(job_id, *row->confirmed_run))
+      if (c.candidate_id && *c.candidate_id == row->candidate_id) {
+        b.samples = c.samples_ms;
+        b.samples_basis = c.basis;
+      }
   return b;
 }
 
 // Every manifest job's current state and best, and its previous result.
 std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<NewJob>& jobs,
                                     const std::map<std::string, std::string>& state_before,
-                                    bool report_only, double threshold) {
+                                    bool report_only, double threshold, double min_effect) {
   sqlite3* db = catalog.handle();
   std::set<std::string> current_keys;
   for (const NewJob& nj : jobs) current_keys.insert(nj.key);
@@ -135,7 +148,7 @@ std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<Ne
     auto before = state_before.find(nj.key);
     const bool was_done = before != state_before.end() && before->second == "done";
     r.ran_now = report_only || (!was_done && (r.state == "done" || r.state == "failed"));
-    r.now = read_best(db, r.id, r.key);
+    r.now = read_best(catalog, r.id, r.key);
     {
       // The same job, older: (op, shape, dtype, params, target) equal, another
       // key (not one of this manifest's: two entries may differ only in their
@@ -159,7 +172,7 @@ std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<Ne
       while (st.step()) {
         const std::string key = st.col(1).get<std::string>();
         if (current_keys.count(key)) continue;
-        r.previous = read_best(db, st.col(0).get<long long>(), key);
+        r.previous = read_best(catalog, st.col(0).get<long long>(), key);
         break;
       }
     }
@@ -177,6 +190,18 @@ std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<Ne
       r.status = "new";
     } else if (!r.now || r.now->basis != r.previous->basis) {
       r.status = "not comparable";
+    } else if (!r.now->samples.empty() && !r.previous->samples.empty() &&
+               r.now->samples_basis == r.previous->samples_basis) {
+      // Both bests have raw samples from a confirmation round: decided by the
+      // Mann-Whitney test plus the minimum effect (stats/regression.h).
+      const stats::RegressionDecision d =
+          stats::decide_regression(r.previous->samples, r.now->samples, {0.01, min_effect});
+      r.ratio = d.ratio;
+      r.decision = {{"decided_by", "mann-whitney"}, {"p", d.p}, {"alpha", 0.01}, {"min_effect", min_effect},
+                    {"median_ratio", d.ratio}, {"ratio_ci95", json::array({d.ratio_ci.lo, d.ratio_ci.hi})},
+                    {"n_previous", d.n_previous}, {"n_now", d.n_now}, {"verdict", d.verdict}};
+      r.status = d.verdict == "regressed" ? "regression" : d.verdict == "improved" ? "improved" : "same";
+      r.counts_as_regression = d.verdict == "regressed";
     } else if (*r.ratio > 1 + threshold) {
       r.status = "regression";
       r.counts_as_regression = true;
@@ -185,6 +210,9 @@ std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<Ne
     } else {
       r.status = "same";
     }
+    if (r.decision.is_null() && r.ratio && r.status != "not comparable")
+      r.decision = {{"decided_by", "ratio"}, {"threshold", threshold},
+                    {"note", "no raw samples on both sides (unconfirmed best): the ratio of medians alone"}};
     out.push_back(std::move(r));
   }
   return out;
@@ -200,12 +228,22 @@ json job_json(const JobReport& r) {
             {"regression", r.counts_as_regression},
             {"new", r.now ? r.now->to_json() : json(nullptr)},
             {"previous", r.previous ? r.previous->to_json() : json(nullptr)},
-            {"ratio", r.ratio ? json(*r.ratio) : json(nullptr)}};
+            {"ratio", r.ratio ? json(*r.ratio) : json(nullptr)},
+            {"decision", r.decision}};
   if (r.now && r.previous && r.now->basis != r.previous->basis)
     j["note"] = "not comparable: " + r.now->basis + " now, " + r.previous->basis +
                 " before (a measurement and the static model's estimate are never compared)";
   if (r.state == "failed") j["message"] = r.message;
   return j;
+}
+
+std::string decision_text(const json& d) {
+  if (d.is_null()) return "-";
+  if (d["decided_by"] == "ratio") return "ratio (no samples)";
+  std::ostringstream os;
+  os << "p=" << std::setprecision(2) << d["p"].get<double>() << ", ratio 95% CI [" << std::setprecision(4)
+     << d["ratio_ci95"][0].get<double>() << ", " << d["ratio_ci95"][1].get<double>() << "]";
+  return os.str();
 }
 
 std::string markdown(const json& rep, const std::vector<JobReport>& jobs) {
@@ -220,8 +258,11 @@ std::string markdown(const json& rep, const std::vector<JobReport>& jobs) {
   md << "\n";
   md << "- jobs: " << jobs.size() << " · run now: " << rep["summary"]["ran_now"].get<int>()
      << " · candidates evaluated now: " << rep["evaluated"].get<int>() << "\n";
-  md << "- threshold: a job run now whose best is more than " << fmt_ms(rep["threshold"].get<double>() * 100)
-     << "% slower than its previous best is a regression\n\n";
+  md << "- regression: where both bests have raw samples from a confirmation round, Mann-Whitney U "
+        "p < 0.01 and a median more than "
+     << fmt_ms(rep["min_effect"].get<double>() * 100)
+     << "% slower; otherwise (no samples) a median more than " << fmt_ms(rep["threshold"].get<double>() * 100)
+     << "% slower than the previous best\n\n";
   const int regressions = rep["summary"]["regressions"].get<int>();
   if (regressions > 0) {
     md << "**" << regressions << " regression(s):**\n\n";
@@ -236,13 +277,14 @@ std::string markdown(const json& rep, const std::vector<JobReport>& jobs) {
   } else {
     md << "No regressions.\n\n";
   }
-  md << "| op | shape | dtype | target | status | run now | best | previous best | ratio |\n";
-  md << "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  md << "| op | shape | dtype | target | status | run now | best | previous best | ratio | decided by |\n";
+  md << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const auto& r : jobs) {
     md << "| " << r.op << " | " << shape_text(r.shape) << " | " << r.dtype << " | " << r.target << " | "
        << (r.counts_as_regression ? "**" + r.status + "**" : r.status) << " | " << (r.ran_now ? "yes" : "no")
        << " | " << best_text(r.now) << " | " << best_text(r.previous) << " | "
-       << (r.ratio ? fmt_ms(*r.ratio) : (r.now && r.previous ? "not comparable" : "-")) << " |\n";
+       << (r.ratio ? fmt_ms(*r.ratio) : (r.now && r.previous ? "not comparable" : "-")) << " | "
+       << decision_text(r.decision) << " |\n";
   }
   md << "\nmeasured: median latency on a device of the target's kind; estimated: the static model\n"
         "(docs/estimate.md). A measured and an estimated value are not comparable and never compared.\n";
@@ -275,7 +317,10 @@ int cmd_nightly(const Args& args) {
         "package-dir", po::value<std::string>(),
         "package the targets whose kernels changed (and did not regress) into DIR/<target>")(
         "threshold", po::value<double>()->default_value(0.05),
-        "relative slowdown that counts as a regression (0.05 = 5%)")(
+        "without raw samples on both sides: the relative slowdown that counts as a regression (0.05 = 5%)")(
+        "min-effect", po::value<double>()->default_value(0.03, "0.03"),
+        "with raw samples: the smallest slowdown of the medians that counts, besides Mann-Whitney p < 0.01 "
+        "(0.03 = 3%)")(
         "report", po::value<std::string>(),
         "write the report to FILE (Markdown) and beside it FILE's stem + .json")(
         "workers", po::value<int>()->default_value(1), "evaluator processes in parallel")(
@@ -320,6 +365,8 @@ int cmd_nightly(const Args& args) {
     const bool report_only = vm->count("report-only") > 0;
     const double threshold = (*vm)["threshold"].as<double>();
     if (!(threshold >= 0)) throw UsageError("--threshold must be >= 0");
+    const double min_effect = (*vm)["min-effect"].as<double>();
+    if (!(min_effect >= 0)) throw UsageError("--min-effect must be >= 0");
     RunOptions o;
     o.workers = (*vm)["workers"].as<int>();
     o.device = (*vm)["device"].as<std::string>();
@@ -387,7 +434,7 @@ int cmd_nightly(const Args& args) {
       }
     }
 
-    const std::vector<JobReport> reports = build_report(catalog, jobs, before, report_only, threshold);
+    const std::vector<JobReport> reports = build_report(catalog, jobs, before, report_only, threshold, min_effect);
     json summary = {{"jobs", reports.size()}, {"ran_now", 0}, {"regressions", 0}};
     for (const char* s : {"new", "improved", "same", "regression", "not comparable", "unchanged", "failed",
                           "pending", "missing"})
@@ -465,6 +512,7 @@ int cmd_nightly(const Args& args) {
                 {"batch", batch},
                 {"triton", hello.value("triton", "")},
                 {"threshold", threshold},
+                {"min_effect", min_effect},
                 {"report_only", report_only},
                 {"run", run},
                 {"evaluated", evaluated},
@@ -490,6 +538,55 @@ int cmd_nightly(const Args& args) {
     else std::cout << md;
     if (interrupted) return 130;
     return regressions.empty() ? 0 : kExitRegression;
+  });
+}
+
+// kiln decide: {"pairs": [{"previous": [ms...], "now": [ms...]}, ...]} on stdin
+// -> {"decisions": [{verdict, p, median_ratio, ratio_ci95, n_previous, n_now}, ...]}:
+// kiln nightly's decision (stats/regression.h) for tools that time outside a
+// catalog (bench/aa_nightly.py's A/A and injected-slowdown counts).
+int cmd_decide(const Args& args) {
+  return guarded("decide", [&] {
+    po::options_description d("kiln decide options");
+    d.add_options()("help,h", "show this help")("min-effect", po::value<double>()->default_value(0.03, "0.03"),
+                                                 "the smallest slowdown of the medians that counts")(
+        "alpha", po::value<double>()->default_value(0.01), "Mann-Whitney two-sided p below this");
+    po::variables_map vm;
+    po::store(po::command_line_parser(args).options(d).run(), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: kiln decide [--min-effect 0.03] [--alpha 0.01] < pairs.json\n"
+                   "kiln nightly's regression decision on raw samples: stdin {\"pairs\": [{\"previous\":\n"
+                   "[ms, ...], \"now\": [ms, ...]}, ...]}, stdout {\"decisions\": [...]}.\n"
+                << d;
+      return 0;
+    }
+    po::notify(vm);
+    json in;
+    try {
+      in = json::parse(std::cin);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("kiln decide: stdin is not JSON: ") + e.what());
+    }
+    if (!in.is_object() || !in.contains("pairs") || !in["pairs"].is_array())
+      throw UsageError("kiln decide: stdin must be {\"pairs\": [{\"previous\": [...], \"now\": [...]}, ...]}");
+    const stats::RegressionSettings rs{vm["alpha"].as<double>(), vm["min-effect"].as<double>()};
+    json out = json::array();
+    for (const auto& p : in["pairs"]) {
+      std::vector<double> a, b;
+      try {
+        a = p.at("previous").get<std::vector<double>>();
+        b = p.at("now").get<std::vector<double>>();
+      } catch (const std::exception&) {
+        throw UsageError("kiln decide: each pair needs number lists 'previous' and 'now'");
+      }
+      if (a.empty() || b.empty()) throw UsageError("kiln decide: a pair with an empty sample");
+      const auto dd = stats::decide_regression(a, b, rs);
+      out.push_back({{"verdict", dd.verdict}, {"p", dd.p}, {"median_ratio", dd.ratio},
+                     {"ratio_ci95", json::array({dd.ratio_ci.lo, dd.ratio_ci.hi})},
+                     {"n_previous", dd.n_previous}, {"n_now", dd.n_now}});
+    }
+    std::cout << json{{"decisions", out}, {"alpha", rs.alpha}, {"min_effect", rs.min_effect}}.dump() << "\n";
+    return 0;
   });
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "manifest/misses.h"
 #include "package/code_object.h"
 #include "package/package.h"
+#include "stats/stats.h"
 
 namespace kiln {
 
@@ -162,7 +164,11 @@ int cmd_run(const Args& args) {
                         {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"workers_ready_s", s.workers_ready_s}, {"device", s.device},
                         {"gpu_busy_s", s.gpu_busy_s}, {"gpu_bench_s", s.gpu_bench_s},
                         {"gpu_busy_fraction", s.gpu_busy_fraction ? json(*s.gpu_busy_fraction) : json(nullptr)},
-                        {"gpus", s.gpu_ids}, {"gpu_busy_each_s", s.gpu_busy_each_s}}.dump()
+                        {"gpus", s.gpu_ids}, {"gpu_busy_each_s", s.gpu_busy_each_s},
+                        // the lock-held figures above; the device's own account (event-timed kernels):
+                        {"gpu_kernel_s", s.gpu_kernel_s},
+                        {"gpu_kernel_fraction", s.gpu_kernel_fraction ? json(*s.gpu_kernel_fraction) : json(nullptr)},
+                        {"jobs_confirmed", s.jobs_confirmed}, {"confirm_failures", s.confirm_failures}}.dump()
                 << "\n";
     return s.interrupted ? 130 : 0;
   });
@@ -246,6 +252,101 @@ int cmd_status(const Args& args) {
 
 // --- best ----------------------------------------------------------------------
 
+namespace {
+
+json interval_json(const stats::Interval& i) { return json::array({i.lo, i.hi}); }
+
+// The confirmation of a job's best from the catalog's raw samples (run_id: the
+// round that chose it, else the job's latest round): the best's median and 95%
+// interval, the runner-up and the margin to it (tie when the intervals
+// overlap), each baseline's median and the speedup against it with its
+// interval, and the conditions. null when the job has no confirmation of its best.
+json confirmed_summary(const Catalog& catalog, long long job_id, long long best_id, const std::string& run_id) {
+  const auto rows = catalog.confirmations(job_id, run_id);
+  const ConfirmationRow* best = nullptr;
+  for (const auto& r : rows)
+    if (r.candidate_id && *r.candidate_id == best_id) best = &r;
+  if (!best) return nullptr;
+  json out = {{"run_id", best->run_id}, {"basis", best->basis}, {"device", best->device},
+              {"median_ms", best->median_ms}, {"ci95_ms", interval_json(stats::bootstrap_median_ci(best->samples_ms))},
+              {"n", best->samples_ms.size()}, {"runner_up", nullptr}, {"tie", false}, {"baselines", json::object()}};
+  const stats::Interval best_ci = stats::bootstrap_median_ci(best->samples_ms);
+  const ConfirmationRow* runner = nullptr;
+  int finalists = 0;
+  for (const auto& r : rows) {
+    if (!r.candidate_id) continue;
+    ++finalists;
+    if (&r == best) continue;
+    const json chk = r.conditions.value("check", json());
+    if (!chk.is_object() || !chk.value("passed", false)) continue;
+    if (!runner || r.median_ms < runner->median_ms) runner = &r;
+  }
+  out["finalists"] = finalists;
+  if (runner) {
+    const stats::Interval rci = stats::bootstrap_median_ci(runner->samples_ms);
+    out["runner_up"] = {{"candidate_id", *runner->candidate_id}, {"median_ms", runner->median_ms},
+                        {"ci95_ms", interval_json(rci)},
+                        {"margin", best->median_ms > 0 ? runner->median_ms / best->median_ms - 1 : 0.0}};
+    out["tie"] = best_ci.overlaps(rci);
+  }
+  for (const auto& r : rows) {
+    if (!r.baseline) continue;
+    out["baselines"][*r.baseline] = {
+        {"median_ms", r.median_ms}, {"ci95_ms", interval_json(stats::bootstrap_median_ci(r.samples_ms))},
+        {"speedup", best->median_ms > 0 ? r.median_ms / best->median_ms : 0.0},
+        {"speedup_ci95", interval_json(stats::bootstrap_ratio_ci(r.samples_ms, best->samples_ms))}};
+  }
+  const json& c = best->conditions;
+  json summary = {{"clock_drop", c.value("clock_drop", false)}, {"identity", c.value("identity", json())}};
+  // SM clock, temperature and power over the round's readings (min, max).
+  for (const char* key : {"sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"}) {
+    std::vector<double> v;
+    for (const auto& rc : c.value("rounds", json::array()))
+      for (const char* at : {"start", "end"})
+        if (rc.contains(at) && rc[at].contains(key) && rc[at][key].is_number()) v.push_back(rc[at][key].get<double>());
+    if (!v.empty()) summary[key] = {*std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end())};
+  }
+  out["conditions"] = summary;
+  return out;
+}
+
+struct ConfirmedText {
+  json median, runner_up, baselines;
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+std::string sig(double v) {  // 3 significant digits
+  std::ostringstream os;
+  os << std::setprecision(3) << v;
+  return os.str();
+}
+
+ConfirmedText confirmed_text(const json& c) {
+  if (c.is_null()) return {json("- (unconfirmed)"), nullptr, nullptr};
+  ConfirmedText t;
+  const auto ci = c["ci95_ms"];
+  std::string m = fixed(c["median_ms"].get<double>(), 4) + " [" + fixed(ci[0].get<double>(), 4) + ", " +
+                  fixed(ci[1].get<double>(), 4) + "]";
+  if (c["basis"] == "cpu") m += " cpu";
+  if (c["conditions"].value("clock_drop", false)) m += " (clock drop)";
+  t.median = m;
+  if (!c["runner_up"].is_null())
+    t.runner_up = "+" + fixed(c["runner_up"]["margin"].get<double>() * 100, 1) + "%" + (c["tie"].get<bool>() ? " tie" : "");
+  std::string b;
+  for (const auto& [name, v] : c["baselines"].items())
+    b += (b.empty() ? "" : ", ") + name + " " + sig(v["speedup"].get<double>()) + "x [" +
+         sig(v["speedup_ci95"][0].get<double>()) + ", " + sig(v["speedup_ci95"][1].get<double>()) + "]";
+  if (!b.empty()) t.baselines = b;
+  return t;
+}
+
+}  // namespace
+
 int cmd_best(const Args& args) {
   return guarded("best", [&] {
     po::options_description d("kiln best options");
@@ -270,7 +371,8 @@ int cmd_best(const Args& args) {
     std::string sql =
         "SELECT j.op, j.shape, j.dtype, j.target, j.arch, j.state, b.basis, b.value_ms, b.device, "
         "c.config, e.max_rel_err, e.registers, e.spills, e.shared_bytes, e.occupancy, a.kind, "
-        "a.sha256, a.kernel_name, bl.data, j.message, e.exec_device, e.seeds, c.id, e.p99_ms, e.mean_ms "
+        "a.sha256, a.kernel_name, bl.data, j.message, e.exec_device, e.seeds, c.id, e.p99_ms, e.mean_ms, j.id, "
+        "b.confirmed_run "
         "FROM jobs j LEFT JOIN best b ON b.job_id = j.id "
         "LEFT JOIN candidates c ON c.id = b.candidate_id "
         "LEFT JOIN evaluations e ON e.candidate_id = c.id "
@@ -300,6 +402,8 @@ int cmd_best(const Args& args) {
         r["seeds"] = st.col(21);
         r["p99_ms"] = r["basis"] == "measured" ? st.col(23) : json(nullptr);
         r["mean_ms"] = r["basis"] == "measured" ? st.col(24) : json(nullptr);
+        r["confirmed"] = confirmed_summary(catalog, st.col(25).get<long long>(), st.col(22).get<long long>(),
+                                           st.col(26).is_null() ? "" : st.col(26).get<std::string>());
         r["registers"] = st.col(11);
         r["spills"] = st.col(12);
         r["shared_bytes"] = st.col(13);
@@ -323,19 +427,22 @@ int cmd_best(const Args& args) {
       std::cout << "no jobs" << (vm->count("op") || !target.empty() ? " match" : " in the catalog") << "\n";
       return 0;
     }
-    Table t{{"op", "shape", "dtype", "target", "best ms", "basis", "config", "regs", "spills",
-             "code object"},
+    Table t{{"op", "shape", "dtype", "target", "best ms", "basis", "confirmed median [95% CI]",
+             "vs runner-up", "speedup vs baselines [95% CI]", "config", "regs", "spills", "code object"},
             {}};
     for (const auto& r : rows) {
       if (!r.contains("basis")) {
         t.rows.push_back({r["op"], shape_text(r["shape"]), r["dtype"], r["target"], nullptr,
-                          r["state"], r.value("message", json(nullptr)), nullptr, nullptr, nullptr});
+                          r["state"], nullptr, nullptr, nullptr, r.value("message", json(nullptr)), nullptr,
+                          nullptr, nullptr});
         continue;
       }
       const std::string basis = r["basis"] == "measured"
                                     ? "measured on " + r["device"].get<std::string>()
                                     : "estimated";
+      const ConfirmedText ct = confirmed_text(r["confirmed"]);
       t.rows.push_back({r["op"], shape_text(r["shape"]), r["dtype"], r["target"], r["ms"], basis,
+                        ct.median, ct.runner_up, ct.baselines,
                         config_text(r["config"]), r["registers"], r["spills"],
                         r.contains("code_object") ? json(r["code_object"]["kind"].get<std::string>() + ": " +
                                                          r["code_object"]["summary"].get<std::string>())
@@ -344,7 +451,10 @@ int cmd_best(const Args& args) {
     t.print_text(std::cout);
     std::cout << "\nmeasured: median latency on a device of the target's kind. estimated: the static\n"
                  "model (docs/estimate.md) ranks candidates for targets with no such device here;\n"
-                 "its ms are a model's, not a measurement.\n";
+                 "its ms are a model's, not a measurement. confirmed: the finalists and baselines timed\n"
+                 "again together after the exploration (bootstrap 95% intervals over the raw samples;\n"
+                 "tie: the best's interval overlaps the runner-up's; 'cpu': the CPU test path, not a\n"
+                 "measurement; '-' (unconfirmed): the exploration's single median or the estimate).\n";
     return 0;
   });
 }

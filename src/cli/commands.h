@@ -20,6 +20,7 @@ int cmd_package(const Args& args);               // cli/cmd_package.cpp
 int cmd_import_measurements(const Args& args);  // cli/cmd_package.cpp
 int cmd_merge(const Args& args);    // cli/cmd_merge.cpp
 int cmd_nightly(const Args& args);  // cli/cmd_nightly.cpp
+int cmd_decide(const Args& args);   // cli/cmd_nightly.cpp: the regression decision on samples from stdin
 int cmd_lineage(const Args& args);  // cli/cmd_lineage.cpp
 
 }  // namespace kiln

@@ -20,6 +20,7 @@ commands:
   lineage --job ID     which candidate repairs which: rounds, instances, LLM calls
   merge OUT IN...      merge catalogs (e.g. the shards of a Slurm job array)
   nightly MANIFEST     regenerate a kernel set: run what changed, report regressions (exit 4)
+  decide               kiln nightly's regression decision on raw samples (JSON on stdin)
 
 Every command takes --help. The catalog is --catalog PATH, else $KILN_CATALOG,
 else ./kiln.db. Docs: docs/manifest.md, docs/catalog.md, docs/architecture.md.
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   if (cmd == "import-measurements") return kiln::cmd_import_measurements(args);
   if (cmd == "merge") return kiln::cmd_merge(args);
   if (cmd == "nightly") return kiln::cmd_nightly(args);
+  if (cmd == "decide") return kiln::cmd_decide(args);
   if (cmd == "lineage") return kiln::cmd_lineage(args);
   std::cerr << "kiln: unknown command '" << cmd << "'\n\n" << kUsage;
   return 2;

@@ -70,6 +70,20 @@ void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double,
   }
 }
 
+double device_kernel_seconds(const nlohmann::json& reply) {
+  auto r = reply.find("result");
+  if (r == reply.end() || !r->is_object()) return 0;
+  double s = 0;
+  if (auto t = r->find("timings"); t != r->end() && t->is_object())
+    if (auto k = t->find("kernel_s"); k != t->end() && k->is_number()) s += k->get<double>();
+  if (auto l = r->find("latency"); l != r->end() && l->is_object()) {
+    auto m = l->find("mean_ms"), n = l->find("runs");
+    if (m != l->end() && n != l->end() && m->is_number() && n->is_number())
+      s += m->get<double>() * n->get<double>() / 1000;
+  }
+  return s;
+}
+
 std::string this_owner() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -156,11 +170,16 @@ class Explorer {
     summary_.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     summary_.gpu_ids = opts_.gpus.ids;
     gpu_busy(epoch_now());
+    const double gpus = static_cast<double>(std::max<size_t>(1, opts_.gpus.ids.size()));
+    if (summary_.wall_s > 0 && summary_.gpu_kernel_s > 0)
+      summary_.gpu_kernel_fraction = std::min(1.0, summary_.gpu_kernel_s / (summary_.wall_s * gpus));
     const SchedulerStats& st = scheduler_->stats();
     summary_.jobs_done = st.jobs_done;
     summary_.jobs_failed = st.jobs_failed;
     summary_.candidates = st.candidates;
     summary_.candidate_failures = st.candidate_failures;
+    summary_.jobs_confirmed = st.jobs_confirmed;
+    summary_.confirm_failures = st.confirm_failures;
     print_progress(true);
     std::error_code ec;
     std::filesystem::remove_all(artifact_dir_, ec);
@@ -316,6 +335,7 @@ class Explorer {
         if (o.kind == WorkerOutcome::Kind::kReply) {
           const size_t g = slots_[i].gpu;
           append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);
+          summary_.gpu_kernel_s += device_kernel_seconds(o.reply);
         }
         // evaluations.worker: the evaluator's pid, and its GPU where the run spans several
         std::string who = "pid " + std::to_string(slots_[i].worker->pid());
@@ -357,6 +377,7 @@ class Explorer {
     }
     const double capacity = summary_.wall_s * static_cast<double>(gpu_spans_.size());
     if (capacity > 0) summary_.gpu_busy_fraction = std::min(1.0, summary_.gpu_busy_s / capacity);
+
   }
 
   void arm_lease_timer() {
@@ -393,6 +414,11 @@ class Explorer {
            << std::setprecision(0) << *summary_.gpu_busy_fraction * 100 << "% of " << std::setprecision(1)
            << summary_.wall_s << " s (timed runs alone " << std::setprecision(0)
            << (capacity > 0 ? summary_.gpu_bench_s / capacity * 100 : 0) << "%)";
+      // The device's own account beside the lock-held one: event-timed kernel time.
+      if (summary_.gpu_kernel_fraction)
+        line << " · GPU kernel time by device events " << std::setprecision(0)
+             << *summary_.gpu_kernel_fraction * 100 << "% (" << std::setprecision(1) << summary_.gpu_kernel_s
+             << " s)";
       if (summary_.gpu_busy_each_s.size() > 1) {
         line << "; per GPU";
         for (size_t g = 0; g < summary_.gpu_busy_each_s.size(); ++g)

@@ -55,6 +55,15 @@ struct RunSummary {
   std::optional<double> gpu_busy_fraction;  // gpu_busy_s / (wall_s x GPUs)
   std::vector<std::string> gpu_ids;         // the bound GPUs ({} when unbound)
   std::vector<double> gpu_busy_each_s;      // per bound GPU (one entry when unbound)
+  // The device's own account: kernel time measured by device events (every
+  // timed call of the benchmarks and confirmation rounds), summed over the
+  // run, and its share of wall_s x GPUs. The lock-held figures above count
+  // what the workers reserved; this counts what the GPU executed while timed
+  // (checks' and set-ups' kernels are not event-timed and not in it: a lower
+  // bound). Unset when nothing was timed on a GPU.
+  double gpu_kernel_s = 0;
+  std::optional<double> gpu_kernel_fraction;
+  int jobs_confirmed = 0, confirm_failures = 0;  // confirmation rounds (scheduler.h)
 };
 
 // Runs until the queue is empty or a signal asks to stop. Throws
@@ -70,6 +79,11 @@ double union_seconds(std::vector<std::pair<double, double>> spans, double from, 
 // A reply without them adds nothing.
 void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double, double>>& all,
                       std::vector<std::pair<double, double>>* bench = nullptr);
+
+// Seconds of kernel time the worker's device events measured in one reply:
+// an evaluation's benchmark (latency.mean_ms x latency.runs) or a confirmation
+// round (timings.kernel_s). 0 for a reply without GPU timings.
+double device_kernel_seconds(const nlohmann::json& reply);
 
 // "host:pid" of this process: the lease owner.
 std::string this_owner();

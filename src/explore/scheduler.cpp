@@ -11,6 +11,7 @@
 #include "catalog/job_key.h"
 #include "common/hash.h"
 #include "evaluate/estimate.h"
+#include "explore/confirm.h"
 #include "explore/select.h"
 
 namespace kiln {
@@ -67,6 +68,10 @@ struct Scheduler::Job {
     if (!best_ms || ms < *best_ms) best_ms = ms;
   }
   std::string error;                 // the generator's "error: " note, if it gave up
+  // The confirmation round: queued (not yet handed out), in flight, done.
+  std::optional<WorkItem> confirm_item;
+  std::vector<Finalist> finalists;
+  bool confirm_sent = false, confirm_done = false;
   std::string label() const {
     return ctx.row.op + " " + shape_str(ctx.row.shape) + " " + ctx.row.dtype + " " + ctx.row.target;
   }
@@ -101,6 +106,13 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       w.timeout_s = 120;
       w.label = job->label();
       return w;
+    }
+    // A job whose exploration is over waits for its confirmation round alone.
+    for (auto& [id, job] : active_) {
+      if (!job->confirm_item || job->confirm_sent) continue;
+      job->confirm_sent = true;
+      affinity_.took(slot, id);
+      return *job->confirm_item;
     }
     // Claim ahead: when the candidates ready to hand out would not fill the
     // executor's slots, and no active job is still being planned, claim the
@@ -225,6 +237,10 @@ void Scheduler::complete(const WorkItem& item, const WorkerOutcome& o, const std
     plan(job);
     return;
   }
+  if (item.kind == WorkItem::Kind::kConfirm) {
+    complete_confirmation(job, o);
+    return;
+  }
   --job.in_flight;
   record(item, o, worker);
   maybe_finish(item.job_id);
@@ -236,6 +252,10 @@ void Scheduler::requeue(const WorkItem& item) {
   Job& job = *it->second;
   if (item.kind == WorkItem::Kind::kSpace) {
     if (!job.space_known) job.space_requested = false;
+    return;
+  }
+  if (item.kind == WorkItem::Kind::kConfirm) {
+    job.confirm_sent = false;  // handed out again by next()
     return;
   }
   job.pending.push_front(item.candidate);
@@ -350,6 +370,95 @@ void Scheduler::maybe_finish(long long id) {
     plan(job);
     return;
   }
+  if (job.confirm_item) return;  // its confirmation round is queued or in flight
+  // The executor asks next() after every completion: the queued round goes out then.
+  if (!job.confirm_done && start_confirmation(job)) return;
+  select_and_finish(job);
+}
+
+bool Scheduler::start_confirmation(Job& job) {
+  job.confirm_done = true;  // one round per job and run, whatever becomes of it
+  const SchedulingSettings& s = opts_.scheduling;
+  if (s.confirm_rounds <= 0 || job.ctx.is_reference()) return false;
+  if (!job.ctx.measured && !s.confirm_cpu) return false;
+  const ConfirmSettings cs = confirm_settings(job.ctx.row.spec, s.confirm_rounds, s.confirm_reps);
+  try {
+    job.finalists = pick_finalists(catalog_.evaluated_candidates(job.ctx.row.id), *job.ctx.target,
+                                   job.ctx.measured, cs);
+  } catch (const std::exception& e) {
+    fail(std::string("catalog: ") + e.what());
+    return false;
+  }
+  if (job.finalists.empty()) return false;
+  WorkItem w;
+  w.kind = WorkItem::Kind::kConfirm;
+  w.job_id = job.ctx.row.id;
+  w.request = confirm_request(job.job, job.finalists, cs);
+  // Set-up (a compile per finalist, max-autotune's tuning when asked) and the
+  // timed calls: each finalist's exploration median x every call, thrice.
+  const size_t entries = job.finalists.size() + cs.baselines.size();
+  const bool compile = std::find(cs.baselines.begin(), cs.baselines.end(), "compile") != cs.baselines.end();
+  const double calls = static_cast<double>(entries) * cs.rounds * (cs.reps + 4);
+  w.timeout_s = 120 + 60.0 * static_cast<double>(entries) + (compile ? 1800 : 0) +
+                (job.ctx.measured ? 3 * calls * job.finalists.back().score_ms / 1000 : 2 * calls);
+  w.label = job.label() + " (confirmation)";
+  job.confirm_item = std::move(w);
+  job.confirm_sent = false;
+  log_ << "[" << now_hms() << "]   " << job.label() << ": confirming " << job.finalists.size()
+       << " finalist(s) with " << cs.baselines.size() << " baseline(s), " << cs.rounds << " rounds x "
+       << cs.reps << " calls" << std::endl;
+  return true;
+}
+
+void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
+  job.confirm_item.reset();
+  job.confirm_sent = false;
+  std::string why;
+  if (o.kind != WorkerOutcome::Kind::kReply) why = o.detail.empty() ? "no answer" : o.detail;
+  else if (!o.reply.value("ok", false)) why = o.reply.value("error", "worker error");
+  if (why.empty()) {
+    try {
+      const std::string run_id =
+          sha256_hex(opts_.owner + "\n" + std::to_string(job.ctx.row.id) + "\n" + std::to_string(std::time(nullptr)) +
+                     "\n" + std::to_string(stats_.jobs_confirmed + stats_.confirm_failures))
+              .substr(0, 16);
+      const auto rows = confirmation_rows(job.ctx.row.id, run_id, job.finalists, o.reply["result"]);
+      catalog_.record_confirmations(rows);
+      const auto stored = catalog_.confirmations(job.ctx.row.id, run_id);
+      if (auto best = select_confirmed(stored, catalog_.evaluated_candidates(job.ctx.row.id))) {
+        catalog_.set_best(*best);
+        ++stats_.jobs_confirmed;
+        finish(job, true, "");
+        return;
+      }
+      bool any_passed = false;
+      for (const auto& r : stored)
+        if (r.candidate_id && r.conditions.value("check", json()).is_object() &&
+            r.conditions["check"].value("passed", false))
+          any_passed = true;
+      if (!any_passed) {
+        // Every finalist computed something wrong while it was timed: none of
+        // them may stand as the best on the exploration's numbers either.
+        ++stats_.confirm_failures;
+        finish(job, false, "confirmation round: no finalist's outputs passed the re-check after timing");
+        return;
+      }
+      why = "the confirmed best has no value on the job's basis (no estimate for the target)";
+    } catch (const CatalogError& e) {
+      fail(std::string("catalog: ") + e.what());
+      return;
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  ++stats_.confirm_failures;
+  log_ << "[" << now_hms() << "] warning: " << job.label() << ": confirmation round failed (" << why
+       << "); the best stands on the exploration's numbers" << std::endl;
+  select_and_finish(job);
+}
+
+void Scheduler::select_and_finish(Job& job) {
+  const long long id = job.ctx.row.id;
   Selection sel = select_best(catalog_, id, *job.ctx.target);
   if (sel.best) {
     catalog_.set_best(*sel.best);
@@ -372,10 +481,13 @@ void Scheduler::finish(Job& job, bool ok, const std::string& message) {
   if (ok) ++stats_.jobs_done;
   else ++stats_.jobs_failed;
   Selection sel = select_best(catalog_, id, *job.ctx.target);
+  if (ok)  // the row just stored (a confirmed best differs from the exploration's)
+    if (auto stored = catalog_.best(id)) sel.best = stored;
   log_ << "[" << now_hms() << "] " << (ok ? "done   " : "FAILED ") << job.label();
   if (sel.best) {
     log_ << ": best " << fmt_ms(sel.best->value_ms) << " (" << sel.best->basis
-         << (sel.best->basis == "measured" ? " on " + sel.best->device : "") << "), " << sel.correct
+         << (sel.best->basis == "measured" ? " on " + sel.best->device : "")
+         << (sel.best->confirmed_run ? ", confirmed" : "") << "), " << sel.correct
          << "/" << sel.evaluated << " correct";
     // A search that stopped short of the template's space says how short.
     if (!job.ctx.space.empty() && static_cast<size_t>(sel.evaluated) < job.ctx.space.size())

@@ -27,10 +27,11 @@
 
 namespace kiln {
 
-// A request for one worker: enumerate a job's config space, or evaluate one
-// candidate. `request` is the protocol message without its id.
+// A request for one worker: enumerate a job's config space, evaluate one
+// candidate, or time a job's finalists and baselines again (the confirmation
+// round, confirm.h). `request` is the protocol message without its id.
 struct WorkItem {
-  enum class Kind { kSpace, kEvaluate };
+  enum class Kind { kSpace, kEvaluate, kConfirm };
   Kind kind = Kind::kEvaluate;
   long long job_id = 0;
   CandidateRow candidate;          // kEvaluate
@@ -60,6 +61,7 @@ struct SchedulerOptions {
 
 struct SchedulerStats {
   int jobs_done = 0, jobs_failed = 0;
+  int jobs_confirmed = 0, confirm_failures = 0;   // confirmation rounds recorded / lost (best then from the exploration)
   int candidates = 0, candidate_failures = 0;
   std::string last_best;
 };
@@ -115,6 +117,9 @@ class Scheduler {
   void plan(Job& job);
   void on_proposals(long long job_id, std::vector<Proposal> proposals, std::vector<std::string> notes);
   void maybe_finish(long long job_id);
+  bool start_confirmation(Job& job);  // true: a confirm item is queued for the job
+  void complete_confirmation(Job& job, const WorkerOutcome& o);
+  void select_and_finish(Job& job);
   void finish(Job& job, bool ok, const std::string& message);
   void record(const WorkItem& item, const WorkerOutcome& o, const std::string& worker);
   std::vector<Outcome> history(const Job& job) const;

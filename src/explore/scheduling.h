@@ -23,6 +23,15 @@ struct SchedulingSettings {
   // join whatever has work (dispatch.h). 0: join the job with the most work
   // per evaluator.
   double min_ready_per_slot = 4;
+  // The confirmation round after each job's exploration (confirm.h): its
+  // finalists and baselines timed again by one worker, `confirm_rounds`
+  // rounds of `confirm_reps` timed calls per entry, interleaved. Runs where
+  // the job's latencies are measured (a device of the target's kind); 0
+  // rounds: no confirmation.
+  int confirm_rounds = 5, confirm_reps = 20;
+  // Also on runs that only estimate, timing on the CPU (basis "cpu"): the test
+  // path of the stage (KILN_CONFIRM_CPU=1). Never a measurement of the target.
+  bool confirm_cpu = false;
 };
 
 }  // namespace kiln

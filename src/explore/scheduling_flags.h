@@ -4,6 +4,7 @@
 // the explore library does not.
 #pragma once
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -24,7 +25,12 @@ inline void add_scheduling_flags(boost::program_options::options_description& d)
       "job's best so far (0: run every candidate's every run)")(
       "ready-per-slot", po::value<double>()->default_value(def.min_ready_per_slot),
       "a slot takes up a job it has not set up (inputs, reference) only while the job keeps this many "
-      "ready candidates per slot on it; below that the next job is claimed first (0: any job with work)");
+      "ready candidates per slot on it; below that the next job is claimed first (0: any job with work)")(
+      "confirm-rounds", po::value<int>()->default_value(def.confirm_rounds),
+      "after a job's exploration, time its finalists and baselines again in this many interleaved rounds "
+      "(0: no confirmation round)")(
+      "confirm-reps", po::value<int>()->default_value(def.confirm_reps),
+      "timed calls per finalist or baseline and confirmation round");
 }
 
 // What is wrong with the flags' values (the message of a usage error), if anything.
@@ -33,6 +39,8 @@ inline std::optional<std::string> scheduling_flags_error(const SchedulingFlags& 
   if (f.bench_cutoff != 0 && !(f.bench_cutoff >= 1))
     return std::string("--bench-cutoff must be 0 (off) or at least 1");
   if (!(f.min_ready_per_slot >= 0)) return std::string("--ready-per-slot must be 0 or more");
+  if (f.confirm_rounds < 0 || f.confirm_rounds > 1000) return std::string("--confirm-rounds must be in [0, 1000]");
+  if (f.confirm_reps < 1 || f.confirm_reps > 100000) return std::string("--confirm-reps must be in [1, 100000]");
   return std::nullopt;
 }
 
@@ -41,6 +49,11 @@ inline SchedulingFlags read_scheduling_flags(const boost::program_options::varia
   f.lease_s = vm["lease"].as<double>();
   f.bench_cutoff = vm["bench-cutoff"].as<double>();
   f.min_ready_per_slot = vm["ready-per-slot"].as<double>();
+  f.confirm_rounds = vm["confirm-rounds"].as<int>();
+  f.confirm_reps = vm["confirm-reps"].as<int>();
+  // The CPU test path of the confirmation round (scheduling.h).
+  const char* cpu = std::getenv("KILN_CONFIRM_CPU");
+  f.confirm_cpu = cpu && std::string(cpu) == "1";
   return f;
 }
 

@@ -30,7 +30,9 @@ const std::vector<std::string> kLlmKeys = {
     "base_url", "model", "api_key_env", "temperature", "max_tokens", "timeout_s", "max_retries",
     "max_concurrent", "retrieval_threshold", "rounds", "instance_timeout_s"};
 const std::vector<std::string> kExplorationKeys = {"generator", "strategy", "instances",
-                                                   "max_candidates", "timeout_s", "seed", "halving"};
+                                                   "max_candidates", "timeout_s", "seed", "halving",
+                                                   "confirm_margin", "baselines"};
+const std::vector<std::string> kBaselines = {"eager", "compile"};
 const std::vector<std::string> kHalvingKeys = {"initial", "keep", "prune", "tiles", "priors", "budget_share"};
 const std::vector<std::string> kValidationKeys = {"seeds", "atol", "rtol"};
 const std::vector<std::string> kBenchmarkKeys = {"warmup", "runs"};
@@ -74,6 +76,8 @@ struct Layer {
   std::optional<std::optional<double>> atol, rtol;
   std::optional<int> warmup, runs;
   nlohmann::json halving = nlohmann::json::object();  // the `exploration.halving:` keys given, typed
+  std::optional<double> confirm_margin;
+  std::optional<std::vector<std::string>> baselines;
   nlohmann::json llm = nlohmann::json::object();  // the `llm:` keys given, typed
   // Entry only.
   std::optional<KV> reference, name, description;
@@ -455,6 +459,24 @@ class Parser {
         L.seed = static_cast<unsigned long long>(v);
       } else if (k == "halving") {
         L.halving = halving_section(kv, what);
+      } else if (k == "confirm_margin") {
+        const double v = number(kv.val, kv.key.Mark(), what);
+        if (!(v >= 0 && v <= 10)) fail(kv.val, what + " must be in [0, 10], got " + kv.val.Scalar());
+        L.confirm_margin = v;
+      } else if (k == "baselines") {
+        std::vector<std::string> names;
+        for (const auto& n : scalar_list(kv, what, true)) {
+          const std::string b = n.Scalar();
+          if (std::find(kBaselines.begin(), kBaselines.end(), b) == kBaselines.end())
+            fail(n, "unknown " + what + " item '" + b + "'" + yu::did_you_mean(b, kBaselines) +
+                        "; known: " + yu::join(kBaselines));
+          if (std::find(names.begin(), names.end(), b) == names.end()) names.push_back(b);
+        }
+        if (std::find(names.begin(), names.end(), "eager") == names.end()) names.insert(names.begin(), "eager");
+        std::sort(names.begin(), names.end(), [](const std::string& a, const std::string& b) {
+          return (a == "eager") > (b == "eager");  // eager first, always there
+        });
+        L.baselines = names;
       } else if (k == "seeds") L.seeds = bounded_int(kv, what, 1);
       else if (k == "atol" || k == "rtol") {
         std::optional<double> tol;
@@ -547,6 +569,8 @@ class Parser {
       if (l->timeout_s) ex.timeout_s = *l->timeout_s;
       if (l->seed) ex.seed = *l->seed;
       for (auto it = l->halving.begin(); it != l->halving.end(); ++it) ex.halving[it.key()] = *it;
+      if (l->confirm_margin) ex.confirm_margin = *l->confirm_margin;
+      if (l->baselines) ex.baselines = *l->baselines;
       if (l->seeds) va.seeds = *l->seeds;
       if (l->atol) va.atol = *l->atol;
       if (l->rtol) va.rtol = *l->rtol;
@@ -804,6 +828,8 @@ nlohmann::json JobSpec::to_json(const Target& t) const {
   };
   // Only when given, so that the jobs of manifests without it keep their keys.
   if (!explore.halving.empty()) j["explore"]["halving"] = explore.halving;
+  if (explore.confirm_margin) j["explore"]["confirm_margin"] = *explore.confirm_margin;
+  if (explore.baselines) j["explore"]["baselines"] = *explore.baselines;
   if (!reference.is_null()) j["reference"] = reference;
   if (explore.generator == "llm") j["llm"] = llm.to_json();
   if (!description.empty()) j["description"] = description;

@@ -38,6 +38,10 @@ struct ExplorationSettings {
   double timeout_s = 300;               // per candidate
   unsigned long long seed = 0;          // for random strategies
   nlohmann::json halving = nlohmann::json::object();  // halving's {initial, keep, prune, tiles, priors} given
+  // The confirmation round after exploration (src/explore/confirm.h); in the
+  // job's spec only when given, so other jobs keep their keys.
+  std::optional<double> confirm_margin;               // finalists: within this share of the best (default 0.05)
+  std::optional<std::vector<std::string>> baselines;  // eager [, compile]; eager is always timed
 };
 
 struct ValidationSettings {

@@ -79,11 +79,12 @@ class Server:
             method = req.get("method")
             handler = {"hello": self.hello, "space": self.space, "evaluate": self.evaluate,
                        "reference_info": self.reference_info, "traffic": self.traffic,
-                       "package_info": self.package_info}.get(method) \
+                       "package_info": self.package_info,
+                       "confirm": self.confirm}.get(method) \
                 if isinstance(method, str) else None
             if handler is None:
                 self.error(rid, f"unknown method {method!r} "
-                                "(expected hello, space, evaluate, reference_info, traffic or package_info)")
+                                "(expected hello, space, evaluate, reference_info, traffic, package_info or confirm)")
                 continue
             try:
                 result = handler(req)
@@ -134,7 +135,7 @@ class Server:
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
-            "methods": ["hello", "space", "evaluate", "reference_info", "traffic", "package_info"],
+            "methods": ["hello", "space", "evaluate", "reference_info", "traffic", "package_info", "confirm"],
             "generated": {"statuses": ["ok", "compile_error", "resource_error", "incorrect",
                                        "crash", "rejected", "timeout"]},
         }
@@ -196,6 +197,13 @@ class Server:
         self.wait_warm()
         from . import package_info
         return package_info.run(self.lib, self.evaluation, self.dev, req)
+
+    def confirm(self, req: dict) -> dict:
+        """A job's finalists and baselines timed again, interleaved (confirm.py)."""
+        self.require_device()
+        self.wait_warm()
+        from . import confirm
+        return confirm.run(self.lib, self.dev, req)
 
     def reference_info(self, req: dict) -> dict:
         self.require_device()

@@ -2,6 +2,14 @@
 lines on stdin / stdout), claims to be an NVIDIA H200, offers `add` configs
 BLOCK = 64 x 1..N with a latency that grows with BLOCK, evaluates nothing, and
 appends every evaluate request's benchmark settings to $FAKE_EVALUATOR_LOG.
+It answers `confirm` (the confirmation round) with scripted samples around
+each finalist's latency: deterministic noise of +-1%, and the config whose
+BLOCK is $FAKE_CONFIRM_FASTEST (if set) at 0.4x its latency there, so a test
+sees the selection follow the confirmed medians; the eager baseline at 0.5 ms,
+compile at 0.3 ms; $FAKE_CONFIRM_SCALE multiplies every candidate's samples
+(a slower kernel for the nightly's test); $FAKE_CONFIRM_WRONG fails every
+finalist's re-check. Confirm requests are logged to
+$FAKE_EVALUATOR_LOG.confirm.
 
 It also answers `package_info` (docs/package-format.md) with a launch derived
 from the request alone -- the job's shape and dtype, the config's BLOCK and the
@@ -53,6 +61,33 @@ def answer(req):
                 "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
     if m == "package_info":
         return package_info(req)
+    if m == "confirm":
+        with open(os.environ["FAKE_EVALUATOR_LOG"] + ".confirm", "a") as f:
+            f.write(json.dumps({"confirm": req["entries"], "rounds": req["rounds"], "reps": req["reps"]}) + "\n")
+        n = req["rounds"] * req["reps"]
+        fastest = os.environ.get("FAKE_CONFIRM_FASTEST")
+        scale = float(os.environ.get("FAKE_CONFIRM_SCALE", "1"))
+        entries = []
+        for e in req["entries"]:
+            if "baseline" in e:
+                base = {"eager": 0.5, "compile": 0.3}[e["baseline"]]
+                entries.append({"baseline": e["baseline"], "samples_ms": noisy(base, n)})
+                continue
+            ms = latency_ms(e["config"]) * scale
+            if fastest and e["config"]["BLOCK"] == int(fastest):
+                ms *= 0.4
+            check = {"passed": True, "rounds": req["rounds"], "max_abs_err": 0.0}
+            if os.environ.get("FAKE_CONFIRM_WRONG"):  # every finalist wrong while timed
+                check = {"passed": False, "round": 0, "message": "scripted: wrong after timing"}
+            entries.append({"id": e["id"], "samples_ms": noisy(ms, n), "check": check})
+        rounds = [{"round": r, "start": {"sm_clock_mhz": 1980, "temperature_c": 40, "power_w": 300},
+                   "end": {"sm_clock_mhz": 1980, "temperature_c": 41, "power_w": 310}, "clock_drop": False}
+                  for r in range(req["rounds"])]
+        return {"basis": "device", "device": "NVIDIA H200", "rounds": req["rounds"], "reps": req["reps"],
+                "entries": entries,
+                "conditions": {"identity": {"name": "NVIDIA H200", "uuid": "GPU-fake", "driver": "fake"},
+                               "rounds": rounds, "clock_drop": False},
+                "timings": {"setup_s": 0.0, "time_s": 0.0, "kernel_s": sum(sum(e["samples_ms"]) for e in entries) / 1e3}}
     raise ValueError(f"unknown method {m!r}")
 
 
@@ -102,6 +137,12 @@ def package_info(req):
               "outputs": [{"tensor": len(tensors) - 1, "atol": tol, "rtol": tol, "samples": [[0, 0.0]],
                            "sum": 0.0, "abs_sum": float(count) / 2, "count": count}]}
     return {"tensors": tensors, "grid": grid, "args": bound, "assume": assume, "range": rng, "verify": verify}
+
+
+
+def noisy(ms, n):
+    """n samples of ms with deterministic +-1% noise (a fixed sequence)."""
+    return [ms * (1 + 0.01 * (((i * 7919) % 201) - 100) / 100) for i in range(n)]
 
 
 for line in sys.stdin:

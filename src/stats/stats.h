@@ -1,0 +1,52 @@
+// Statistics over raw timing samples (milliseconds): what the confirmation
+// round (src/explore), `kiln best` and `kiln nightly` compute from the
+// catalog's stored samples. Pure functions, no state; deterministic (the
+// bootstrap's generator is seeded by the caller, default kBootstrapSeed), so a
+// statistic printed once is recomputed bit for bit from the same samples.
+//
+// Failure: an empty sample is a std::invalid_argument (there is no median of
+// nothing); callers check sizes first.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace kiln::stats {
+
+constexpr std::uint64_t kBootstrapSeed = 20261201;
+constexpr int kBootstrapResamples = 4000;
+
+// The median (mean of the two middle values for an even count).
+double median(std::vector<double> xs);
+
+struct Interval {
+  double lo = 0, hi = 0;
+  bool contains(double v) const { return lo <= v && v <= hi; }
+  bool overlaps(const Interval& o) const { return lo <= o.hi && o.lo <= hi; }
+};
+
+// Percentile bootstrap 95% interval (2.5th and 97.5th percentiles of the
+// resampled medians) of the median of xs: `resamples` resamples with
+// replacement drawn by a std::mt19937_64 seeded with `seed`.
+Interval bootstrap_median_ci(const std::vector<double>& xs, int resamples = kBootstrapResamples,
+                             std::uint64_t seed = kBootstrapSeed, double level = 0.95);
+
+// Percentile bootstrap interval of median(num) / median(den), each sample
+// resampled independently (the two were timed interleaved but call by call
+// they are not paired). A speedup "eager / kernel" is ratio(eager, kernel).
+Interval bootstrap_ratio_ci(const std::vector<double>& num, const std::vector<double>& den,
+                            int resamples = kBootstrapResamples, std::uint64_t seed = kBootstrapSeed,
+                            double level = 0.95);
+
+struct MannWhitney {
+  double u1 = 0;      // U of the first sample: pairs (x, y) with x > y, ties counting 1/2
+  double z = 0;       // normal approximation, with the tie correction and a 0.5 continuity correction
+  double p = 1;       // two-sided
+};
+
+// Mann-Whitney U test of x against y, normal approximation with tie
+// correction and continuity correction: the same numbers as
+// scipy.stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic",
+// use_continuity=True). All values equal: p = 1.
+MannWhitney mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y);
+
+}  // namespace kiln::stats

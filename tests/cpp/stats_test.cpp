@@ -1,0 +1,130 @@
+// src/stats: median, bootstrap intervals, Mann-Whitney U, the regression decision.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "stats/regression.h"
+#include "stats/stats.h"
+
+using namespace kiln::stats;
+
+TEST(Stats, Median) {
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(median({7}), 7);
+  EXPECT_THROW(median({}), std::invalid_argument);
+}
+
+// Values from scipy 1.17.1, computed when this test was written:
+//   scipy.stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic", use_continuity=True)
+TEST(Stats, MannWhitneyMatchesScipy) {
+  {
+    // x=[1,2,3,4,5,5,6], y=[2.5,3.5,5,7,8,9] -> statistic=11.0, pvalue=0.17235939896143682
+    const auto r = mann_whitney_u({1, 2, 3, 4, 5, 5, 6}, {2.5, 3.5, 5, 7, 8, 9});
+    EXPECT_DOUBLE_EQ(r.u1, 11.0);
+    EXPECT_NEAR(r.p, 0.17235939896143682, 1e-12);
+  }
+  {
+    // a vs b below -> statistic=2.5, pvalue=0.00034554696078684224
+    const std::vector<double> a = {0.101, 0.102, 0.100, 0.103, 0.101, 0.102, 0.104, 0.101, 0.100, 0.102};
+    const std::vector<double> b = {0.104, 0.106, 0.105, 0.103, 0.107, 0.105, 0.104, 0.106, 0.108, 0.105};
+    const auto r = mann_whitney_u(a, b);
+    EXPECT_DOUBLE_EQ(r.u1, 2.5);
+    EXPECT_NEAR(r.p, 0.00034554696078684224, 1e-12);
+  }
+  {
+    // heavy ties: c=[1,1,1,2,2,3], d=[1,2,2,2,3,3,3,3] -> statistic=12.5, pvalue=0.1322717413964195
+    const auto r = mann_whitney_u({1, 1, 1, 2, 2, 3}, {1, 2, 2, 2, 3, 3, 3, 3});
+    EXPECT_DOUBLE_EQ(r.u1, 12.5);
+    EXPECT_NEAR(r.p, 0.1322717413964195, 1e-12);
+  }
+  EXPECT_DOUBLE_EQ(mann_whitney_u({2, 2, 2}, {2, 2}).p, 1.0);  // all equal: no evidence
+}
+
+TEST(Stats, BootstrapMedianIntervalIsDeterministicAndSized) {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(1.0, 0.01);
+  std::vector<double> xs(400);
+  for (auto& v : xs) v = noise(rng);
+  const Interval a = bootstrap_median_ci(xs), b = bootstrap_median_ci(xs);
+  EXPECT_EQ(a.lo, b.lo);
+  EXPECT_EQ(a.hi, b.hi);
+  EXPECT_TRUE(a.contains(median(xs)));
+  // The median of n normal draws has standard error sigma * sqrt(pi / 2 / n):
+  // a 95% interval about 2 x 1.96 x that wide (here 0.00245).
+  const double expected = 2 * 1.96 * 0.01 * std::sqrt(M_PI / 2 / 400.0);
+  EXPECT_GT(a.hi - a.lo, 0.6 * expected);
+  EXPECT_LT(a.hi - a.lo, 1.6 * expected);
+  // Another seed moves the interval only a little.
+  const Interval c = bootstrap_median_ci(xs, kBootstrapResamples, 99);
+  EXPECT_NEAR(c.lo, a.lo, 0.3 * expected);
+}
+
+TEST(Stats, BootstrapRatioIntervalCoversTheTrueRatio) {
+  // 200 seeds: the 95% interval of median(1.05 x) / median(x) should cover 1.05 in most.
+  int covered = 0;
+  for (int seed = 0; seed < 200; ++seed) {
+    std::mt19937_64 rng(1000 + seed);
+    std::lognormal_distribution<double> d(0.0, 0.02);
+    std::vector<double> x(60), y(60);
+    for (auto& v : x) v = d(rng);
+    for (auto& v : y) v = 1.05 * d(rng);
+    if (bootstrap_ratio_ci(y, x, 2000, seed).contains(1.05)) ++covered;
+  }
+  EXPECT_GE(covered, 175);  // nominal 190; percentile intervals of medians run a little short
+  EXPECT_LE(covered, 200);
+}
+
+namespace {
+std::vector<double> draw(std::mt19937_64& rng, double scale, int n = 100) {
+  // Kernel timings: a floor plus right-skewed noise, with rare outliers.
+  std::gamma_distribution<double> g(4.0, 0.004);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<double> xs(n);
+  for (auto& v : xs) v = scale * (1.0 + g(rng) + (u(rng) < 0.02 ? 0.3 : 0.0));
+  return xs;
+}
+}  // namespace
+
+TEST(Regression, AaRunsRarelyRegress) {
+  int regressed = 0;
+  for (int seed = 0; seed < 400; ++seed) {
+    std::mt19937_64 rng(seed);
+    const auto a = draw(rng, 1.0), b = draw(rng, 1.0);
+    if (decide_regression(a, b).verdict == "regressed") ++regressed;
+  }
+  EXPECT_LE(regressed, 2);  // p < 0.01 AND > 3%: almost never for equal kernels
+}
+
+TEST(Regression, FivePercentSlowerIsDetected) {
+  int detected = 0;
+  for (int seed = 0; seed < 100; ++seed) {
+    std::mt19937_64 rng(5000 + seed);
+    const auto a = draw(rng, 1.0), b = draw(rng, 1.05);
+    const auto d = decide_regression(a, b);
+    if (d.verdict == "regressed") ++detected;
+    EXPECT_GT(d.ratio, 1.0);
+  }
+  EXPECT_GE(detected, 95);
+}
+
+TEST(Regression, SmallButSignificantEffectIsUnchanged) {
+  // 1.5% slower with tight samples: the test sees it, the minimum effect does not count it.
+  std::mt19937_64 rng(11);
+  const auto a = draw(rng, 1.0, 400), b = draw(rng, 1.015, 400);
+  const auto d = decide_regression(a, b);
+  EXPECT_LT(d.p, 0.01);
+  EXPECT_EQ(d.verdict, "unchanged");
+  // With no minimum effect the same samples are a regression.
+  EXPECT_EQ(decide_regression(a, b, {0.01, 0.0}).verdict, "regressed");
+}
+
+TEST(Regression, FasterIsImproved) {
+  std::mt19937_64 rng(12);
+  const auto a = draw(rng, 1.0), b = draw(rng, 0.9);
+  const auto d = decide_regression(a, b);
+  EXPECT_EQ(d.verdict, "improved");
+  EXPECT_LT(d.ratio_ci.hi, 1.0);
+  EXPECT_EQ(d.n_previous, 100);
+}

@@ -1,0 +1,150 @@
+"""The worker's `confirm` method on the CPU (Triton interpreter), as a real subprocess."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from worker_client import TARGET_H200, Worker, worker_env  # noqa: E402
+
+N = 512
+
+
+def job(op="add", shape=(N,), dtype="fp32"):
+    return {"op": op, "shape": list(shape), "dtype": dtype, "params": {}, "target": TARGET_H200,
+            "constraints": [], "validation": {"seeds": 1, "atol": None, "rtol": None},
+            "benchmark": {"warmup": 1, "runs": 3}}
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker(env=worker_env(kernels_dir=None))  # the real library
+    yield w
+    assert w.close() == 0, w.stderr[-3000:]
+
+
+def config_of(worker):
+    ans = worker.call("space", job=job())
+    assert ans["ok"], ans
+    return ans["result"]["configs"]
+
+
+def test_confirm_times_entries_interleaved(worker):
+    configs = config_of(worker)[:2]
+    entries = [{"id": 11, "config": configs[0]}, {"id": 12, "config": configs[1]}, {"baseline": "eager"}]
+    ans = worker.call("confirm", job=job(), entries=entries, rounds=3, reps=4)
+    assert ans["ok"], ans
+    r = ans["result"]
+    assert r["basis"] == "cpu" and r["rounds"] == 3 and r["reps"] == 4
+    assert [e.get("id", e.get("baseline")) for e in r["entries"]] == [11, 12, "eager"]
+    for e in r["entries"]:
+        assert len(e["samples_ms"]) == 12 and all(x > 0 for x in e["samples_ms"])
+        assert min(e["samples_ms"]) <= e["median_ms"] <= max(e["samples_ms"])
+    for e in r["entries"][:2]:
+        assert e["check"]["passed"] is True and e["check"]["rounds"] == 3
+    rounds = r["conditions"]["rounds"]
+    assert len(rounds) == 3
+    # the order rotates by one entry per round; input sets rotate too
+    assert rounds[0]["order"] == ["candidate:11", "candidate:12", "baseline:eager"]
+    assert rounds[1]["order"] == ["candidate:12", "baseline:eager", "candidate:11"]
+    assert len({rc["input_seed"] for rc in rounds}) == 3
+    ident = r["conditions"]["identity"]
+    assert ident["torch"] and ident["triton"] and r["conditions"]["clock_drop"] is False
+
+
+def test_injected_delay_is_timed(worker):
+    cfg = config_of(worker)[0]
+    entries = [{"id": 1, "config": cfg}, {"id": 2, "config": cfg, "inject_ms": 5.0}]
+    r = worker.call("confirm", job=job(), entries=entries, rounds=2, reps=3)["result"]
+    a, b = r["entries"]
+    # every timed call of the slowed entry includes its 5 ms (a wall-clock spin on the CPU)
+    assert min(b["samples_ms"]) >= 5.0
+    assert "inject_ms" in b and "inject_ms" not in a
+
+
+@pytest.mark.parametrize("op", ["add_wrong", "add_skip"])
+def test_wrong_kernel_fails_its_recheck(op):
+    """The fixture library's deliberately wrong adds: one writes a wrong last
+    element, one never writes it (left as the NaN poison of its round)."""
+    w = Worker()  # the fixture library
+    try:
+        cfgs = w.call("space", job=job(op=op))["result"]["configs"]
+        ans = w.call("confirm", job=job(op=op), entries=[{"id": 5, "config": cfgs[0]}, {"baseline": "eager"}],
+                     rounds=2, reps=2)
+        assert ans["ok"], ans
+        chk = ans["result"]["entries"][0]["check"]
+        assert chk["passed"] is False and chk["round"] == 0 and chk["message"]
+        assert len(ans["result"]["entries"][0]["samples_ms"]) == 4  # timed all the same
+    finally:
+        assert w.close() == 0, w.stderr[-3000:]
+
+
+def test_bad_requests_are_refused(worker):
+    ans = worker.call("confirm", job=job(), entries=[{"config": {}}], rounds=1, reps=1)
+    assert ans["ok"] is False and "integer 'id'" in ans["error"]
+    ans = worker.call("confirm", job=job(), entries=[{"baseline": "cudnn"}])
+    assert ans["ok"] is False and "baseline" in ans["error"]
+    ans = worker.call("confirm", job=job(), entries=[{"baseline": "eager"}], rounds=0)
+    assert ans["ok"] is False and "rounds" in ans["error"]
+
+
+def test_clock_drop_rule():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
+    from kiln_worker.confirm import clock_dropped
+    assert clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1800}) is True
+    assert clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1900}) is False
+    assert clock_dropped({}, {"sm_clock_mhz": 1}) is False
+
+
+def test_gpu_timing_loop_with_a_fake_device():
+    """The device path of the timed calls, with a fake device API: cold cache,
+    spin, start event, the injected sleep, the call, end event; the spin stays
+    outside the timed region, the injected delay inside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
+    from kiln_worker.confirm import _Clock
+    log, clock = [], [0.0]
+
+    class Buf:
+        def zero_(self):
+            log.append("flush")
+
+    class Event:
+        def record(self):
+            self.t = clock[0]
+            log.append("event")
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    class Api:
+        def buffer(self, nbytes):
+            return Buf()
+
+        def event(self):
+            return Event()
+
+        def synchronize(self):
+            log.append("sync")
+
+        def sleep(self, cycles):  # 1e6 cycles per ms
+            clock[0] += cycles / 1e6
+            log.append(("sleep", cycles))
+            return True
+
+    class Dev:
+        is_gpu = False
+
+    def launch():
+        clock[0] += 2.0
+        log.append("launch")
+
+    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=Api())
+    xs = c.time_calls(launch, 3, 5000, 0.5)
+    assert xs == pytest.approx([2.5, 2.5, 2.5])  # the 5000-cycle spin (0.005 ms) is not in them
+    assert c.cycles_per_ms == pytest.approx(1e6)
+    timed = log[log.index("sync", log.index("sync") + 1) + 1:]  # after the sleep calibration
+    assert timed[:6] == ["flush", ("sleep", 5000), "event", ("sleep", 500000), "launch", "event"]
+    assert timed[-1] == "sync" and timed.count("launch") == 3
+    assert c.time_calls(launch, 2, 5000, None) == pytest.approx([2.0, 2.0])
