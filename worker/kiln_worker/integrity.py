@@ -59,9 +59,12 @@ SKIP_MODULES = ("__main__", "__mp_main__", "kiln_generated", "kiln_reference", "
 
 
 def _function_state(f) -> tuple:
+    """A function's behaviour, flat, for an identity comparison (map(is_)):
+    its code, defaults, keyword defaults, attributes and closure cells."""
+    d = f.__dict__
     cells = f.__closure__
-    contents = tuple(_cell(c) for c in cells) if cells else ()
-    return (f.__code__, f.__defaults__, f.__kwdefaults__, dict(f.__dict__), contents)
+    return (f.__code__, f.__defaults__, f.__kwdefaults__, len(d), *d, *d.values(),
+            *(_cell(c) for c in cells or ()))
 
 
 def _frozen(ns) -> tuple:
@@ -163,7 +166,7 @@ class Snapshot:
         out: list[str] = []
         for where, owner, (keys, values) in self.namespaces:
             now = owner if isinstance(owner, dict) else type.__dict__["__dict__"].__get__(owner)
-            if len(now) == len(keys) and tuple(now) == keys and all(map(is_, now.values(), values)):
+            if len(now) == len(keys) and all(map(is_, now, keys)) and all(map(is_, now.values(), values)):
                 continue
             before = dict(zip(keys, values))
             instance = isinstance(owner, dict)
@@ -203,11 +206,7 @@ class Snapshot:
 
 def _same_state(a: tuple, b: tuple) -> bool:
     """Identity comparison of two _function_state tuples."""
-    if a[0] is not b[0] or a[1] is not b[1] or a[2] is not b[2]:
-        return False
-    if a[3].keys() != b[3].keys() or any(a[3][k] is not b[3][k] for k in a[3]):
-        return False
-    return len(a[4]) == len(b[4]) and all(x is y for x, y in zip(a[4], b[4]))
+    return len(a) == len(b) and all(map(is_, a, b))
 
 
 def _hooks() -> dict:
