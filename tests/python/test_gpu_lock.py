@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
@@ -450,3 +451,36 @@ def test_a_set_up_error_is_the_checks_or_forgotten():
     assert again is not None
     again.join()
     assert all(e["ref"] is not None for e in ev.inputs.entries.values())
+
+
+def test_the_lock_is_keyed_by_the_physical_gpu(monkeypatch):
+    # issue 17: "unset", "0" and a UUID spelling of CUDA_VISIBLE_DEVICES were
+    # three locks for one GPU; on AMD every worker got "0"
+    monkeypatch.delenv("KILN_GPU_LOCK", raising=False)
+    ident = {"uuid": "GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc", "pci_bus_id": "0000:1b:00.0",
+             "name": "NVIDIA H200", "driver": "570.1"}
+    monkeypatch.setitem(bench._IDENTITY, 0, ident)
+    paths = set()
+    for vis in (None, "0", "GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc", "3"):
+        if vis is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", vis)
+        monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0")
+        paths.add(bench.lock_path())
+    assert paths == {"/tmp/kiln-gpu-GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc.lock"}
+    # no UUID (an older driver): the PCI bus id; neither: the visible devices
+    assert bench.lock_key({"uuid": None, "pci_bus_id": "0000:1b:00.0"}) == "0000_1b_00.0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    assert bench.lock_key({}) == "1_2"
+    monkeypatch.setenv("KILN_GPU_LOCK", "/tmp/explicit.lock")
+    assert bench.lock_path() == "/tmp/explicit.lock"
+
+
+def test_device_identity_off_a_gpu_is_empty(monkeypatch):
+    monkeypatch.delitem(bench._IDENTITY, 0, raising=False)
+    if torch.cuda.is_available():
+        ident = bench.device_identity()
+        assert ident["uuid"] or ident["pci_bus_id"]
+    else:
+        assert bench.device_identity() == {}

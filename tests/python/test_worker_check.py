@@ -480,3 +480,24 @@ def test_benchmark_cutoff_stops_a_slow_kernel_early(kernel_ms, cutoff, stops):
                                       "cutoff_ms": cutoff}
     else:
         assert r["runs"] == 100 and log.count("launch") == 105 and "stopped_early" not in r
+
+
+def test_the_binary_timed_is_the_binary_shipped():
+    from kiln_worker.launches import match_timed, same_device, untimed
+    h200 = {"name": "H200", "backend": "cuda", "arch": "sm_90"}
+    mi300 = {"name": "MI300X", "backend": "hip", "arch": "gfx942"}
+    assert same_device(h200, "sm_90") and same_device({"arch": "90"}, "sm_90")
+    assert not same_device(h200, "sm_80") and not same_device(mi300, "sm_90")
+    assert same_device(mi300, "gfx942") and not same_device(h200, None)
+    lat = {"binaries": [{"kernel": "k", "kind": "cubin", "sha256": "aa", "launches": 100}]}
+    art = {"kernel_name": "k", "sha256": "aa"}
+    assert match_timed([art], lat, h200, "sm_90") is None
+    assert art["timed_sha256"] == "aa" and art["timed_match"] is True
+    other = {"kernel_name": "k", "sha256": "bb"}
+    msg = match_timed([other], lat, h200, "sm_90")
+    assert other["timed_match"] is False and "is not the binary timed" in msg
+    cross = {"kernel_name": "k", "sha256": "bb"}
+    assert match_timed([cross], lat, mi300, "sm_90") is None and cross["timed_match"] is None
+    cpu = {"kernel_name": "k", "sha256": "bb"}
+    untimed([cpu])
+    assert cpu["timed_sha256"] is None and "interpreter" in cpu["timed_check"]

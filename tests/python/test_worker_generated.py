@@ -184,9 +184,9 @@ def test_patching_is_refused_at_run_time_whatever_the_spelling(tmp_path):
     spellings = {
         "for_target": src,
         "setattr": src.replace("for torch.Tensor.tolist in [zeros]:\n            pass",
-                               "setattr(torch.Tensor, 'tolist', zeros)"),
-        "object_setattr": src.replace("for torch.Tensor.tolist in [zeros]:\n            pass",
-                                      "type.__setattr__(torch.Tensor, 'tolist', zeros)"),
+                               "import builtins\n        builtins.setattr(torch.Tensor, 'tolist', zeros)"),
+        "type_setattr": src.replace("for torch.Tensor.tolist in [zeros]:\n            pass",
+                                    "type.__setattr__(torch.Tensor, 'tolist', zeros)"),
     }
     for name, body in spellings.items():
         assert body != src or name == "for_target"

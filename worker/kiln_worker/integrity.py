@@ -117,8 +117,12 @@ class Snapshot:
         self.threads: set = set()
 
     @classmethod
-    def take(cls) -> "Snapshot":
+    def take(cls, skip: tuple = ()) -> "Snapshot":
+        """skip: module-name prefixes whose namespaces and classes are left out
+        (under the interpreter, triton.language: interpreter.py patches it
+        around every interpreted launch)."""
         s = cls()
+        skipped = SKIP_MODULES + tuple(skip)
         seen_fn: set[int] = set()
         instances: list[tuple[str, object]] = []
 
@@ -130,7 +134,7 @@ class Snapshot:
                     s.functions.append((f"{where}.{k}", f, _function_state(f)))
 
         for name, m in list(sys.modules.items()):
-            if not isinstance(m, types.ModuleType) or name.startswith(SKIP_MODULES):
+            if not isinstance(m, types.ModuleType) or name.startswith(skipped):
                 continue
             ns = m.__dict__
             s.namespaces.append((name, ns, _frozen(ns)))
@@ -145,7 +149,10 @@ class Snapshot:
                     if isinstance(d, dict):
                         instances.append((f"{name}.{k}", v))
         for c in _all_classes():
-            where = f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', '?')}"
+            owner = type.__dict__["__module__"].__get__(c) if "__module__" in type.__dict__ else "?"
+            if isinstance(owner, str) and owner.startswith(skipped):
+                continue
+            where = f"{owner}.{getattr(c, '__qualname__', '?')}"
             ns = type.__dict__["__dict__"].__get__(c)  # the class's own mappingproxy
             s.namespaces.append((where, c, _frozen(ns)))
             functions_of(where, ns)

@@ -382,9 +382,10 @@ def match_timed(artifacts: list[dict], latency: dict | None, target: dict | None
             continue
         timed = by_name.get(a.get("kernel_name")) or []
         a["timed_sha256"] = timed[0] if len(timed) == 1 else (timed or None)
-        if not here:
+        if not here or not bins:
             a["timed_match"] = None
-            a["timed_check"] = "the target is not the executing device: nothing of it was timed"
+            a["timed_check"] = ("the target is not the executing device: nothing of it was timed"
+                                if not here else "no timed launch went through JITFunction.run")
             continue
         a["timed_match"] = a.get("sha256") in timed
         if not a["timed_match"] and bad is None:
