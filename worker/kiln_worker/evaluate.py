@@ -349,7 +349,7 @@ class Evaluation:
         own = job is not None and seed not in check.seed_list(job)
         return self.inputs.get(_input_key(op, shape, dtype, params, dev, seed), draw, transient=own)
 
-    def _start_setup(self, mod, op, shape, dtype, params, job, config) -> "_SetUp | None":
+    def _start_setup(self, mod, op, shape, dtype, params, job, config=None) -> "_SetUp | None":
         """On a GPU, the job's set-up for this worker -- each seed's inputs
         drawn and its reference computed -- in a thread of its own, started
         before the candidate compiles: a worker's first candidate of a job then

@@ -426,8 +426,11 @@ class Harness:
                                          "not a tensor or a tuple of tensors")
             cases.append({"seed": seed, "inputs": [check.snapshot({"v": v})["v"] for v in inputs],
                           "refs": [r.detach() for r in ref_outs]})
-        with torch.no_grad():
-            native = rm.as_outputs(ref_model(*rm.clone_upcast(cases[0]["inputs"], None))) or []
+        try:
+            with torch.no_grad():
+                native = rm.as_outputs(ref_model(*rm.clone_upcast(cases[0]["inputs"], None))) or []
+        except Exception:  # noqa: BLE001 - the reference cannot run in the job's dtype:
+            native = []    # the upcast references' shapes are still checked (check.compare)
         expect = [(o.dtype, tuple(o.shape)) for o in native]
         if self.gpu:
             torch.cuda.synchronize()

@@ -1,9 +1,10 @@
-# expect: no_launch
-# status: rejected
+# expect: output_alias
+# status: incorrect
 # layer: dynamic
 # Caches its output per input object: honest on new inputs, and returns the
 # cached output (launching nothing) when it sees the same object again --
-# the benchmark used to time that (issue 17, 29x "faster").
+# the benchmark used to time that (issue 17, 29x "faster"). The check's repeat
+# call on the same objects sees the earlier output returned again.
 import torch
 import torch.nn as nn
 import triton
