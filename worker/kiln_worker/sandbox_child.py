@@ -459,6 +459,7 @@ class Harness:
         ref_up = copy.deepcopy(ref_model).to(updt)
         with self._check_lock():
             cases, expect, ref_dtype = self._cases(ref, ref_model, ref_up, seeds, tdt, updt, dname)
+            self._warm_verdict_path(cases[0], expect, atol, rtol)
         self.timings["reference_s"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         # under the interpreter, Triton itself patches triton.language while it
@@ -526,6 +527,27 @@ class Harness:
                         if mismatch:
                             res.update(status="incorrect", rule="timed_binary", message=mismatch)
         return res
+
+    def _warm_verdict_path(self, case, expect, atol, rtol) -> None:
+        """The comparison's first run, on the reference against itself, before
+        the integrity snapshot: whatever its first run sets lazily (the fused
+        comparison kernel's JIT cache on a GPU, torch's lazy state) is then in
+        the snapshot and not taken for the program's doing."""
+        from . import check
+        torch = self.torch
+        for k, r in enumerate(case["refs"]):
+            dt = expect[k][0] if k < len(expect) else r.dtype
+            o = r.to(dt)
+            try:
+                _compare(check, torch, o, r, atol, rtol, case["seed"])
+            except check.Incorrect:
+                pass  # the job dtype's rounding alone; only the path matters here
+            _overlap(o, r)
+        first = case["inputs"][0] if case["inputs"] else None
+        if isinstance(first, torch.Tensor):
+            check.modified_inputs({"a": first}, {"a": first})
+        if self.gpu:
+            self.stream.synchronize()
 
     def gpu_arch(self) -> str | None:
         if not self.gpu:
@@ -721,8 +743,9 @@ class Harness:
                                    "module (a cached or precomputed result)"})
         verified = 0
         for k, case, out, inputs in state["kept"]:
-            failed = self._check_call(k, cases[case]["seed"], inputs, cases[case]["inputs"], out,
-                                      cases[case]["refs"], None, [], atol, rtol, {}, expect)
+            with self._check_lock():  # GPU work: shared, as every check
+                failed = self._check_call(k, cases[case]["seed"], inputs, cases[case]["inputs"], out,
+                                          cases[case]["refs"], None, [], atol, rtol, {}, expect)
             if failed:
                 failed["rule"] = failed.get("rule") or "bench_output"
                 failed["message"] = (f"during the benchmark, call {k + 1} (a random probe, seed "
