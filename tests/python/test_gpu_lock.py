@@ -226,10 +226,20 @@ def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
     second = ev.run(job, {"BLOCK": 512, "num_warps": 4, "num_stages": 1}, None)
     assert first["status"] == second["status"] == "ok", (first["message"], second["message"])
     kinds = [k for _, _, k in first["timings"]["gpu_spans"]]
-    # the set-up (two draws, two references) beside the compile, then the checks
-    assert kinds == ["setup"] * 4 + ["check", "check", "bench"]
-    assert [k for _, _, k in second["timings"]["gpu_spans"]] == ["check", "check", "bench"]
-    assert first["timings"]["setup_s"] > 0 and second["timings"]["setup_s"] == 0
+    # the set-up (two draws, two references: the job's seed and the candidate's
+    # own) beside the compile, then the checks, the output poisoned, the
+    # benchmark, and the output the timed runs left compared
+    after = ["check", "check", "check", "bench", "check"]
+    assert kinds == ["setup"] * 4 + after
+    # the second candidate sets up its own seed only
+    assert [k for _, _, k in second["timings"]["gpu_spans"]] == ["setup"] * 2 + after
+    assert first["timings"]["setup_s"] > 0 and second["timings"]["setup_s"] > 0
+    # the binary timed is the code object shipped (the target is this device),
+    # and the measurement names the physical GPU
+    for r in (first, second):
+        assert r["latency"]["binary_sha256"] == r["artifact"]["sha256"], r["latency"].get("binaries")
+        assert r["artifact"]["timed_match"] is True
+        assert r["latency"]["device_identity"]["uuid"] or r["latency"]["device_identity"]["pci_bus_id"]
     assert first["timings"]["preload_s"] >= 0 and second["timings"]["preload_s"] >= 0
     assert set(first["timings"]["lock_wait_s"]) == {"setup", "check", "bench"}
 
