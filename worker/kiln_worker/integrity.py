@@ -23,7 +23,11 @@ records by identity:
 * interpreter-wide hooks: ``sys.gettrace`` / ``getprofile``, torch's
   function-mode and dispatch-mode stacks, the set of Python threads.
 
-``Snapshot.changes()`` lists what differs, by name. The harness calls it after
+What counts as a change: in a class, any entry added, replaced or deleted; in
+a module, any entry replaced or deleted, and a callable added -- except a
+library's plain data (an int, str, None ... flag or counter, set lazily; the
+evaluator's own modules count every entry); in a module-level object, a
+callable replaced. ``Snapshot.changes()`` lists what differs, by name. The harness calls it after
 every phase in which untrusted code ran (import, ``ModelNew(...)``, each
 ``forward``, the benchmark) and again after each verdict is computed: a patch
 by any spelling -- setattr, ``__dict__``, ``object.__setattr__``,
@@ -65,6 +69,13 @@ def _function_state(f) -> tuple:
     cells = f.__closure__
     return (f.__code__, f.__defaults__, f.__kwdefaults__, len(d), *d, *d.values(),
             *(_cell(c) for c in cells or ()))
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _plain(v) -> bool:
+    return v is _MISSING or type(v) in _PLAIN
 
 
 def _frozen(ns) -> tuple:
@@ -115,6 +126,7 @@ class Snapshot:
         self.functions: list[tuple[str, object, tuple]] = []
         self.hooks: dict = {}
         self.threads: set = set()
+        self.module_names: set[str] = set()
 
     @classmethod
     def take(cls, skip: tuple = ()) -> "Snapshot":
@@ -138,6 +150,7 @@ class Snapshot:
                 continue
             ns = m.__dict__
             s.namespaces.append((name, ns, _frozen(ns)))
+            s.module_names.add(name)
             functions_of(name, ns)
             for k, v in ns.items():
                 if not issubclass(type(v), (type, types.ModuleType, types.FunctionType,
@@ -176,14 +189,18 @@ class Snapshot:
             if len(now) == len(keys) and all(map(is_, now, keys)) and all(map(is_, now.values(), values)):
                 continue
             before = dict(zip(keys, values))
-            instance = isinstance(owner, dict)
+            kind = "class" if isinstance(owner, type) else \
+                "module" if where in self.module_names else "object"
             for k, v in before.items():
                 if k in LAZY_NAMES:
                     continue
                 cur = now.get(k, _MISSING)
                 if cur is not v:
-                    if instance and not (callable(v) or callable(cur)):
+                    if kind == "object" and not (callable(v) or callable(cur)):
                         continue  # an object's data (a cache, a counter), not its behaviour
+                    if kind == "module" and _plain(v) and _plain(cur) and \
+                            not where.startswith("kiln_worker"):
+                        continue  # a library's flag or counter (lazy state); the evaluator's own count
                     out.append(f"{where}.{k} was {'deleted' if cur is _MISSING else 'replaced'}")
             for k in now.keys() - before.keys():
                 if k in LAZY_NAMES:
