@@ -68,8 +68,8 @@ def main() -> int:
         for i in range(len(modes) * args.repeat):
             mode = modes[i % len(modes)]
             if mode == "detailed":
-                check.compare = (lambda out, ref, atol, rtol, scaled, seed, memo=None:
-                                 detailed(out, ref, atol, rtol, scaled, seed))
+                check.compare = (lambda out, ref, atol, rtol, seed, memo=None:
+                                 detailed(out, ref, atol, rtol, seed))
             if mode == "torch":
                 check.fused_applies = lambda *a: False
             try:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
@@ -225,10 +226,20 @@ def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
     second = ev.run(job, {"BLOCK": 512, "num_warps": 4, "num_stages": 1}, None)
     assert first["status"] == second["status"] == "ok", (first["message"], second["message"])
     kinds = [k for _, _, k in first["timings"]["gpu_spans"]]
-    # the set-up (two draws, two references) beside the compile, then the checks
-    assert kinds == ["setup"] * 4 + ["check", "check", "bench"]
-    assert [k for _, _, k in second["timings"]["gpu_spans"]] == ["check", "check", "bench"]
-    assert first["timings"]["setup_s"] > 0 and second["timings"]["setup_s"] == 0
+    # the set-up (two draws, two references: the job's seed and the candidate's
+    # own) beside the compile, then the checks, the output poisoned, the
+    # benchmark, and the output the timed runs left compared
+    after = ["check", "check", "check", "bench", "check"]
+    assert kinds == ["setup"] * 4 + after
+    # the second candidate sets up its own seed only
+    assert [k for _, _, k in second["timings"]["gpu_spans"]] == ["setup"] * 2 + after
+    assert first["timings"]["setup_s"] > 0 and second["timings"]["setup_s"] > 0
+    # the binary timed is the code object shipped (the target is this device),
+    # and the measurement names the physical GPU
+    for r in (first, second):
+        assert r["latency"]["binary_sha256"] == r["artifact"]["sha256"], r["latency"].get("binaries")
+        assert r["artifact"]["timed_match"] is True
+        assert r["latency"]["device_identity"]["uuid"] or r["latency"]["device_identity"]["pci_bus_id"]
     assert first["timings"]["preload_s"] >= 0 and second["timings"]["preload_s"] >= 0
     assert set(first["timings"]["lock_wait_s"]) == {"setup", "check", "bench"}
 
@@ -450,3 +461,36 @@ def test_a_set_up_error_is_the_checks_or_forgotten():
     assert again is not None
     again.join()
     assert all(e["ref"] is not None for e in ev.inputs.entries.values())
+
+
+def test_the_lock_is_keyed_by_the_physical_gpu(monkeypatch):
+    # issue 17: "unset", "0" and a UUID spelling of CUDA_VISIBLE_DEVICES were
+    # three locks for one GPU; on AMD every worker got "0"
+    monkeypatch.delenv("KILN_GPU_LOCK", raising=False)
+    ident = {"uuid": "GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc", "pci_bus_id": "0000:1b:00.0",
+             "name": "NVIDIA H200", "driver": "570.1"}
+    monkeypatch.setitem(bench._IDENTITY, 0, ident)
+    paths = set()
+    for vis in (None, "0", "GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc", "3"):
+        if vis is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", vis)
+        monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0")
+        paths.add(bench.lock_path())
+    assert paths == {"/tmp/kiln-gpu-GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc.lock"}
+    # no UUID (an older driver): the PCI bus id; neither: the visible devices
+    assert bench.lock_key({"uuid": None, "pci_bus_id": "0000:1b:00.0"}) == "0000_1b_00.0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
+    assert bench.lock_key({}) == "1_2"
+    monkeypatch.setenv("KILN_GPU_LOCK", "/tmp/explicit.lock")
+    assert bench.lock_path() == "/tmp/explicit.lock"
+
+
+def test_device_identity_off_a_gpu_is_empty(monkeypatch):
+    monkeypatch.delitem(bench._IDENTITY, 0, raising=False)
+    if torch.cuda.is_available():
+        ident = bench.device_identity()
+        assert ident["uuid"] or ident["pci_bus_id"]
+    else:
+        assert bench.device_identity() == {}

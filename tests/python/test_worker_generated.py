@@ -151,6 +151,51 @@ def test_autotuned_kernel_under_the_interpreter(worker):
 
 # -- failures ----------------------------------------------------------------------------
 
+def test_correct_strided_output_passes(worker):
+    # the reference's output is a strided view, and so is this correct program's
+    r = evaluate(worker, (SOL / "strided_view_triton.py").read_text(), ref="strided_view")
+    assert r["status"] == "ok", r["message"]
+
+
+def test_checked_benchmark_and_seeds_per_candidate(worker):
+    r = evaluate(worker, RELU_ADD)
+    assert r["status"] == "ok", r["message"]
+    c = r["correctness"]
+    assert len(c["seeds_used"]) == 2 and c["seeds_used"] != [0, 1]
+    other = evaluate(worker, RELU_ADD + "\n# another candidate\n")
+    assert other["correctness"]["seeds_used"] != c["seeds_used"]  # per candidate
+    assert evaluate(worker, RELU_ADD)["correctness"]["seeds_used"] == c["seeds_used"]  # reproducible
+    bc = r["bench_check"]  # the timing protocol's checks, run untimed on the CPU
+    assert bc["calls"] == 4 and bc["probes_verified"] >= 1 and bc["launches_per_call_min"] >= 1
+    assert r["latency"] is None and r["timings"]["integrity_s"] > 0
+
+
+def test_wrong_output_dtype_is_incorrect(worker):
+    src = RELU_ADD.replace("out = torch.empty_like(x)", "out = torch.empty_like(x, dtype=torch.float64)")
+    r = evaluate(worker, src)
+    assert r["status"] == "incorrect" and r["rule"] == "output_type", r["message"]
+    assert "float64" in r["message"] and "float32" in r["message"]
+
+
+def test_patching_is_refused_at_run_time_whatever_the_spelling(tmp_path):
+    # the screen is bypassed (_direct): the run-time integrity check alone
+    # (integrity.py) refuses each spelling of patching a torch class
+    src = (DATA / "hostile" / "for_target_patch.py").read_text()
+    spellings = {
+        "for_target": src,
+        "setattr": src.replace("for torch.Tensor.tolist in [zeros]:\n            pass",
+                               "import builtins\n        builtins.setattr(torch.Tensor, 'tolist', zeros)"),
+        "type_setattr": src.replace("for torch.Tensor.tolist in [zeros]:\n            pass",
+                                    "type.__setattr__(torch.Tensor, 'tolist', zeros)"),
+    }
+    for name, body in spellings.items():
+        assert body != src or name == "for_target"
+        r = _direct(body)
+        # (object.__setattr__ of a plain class is also an audit event: refused there first)
+        assert r["status"] == "rejected" and r.get("rule") in ("monkeypatch", "introspection"), (name, r)
+        assert r["rule"] == "introspection" or "torch.Tensor.tolist" in r["message"], (name, r["message"])
+
+
 def test_syntax_error_is_compile_error(worker):
     r = evaluate(worker, RELU_ADD.replace("def forward(self, x, y):", "def forward(self, x, y)"))
     assert r["status"] == "compile_error" and r["rule"] == "syntax"
@@ -182,9 +227,10 @@ def test_wrong_result_is_incorrect_with_max_error(worker):
     src = RELU_ADD.replace("tl.maximum(x, 0.0) + y * alpha + b", "tl.maximum(x, 0.0) + y * alpha + b + 0.25")
     r = evaluate(worker, src, target=TARGET_MI300X)
     assert r["status"] == "incorrect" and r["rule"] is None
-    assert "max abs err" in r["message"] and "seed 0" in r["message"]
     c = r["correctness"]
-    assert c["passed"] is False and c["failed_seed"] == 0
+    first = c["seeds_used"][0]  # derived from the job and the candidate (check.seed_list)
+    assert "max abs err" in r["message"] and f"seed {first}" in r["message"]
+    assert c["passed"] is False and c["failed_seed"] == first
     assert abs(c["max_abs_err"] - 0.25) < 1e-5
     assert r["artifact"] is None
 
@@ -206,7 +252,7 @@ def test_hostile_corpus(worker, path):
     limits = {"timeout_s": 6} if expect == "timeout" else None
     r = evaluate(worker, path.read_text(), ref=ref, limits=limits)
     assert r["status"] == status, r["message"]
-    assert r["rule"] == expect, r["message"]
+    assert r["rule"] == (None if expect == "none" else expect), r["message"]
     if header(path, "layer") == "static":
         assert r["message"].startswith(f"rejected by screening: {expect} at line ")
         assert r["violations"][0]["rule"] == expect
@@ -447,6 +493,9 @@ def test_gpu_ok_latency_and_cubin(gpu_worker, tmp_path):
     assert r["exec_device"] != "cpu (Triton interpreter)"
     lat = r["latency"]
     assert lat["runs"] == 5 and lat["median_ms"] > 0
+    # the binary timed is the binary shipped (the target is the executing device here)
+    assert lat["binary_sha256"] == r["artifact"]["sha256"] and r["artifact"]["timed_match"] is True
+    assert lat["device_identity"]["uuid"] and r["bench_check"]["probes_verified"] >= 1
     a = r["artifact"]
     assert a["kind"] == "cubin" and elf_machine(a["path"])[0] == 190 and Path(a["path"]).parent == tmp_path
     sb = r["sandbox"]
@@ -454,6 +503,12 @@ def test_gpu_ok_latency_and_cubin(gpu_worker, tmp_path):
     if IS_ROOT:
         assert sb["network"] == "netns"
     assert r["timings"].get("gpu_s", 0) >= 0
+
+
+@gpu
+def test_gpu_correct_strided_output_passes(gpu_worker):
+    r = evaluate(gpu_worker, (SOL / "strided_view_triton.py").read_text(), ref="strided_view")
+    assert r["status"] == "ok", r["message"]
 
 
 @gpu
@@ -475,11 +530,15 @@ def test_gpu_compile_error(gpu_worker):
 
 @gpu
 @pytest.mark.parametrize("name", ["return_input", "modify_input", "cache_output", "reused_buffer",
-                                  "operator_compute", "nn_linear_forward"])
+                                  "operator_compute", "nn_linear_forward", "tolist_self_param",
+                                  "cache_per_input", "torch_on_repeat", "cache_after_checks",
+                                  "type_of_input_patch", "strided_prefix"])
 def test_gpu_dynamic_hostile(gpu_worker, name):
     path = DATA / "hostile" / f"{name}.py"
-    r = evaluate(gpu_worker, path.read_text())
-    assert (r["status"], r["rule"]) == (header(path, "status"), header(path, "expect")), r["message"]
+    r = evaluate(gpu_worker, path.read_text(), ref=header(path, "reference") or "relu_add")
+    expect = header(path, "expect")
+    assert (r["status"], r["rule"]) == (header(path, "status"), None if expect == "none" else expect), \
+        r["message"]
 
 
 @gpu

@@ -147,13 +147,18 @@ def test_evaluate_ok_hip(worker, artifacts):
 
 
 def test_job_setup_is_paid_by_the_first_candidate_only(worker, artifacts):
-    # inputs and reference are made once per job and worker (the input cache)
+    # the job's seeds' inputs and references are made once per job and worker
+    # (the input cache); each candidate sets up its own seed (check.seed_list)
     shape = (3, 41)  # a job no other test of this worker uses
     first = evaluate(worker, artifacts, {"BLOCK": 64, "num_warps": 1, "num_stages": 1}, shape=shape)
     second = evaluate(worker, artifacts, {"BLOCK": 128, "num_warps": 1, "num_stages": 1}, shape=shape)
-    assert first["status"] == second["status"] == "ok"
+    again = evaluate(worker, artifacts, {"BLOCK": 128, "num_warps": 1, "num_stages": 1}, shape=shape)
+    assert first["status"] == second["status"] == again["status"] == "ok"
     assert 0 < first["timings"]["setup_s"] <= first["timings"]["check_s"]
-    assert second["timings"]["setup_s"] == 0
+    s1, s2 = first["correctness"]["seeds_used"], second["correctness"]["seeds_used"]
+    assert len(s1) == len(s2) == 2 and s1[0] == s2[0] and s1[1] != s2[1]
+    assert second["timings"]["setup_s"] > 0  # its own seed
+    assert again["timings"]["setup_s"] == 0 and again["correctness"]["seeds_used"] == s2
     # on the CPU there is no GPU lock to load the kernel before (preload.py)
     assert "preload_s" not in first["timings"] and "preload_s" not in second["timings"]
 

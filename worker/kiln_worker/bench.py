@@ -116,11 +116,87 @@ def take_lock_waits() -> dict[str, float]:
 
 
 def lock_path() -> str:
+    """$KILN_GPU_LOCK, else /tmp/kiln-gpu-<physical id>.lock: one lock per
+    physical GPU whatever CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES /
+    ROCR_VISIBLE_DEVICES say ("unset", "0", "GPU-<uuid>" name the same GPU).
+    The id is the GPU's UUID (torch's device properties; NVML's / the driver's
+    for NVIDIA, the KFD's for AMD), else its PCI bus id; without torch's CUDA
+    or a GPU, the visible-devices string as before (lock_key)."""
     path = os.environ.get("KILN_GPU_LOCK")
     if not path:
-        vis = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES") or "all"
-        path = f"/tmp/kiln-gpu-{vis.replace(',', '_')}.lock"
+        path = f"/tmp/kiln-gpu-{lock_key()}.lock"
     return path
+
+
+_IDENTITY: dict = {}
+
+
+def device_identity(index: int = 0) -> dict:
+    """The physical identity of visible GPU `index` (of this process): uuid,
+    pci_bus_id, name, driver; {} without a GPU. Read once per process (torch's
+    device properties; the driver version from torch / NVML / sysfs)."""
+    if index in _IDENTITY:
+        return _IDENTITY[index]
+    ident: dict = {}
+    try:
+        import torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized() or _cuda_usable(torch):
+            p = torch.cuda.get_device_properties(index)
+            uuid = str(getattr(p, "uuid", "") or "")
+            ident = {"uuid": uuid or None,
+                     "pci_bus_id": _pci_bus_id(torch, p, index),
+                     "name": getattr(p, "name", None),
+                     "driver": _driver_version(torch)}
+    except Exception:  # noqa: BLE001 - no identity: the caller falls back
+        ident = {}
+    _IDENTITY[index] = ident
+    return ident
+
+
+def _cuda_usable(torch) -> bool:
+    try:
+        return torch.cuda.is_available() and torch.cuda.device_count() > 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _pci_bus_id(torch, props, index: int) -> str | None:
+    """"0000:1b:00.0" from the device properties (pci_domain_id / bus / device),
+    or torch.cuda's own string where it has one."""
+    try:
+        dom = int(getattr(props, "pci_domain_id"))
+        bus = int(getattr(props, "pci_bus_id"))
+        dev = int(getattr(props, "pci_device_id"))
+        return f"{dom:04x}:{bus:02x}:{dev:02x}.0"
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _driver_version(torch) -> str | None:
+    try:
+        if getattr(torch.version, "hip", None):
+            with open("/sys/module/amdgpu/version") as f:
+                return "amdgpu " + f.read().strip()
+        with open("/proc/driver/nvidia/version") as f:
+            line = f.readline()
+        import re
+        m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9.]+)", line)
+        return m.group(1) if m else line.strip()[:80]
+    except OSError:
+        return None
+
+
+def lock_key(identity: dict | None = None) -> str:
+    """The lock file's name part: the physical GPU's UUID or PCI bus id
+    (device_identity), else the visible-devices string ("all" when unset)."""
+    ident = device_identity() if identity is None else identity
+    for k in ("uuid", "pci_bus_id"):
+        v = ident.get(k) if ident else None
+        if v:
+            return "".join(c if c.isalnum() or c in "-." else "_" for c in str(v))
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES") \
+        or os.environ.get("ROCR_VISIBLE_DEVICES") or "all"
+    return vis.replace(",", "_")
 
 
 @contextlib.contextmanager
@@ -133,8 +209,9 @@ def gpu_lock(shared: bool = False, kind: str | None = None):
     (``shared=True``): checks need no exclusive use of the GPU and run side by
     side, but none runs while a benchmark is timing, so they cannot perturb it.
 
-    The lock is a file lock on $KILN_GPU_LOCK, else /tmp/kiln-gpu-<visible
-    devices>.lock, released by the kernel if the process dies. A second file,
+    The lock is a file lock on $KILN_GPU_LOCK, else /tmp/kiln-gpu-<physical
+    GPU id>.lock (lock_path: one per GPU however it is named), released by the
+    kernel if the process dies. A second file,
     <lock>.turn, is a turnstile that makes the lock prefer benchmarks: everyone
     passes it on the way in, and a benchmark holds it while it waits for the
     checks in progress to finish, so a stream of checks from several workers
@@ -201,19 +278,27 @@ CUTOFF_CHECK_RUNS = 20
 
 
 def benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
-              target: dict | None = None, api=None, cutoff_ms: float | None = None) -> dict:
+              target: dict | None = None, api=None, cutoff_ms: float | None = None,
+              before: Callable[[], None] | None = None) -> dict:
     with gpu_lock():
-        return _benchmark(fn, warmup, runs, device_name, target, api, cutoff_ms)
+        out = _benchmark(fn, warmup, runs, device_name, target, api, cutoff_ms, before)
+    ident = device_identity()
+    if ident:
+        out["device_identity"] = ident
+    return out
 
 
 def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
-               target: dict | None = None, api=None, cutoff_ms: float | None = None) -> dict:
+               target: dict | None = None, api=None, cutoff_ms: float | None = None,
+               before: Callable[[], None] | None = None) -> dict:
     """`warmup` untimed runs, then `runs` timed ones (module docstring). With
     `cutoff_ms` (the engine's bench cutoff: a factor times the job's best
     median so far), the first CUTOFF_CHECK_RUNS timed runs are read
     first, and when their median is above the cutoff the benchmark stops
     there: the result has those runs and `stopped_early` (such a kernel cannot
-    be the job's best; the other runs would only hold the GPU)."""
+    be the job's best; the other runs would only hold the GPU). `before`, when
+    given, runs before every call (warm-up and timed), outside the timed
+    region (generated code: fresh input copies per call)."""
     api = api or _Cuda()
     warmup = max(0, int(warmup))
     runs = max(1, int(runs))
@@ -223,6 +308,8 @@ def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
     api.synchronize()
     host = []
     for _ in range(max(1, warmup)):
+        if before is not None:
+            before()
         cache.zero_()
         t0 = time.perf_counter()
         fn()
@@ -247,6 +334,8 @@ def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
                 stopped = {"after_runs": i, "median_ms": first, "cutoff_ms": cutoff_ms}
                 done = i
                 break
+        if before is not None:
+            before()
         cache.zero_()
         if use_sleep:
             try:

@@ -3,29 +3,42 @@
 For each seed: fresh inputs (``make_inputs(seed=...)``), an output from
 ``output_like`` filled with NaN (so an element the kernel never writes fails),
 ``launch``, then the reference on upcast copies of the inputs (float64 for fp32
-jobs, float32 for fp16/bf16), and the comparison
+jobs, float32 for fp16/bf16), and the comparison.
 
-    fail if any output element is NaN/inf, or |out - ref| > atol_eff + rtol * |ref|
+Tolerance policy (the one place it is defined; docs/llm.md and worker/README.md
+refer here). Per element, honouring the output's and the reference's strides:
 
-Default tolerances (KernelBench's): fp32 atol = rtol = 1e-4; fp16 / bf16
-atol = rtol = 1e-2 (fp8 types 1e-1). A template module may define the optional
-hook ``validation_tolerance(op, shape, dtype, params)``; ``validation.atol`` /
-``validation.rtol`` in the job override both. Explicit values are used exactly
-as given.
+    pass  iff  out is finite  and  |out - ref| <= atol + rtol * |ref|
 
-Scale of the absolute tolerance. With default tolerances,
-``atol_eff = atol * max(1, rms(ref))``: atol is measured in units of the
-output's typical magnitude once that exceeds 1. Reductions (matmul's K, conv2d's
-C*k*k) make outputs of size ~sqrt(K) from unit-variance inputs, and a correct
-kernel that sums in a different order (tiling, split-K, MFMA/MMA trees) differs
-from the reference by ~eps_acc * sqrt(K) * typical term -- proportional to the
-output's scale, not to each element -- so elements that happen to be near zero
-need an absolute slack of that order; a fixed atol would flag correct large-K
-GEMMs while rms scaling adapts to K (and to how make_inputs scales its data)
-without a per-operator table. Elementwise ops, softmax and layernorm have
-rms(ref) <= ~1.5, so their atol is unchanged. A precision loss, e.g. TF32
-``tl.dot`` on fp32 inputs (error ~2^-11 of the output scale), still fails the
-fp32 default; fp32 templates should use ``input_precision="ieee"``.
+with, per job dtype (DEFAULT_TOL; KernelBench's values are the floor):
+
+    fp32 / tf32   atol = rtol = 1e-4      fp16 / bf16   atol = rtol = 1e-2
+    fp8 types     atol = rtol = 1e-1      fp64          atol = rtol = 1e-8
+
+``validation.atol`` / ``validation.rtol`` in the job override either value
+exactly as given (a manifest's deliberate choice). A template module may define
+``validation_tolerance(op, shape, dtype, params)`` returning ``atol`` / ``rtol``
+(used as given) or ``reduction``: the length K of the sums each output element
+is, when the inputs are unit-variance and unscaled (matmul's K, row_sum's N).
+Such outputs have magnitude ~sqrt(K), and a correct kernel that sums in
+another order differs from the reference by ~eps_acc * sqrt(K) even where the
+output is near zero; the default atol is then ``atol * sqrt(K)``. The scale
+comes from the job's shape, never from the data: no output value -- a few
+large ones, say -- can widen the allowance of the others. (Before 2026-12, atol
+was scaled by rms(ref), which a few large reference outputs inflated.)
+
+The output must have the reference's shape (and, for generated code, dtype:
+sandbox_child.py); the comparison reads both through their strides (a strided
+view is compared element by element in its logical order, never by its
+storage's prefix).
+
+Seeds (``seed_list``): ``validation.seeds`` as a list is used as given; as a
+count n (default 3) the seeds are derived from the job's key and the
+candidate (config hash or source hash), deterministic for reproducibility:
+for a template, n - 1 seeds of the job (shared by its candidates, whose inputs
+and references each worker computes once) and one of the candidate's own; for
+generated code all n are the candidate's. The result records them
+(``correctness.seeds_used``).
 
 The kernel must not modify its inputs: each input is compared bitwise with a
 copy taken before the launch. The reference always reads the pristine copy.
@@ -58,40 +71,79 @@ def default_tolerances(dtype: str) -> tuple[float, float]:
 
 
 def resolve_tolerances(job: dict, module: Any = None, op: str | None = None,
-                       shape: Any = None, params: dict | None = None) -> tuple[float, float, bool]:
-    """(atol, rtol, scaled): scaled is False when atol was set explicitly.
+                       shape: Any = None, params: dict | None = None) -> tuple[float, float]:
+    """(atol, rtol) of the module docstring's policy.
 
     Precedence: ``validation.atol`` / ``validation.rtol`` in the job, then the
     template module's optional hook ``validation_tolerance(op, shape, dtype,
-    params) -> {"atol": .., "rtol": ..}`` (either key may be absent or None),
-    then the worker's defaults by dtype. Explicit values (job or hook) are used
-    as given; only the worker's default atol is scaled by the output's RMS.
+    params) -> {"atol": .., "rtol": .., "reduction": K}`` (any key may be
+    absent or None), then the worker's defaults by dtype (the default atol
+    times sqrt(K) when the hook names a reduction length K).
     """
     val = job.get("validation") or {}
     dtype = job.get("dtype", "fp32")
     datol, drtol = default_tolerances(dtype)
-    scaled_default = True
     hook = getattr(module, "validation_tolerance", None) if module is not None else None
     if callable(hook):
         t = hook(op if op is not None else job.get("op"), shape if shape is not None else job.get("shape"),
                  dtype, params if params is not None else (job.get("params") or {})) or {}
+        if t.get("reduction"):
+            datol *= max(1.0, math.sqrt(float(t["reduction"])))
         if t.get("atol") is not None:
-            datol, scaled_default = float(t["atol"]), False
+            datol = float(t["atol"])
         if t.get("rtol") is not None:
             drtol = float(t["rtol"])
     atol = val.get("atol")
     rtol = val.get("rtol")
-    scaled = atol is None and scaled_default
     return (float(atol) if atol is not None else datol,
-            float(rtol) if rtol is not None else drtol, scaled)
+            float(rtol) if rtol is not None else drtol)
 
 
-def seed_list(job: dict) -> list[int]:
+def job_key(job: dict) -> str:
+    """The job's key: job["key"] when the engine sends one, else a hash of
+    what names the job (op, shape, dtype, params, reference, target)."""
+    import hashlib
+    import json
+    if isinstance(job.get("key"), str) and job["key"]:
+        return job["key"]
+    ref = job.get("reference")
+    if isinstance(ref, dict):
+        ref = {k: ref.get(k) for k in ("path", "source")}
+    ident = {"op": job.get("op"), "shape": job.get("shape"), "dtype": job.get("dtype"),
+             "params": job.get("params"), "reference": ref,
+             "target": (job.get("target") or {}).get("name") if isinstance(job.get("target"), dict) else None}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def candidate_id(config: Any = None, source: str | None = None) -> str:
+    """A candidate's identity for its seeds: the hash of its source (generated
+    code) or of its config (a template's)."""
+    import hashlib
+    import json
+    if source is not None:
+        return "src:" + hashlib.sha256(source.encode()).hexdigest()
+    return "cfg:" + hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def derive_seed(*parts: str) -> int:
+    """A seed in [0, 2**31) from the parts (sha256): deterministic."""
+    import hashlib
+    h = hashlib.sha256("\0".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def seed_list(job: dict, candidate: str | None = None, per_candidate: int = 1) -> list[int]:
+    """The seeds of a check (module docstring): a list in validation.seeds as
+    given; else n seeds, n - per_candidate of the job and per_candidate of the
+    candidate (all of them the job's when candidate is None)."""
     seeds = (job.get("validation") or {}).get("seeds", 3)
     if isinstance(seeds, (list, tuple)):
         return [int(s) for s in seeds]
-    n = int(seeds if seeds is not None else 3)
-    return list(range(max(1, n)))
+    n = max(1, int(seeds if seeds is not None else 3))
+    key = job_key(job)
+    own = 0 if candidate is None else max(0, min(n, int(per_candidate)))
+    return ([derive_seed(key, "job", i) for i in range(n - own)]
+            + [derive_seed(key, candidate, i) for i in range(own)])
 
 
 def upcast_dtype(job_dtype: str):
@@ -164,14 +216,18 @@ COMPARE_CHUNK = 1 << 24
 
 
 def _flattened(out, ref, seed: int):
-    """The flattened reference and output and their COMPARE_CHUNK steps;
-    Incorrect when the shapes differ."""
+    """The reference and the output flattened in their logical order, each
+    contiguous (a copy where a tensor is a strided view: reshape(-1) of a
+    strided view can itself be a strided view, and compare_kernel reads raw
+    pointers), and their COMPARE_CHUNK steps; Incorrect when the shapes differ.
+    The copies are the check's, outside any timed region."""
     if tuple(out.shape) != tuple(ref.shape):
         raise Incorrect(f"output shape {list(out.shape)} differs from the reference's "
                         f"{list(ref.shape)} (seed {seed})", {})
-    ref_flat = ref.detach().reshape(-1)
+    ref_flat = ref.detach().reshape(-1).contiguous()
     n = ref_flat.numel()
-    return ref_flat, out.detach().reshape(-1), [(s, min(n, s + COMPARE_CHUNK)) for s in range(0, n, COMPARE_CHUNK)]
+    out_flat = out.detach().reshape(-1).contiguous()
+    return ref_flat, out_flat, [(s, min(n, s + COMPARE_CHUNK)) for s in range(0, n, COMPARE_CHUNK)]
 
 
 def _broken_reference(bad: int, seed: int) -> Incorrect:
@@ -179,15 +235,9 @@ def _broken_reference(bad: int, seed: int) -> Incorrect:
                      "the template's inputs or reference are broken", {})
 
 
-def _effective_atol(atol: float, scaled: bool, squares: float, n: int) -> float:
-    """atol, or atol * max(1, rms(ref)) when scaled (module docstring)."""
-    return atol * max(1.0, math.sqrt(squares / n)) if scaled else atol
-
-
-def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
-            memo: dict | None = None) -> dict:
+def compare(out, ref, atol: float, rtol: float, seed: int, memo: dict | None = None) -> dict:
     """Statistics of one seed; raises Incorrect on failure (the message and
-    statistics of _compare_detailed).
+    statistics of _compare_detailed). The policy: the module docstring.
 
     Nearly every candidate passes, and on a GPU every `.item()` is a round
     trip that waits for the device -- behind the other workers' kernels when
@@ -201,55 +251,51 @@ def compare(out, ref, atol: float, rtol: float, scaled: bool, seed: int,
     message.
 
     `memo` (a dict kept with the reference, e.g. per job and seed) keeps what
-    depends on the reference alone -- its non-finite count and sum of squares
-    -- so later candidates against the same reference skip computing it."""
+    depends on the reference alone -- its non-finite count -- so later
+    candidates against the same reference skip computing it."""
     import torch
     ref_flat, out_flat, steps = _flattened(out, ref, seed)
     n = ref_flat.numel()
     if n == 0:
         return {"max_abs_err": 0.0, "max_rel_err": 0.0, "atol": atol, "rtol": rtol}
-    ref_info = memo.get("ref_info") if memo is not None else None
-    if ref_info is None:
+    bad_ref = memo.get("bad_ref") if memo is not None else None
+    if bad_ref is None:
         bad = [(~torch.isfinite(ref_flat[a:b])).sum() for a, b in steps]
-        sq = [(ref_flat[a:b].double() ** 2).sum() for a, b in steps] if scaled else []
-        got = torch.stack([x.double() for x in bad + sq]).tolist()
-        # summed in Python chunk by chunk, as _compare_detailed does
-        ref_info = {"bad_ref": int(sum(got[:len(steps)])), "squares": sum(got[len(steps):], 0.0)}
+        bad_ref = int(sum(torch.stack([x.double() for x in bad]).tolist()))
         if memo is not None:
-            memo["ref_info"] = ref_info
-    if ref_info["bad_ref"]:
-        raise _broken_reference(ref_info["bad_ref"], seed)
-    atol_eff = _effective_atol(atol, scaled, ref_info["squares"], n)
+            memo["bad_ref"] = bad_ref
+    if bad_ref:
+        raise _broken_reference(bad_ref, seed)
     stats = None
-    if fused_applies(out_flat, ref_flat, atol_eff):
+    if fused_applies(out_flat, ref_flat, atol):
         from . import compare_kernel
         try:
-            stats = compare_kernel.compare_stats(out_flat, ref_flat, atol_eff, rtol)
+            stats = compare_kernel.compare_stats(out_flat, ref_flat, atol, rtol)
         except Exception:  # noqa: BLE001  (compare_kernel.available() is False from now on)
             if compare_kernel.available():
                 raise  # not the kernel's compile or launch
     if stats is None:
-        stats = torch_stats(out_flat, ref_flat, steps, atol_eff, rtol)
+        stats = torch_stats(out_flat, ref_flat, steps, atol, rtol)
     nonfinite, nbad, max_abs, max_rel, worst_ratio = stats
     if nonfinite or nbad:
-        return _compare_detailed(out, ref, atol, rtol, scaled, seed)  # raises with the message
-    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol_eff, "rtol": rtol,
+        return _compare_detailed(out, ref, atol, rtol, seed)  # raises with the message
+    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol, "rtol": rtol,
             "worst_ratio": worst_ratio}
 
 
-def fused_applies(out_flat, ref_flat, atol_eff: float) -> bool:
+def fused_applies(out_flat, ref_flat, atol: float) -> bool:
     """Whether compare() takes compare_kernel's one pass: tensors on a GPU, a
     float32 / float64 reference, a positive atol (module docstring there), and
     a kernel that has not failed to compile or launch in this process."""
     import torch
-    if not (out_flat.device.type == "cuda" and ref_flat.device == out_flat.device and atol_eff > 0
+    if not (out_flat.device.type == "cuda" and ref_flat.device == out_flat.device and atol > 0
             and ref_flat.dtype in (torch.float32, torch.float64)):
         return False
     from .compare_kernel import available
     return available()
 
 
-def torch_stats(out_flat, ref_flat, steps, atol_eff: float, rtol: float) -> tuple:
+def torch_stats(out_flat, ref_flat, steps, atol: float, rtol: float) -> tuple:
     """compare()'s statistics with torch operations, COMPARE_CHUNK elements at a
     time: (non-finite outputs, elements out of tolerance, max abs error, max
     rel error, max error / allowance), read back in one transfer."""
@@ -259,8 +305,8 @@ def torch_stats(out_flat, ref_flat, steps, atol_eff: float, rtol: float) -> tupl
         o, r = out_flat[a:b].to(ref_flat.dtype), ref_flat[a:b]
         diff = (o - r).abs()
         aref = r.abs()
-        allowed = atol_eff + rtol * aref
-        rel = diff / torch.clamp(aref, min=max(atol_eff, 1e-30))
+        allowed = atol + rtol * aref
+        rel = diff / torch.clamp(aref, min=max(atol, 1e-30))
         parts.append(torch.stack([(~torch.isfinite(o)).sum().double(), (diff > allowed).sum().double(),
                                   diff.max().double(), rel.max().double(),
                                   (diff / allowed).max().double()]))
@@ -269,7 +315,7 @@ def torch_stats(out_flat, ref_flat, steps, atol_eff: float, rtol: float) -> tupl
     return int(nonfinite), int(nbad), max_abs, max_rel, worst_ratio
 
 
-def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: int) -> dict:
+def _compare_detailed(out, ref, atol: float, rtol: float, seed: int) -> dict:
     """Statistics of one seed; raises Incorrect on failure. Works through the
     flattened tensors COMPARE_CHUNK elements at a time; the result is the
     whole tensors' (maxima, the first worst element, counts)."""
@@ -282,12 +328,9 @@ def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: in
     def chunk(a, b):
         return out_flat[a:b].to(ref_flat.dtype), ref_flat[a:b]
 
-    bad_ref, squares = 0, 0.0
+    bad_ref = 0
     for a, b in steps:
-        r = ref_flat[a:b]
-        bad_ref += int((~torch.isfinite(r)).sum())
-        if scaled:
-            squares += float((r.double() ** 2).sum().item())
+        bad_ref += int((~torch.isfinite(ref_flat[a:b])).sum())
     if bad_ref:
         raise _broken_reference(bad_ref, seed)
     nonfinite, first = 0, None
@@ -303,15 +346,14 @@ def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: in
                         f"overflowed); first at index {_index(first, out.shape)}: got {val}, "
                         f"expected {ref_flat[first].item():.6g} (seed {seed})",
                         {"max_abs_err": None, "max_rel_err": None, "nonfinite": nonfinite})
-    atol_eff = _effective_atol(atol, scaled, squares, n)
     max_abs = max_rel = 0.0
     worst, worst_ratio, nbad = 0, None, 0
     for a, b in steps:
         o, r = chunk(a, b)
         diff = (o - r).abs()
         aref = r.abs()
-        rel = diff / torch.clamp(aref, min=max(atol_eff, 1e-30))
-        allowed = atol_eff + rtol * aref
+        rel = diff / torch.clamp(aref, min=max(atol, 1e-30))
+        allowed = atol + rtol * aref
         ratio = diff / allowed
         i = int(torch.argmax(ratio).item())
         v = float(ratio[i].item())
@@ -323,14 +365,14 @@ def _compare_detailed(out, ref, atol: float, rtol: float, scaled: bool, seed: in
         max_abs = max(max_abs, float(diff.max().item()))
         max_rel = max(max_rel, float(rel.max().item()))
         nbad += int((diff > allowed).sum().item())
-    stats = {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol_eff, "rtol": rtol,
+    stats = {"max_abs_err": max_abs, "max_rel_err": max_rel, "atol": atol, "rtol": rtol,
              "worst_ratio": worst_ratio}
     if nbad:
         idx = _index(worst, out.shape)
         got = out_flat[worst].to(ref_flat.dtype).item()
         exp = ref_flat[worst].item()
         raise Incorrect(
-            f"{nbad} of {n} elements out of tolerance (atol {atol_eff:.3g}, rtol {rtol:.3g}); "
+            f"{nbad} of {n} elements out of tolerance (atol {atol:.3g}, rtol {rtol:.3g}); "
             f"max abs err {stats['max_abs_err']:.4g}, max rel err {stats['max_rel_err']:.4g}; "
             f"worst at index {idx}: got {got:.6g}, expected {exp:.6g} (seed {seed})", stats)
     return stats

@@ -94,8 +94,12 @@ def _launch(out_flat, ref_flat, atol_eff: float, rtol: float):
 def compare_stats(out_flat, ref_flat, atol_eff: float, rtol: float) -> tuple[int, int, float, float, float]:
     """(non-finite outputs, elements out of tolerance, max abs error, max rel
     error, max error / allowance) of two flat tensors of one length on one
-    device, the reference in float32 or float64, atol_eff > 0."""
+    device, the reference in float32 or float64, atol_eff > 0; either may be
+    a strided view (read in its logical order)."""
     import torch
+    # the kernel reads raw pointers: a strided view is copied first (its
+    # logical order, never its storage's prefix)
+    out_flat, ref_flat = out_flat.reshape(-1).contiguous(), ref_flat.reshape(-1).contiguous()
     grid, args, options, part = _launch(out_flat, ref_flat, atol_eff, rtol)
     try:
         compare_kernel[grid](*args, **options)

@@ -12,6 +12,7 @@ from .bench import benchmark, gpu_lock
 from .compile_child import CompileChildDied, CompileClient
 from .device import Device, install_scratch_allocator
 from .jsonsafe import json_safe
+from .launches import TimedBinaries, match_timed, untimed
 from .preload import preload
 from .targetcompile import compile_stage, describe_exception, is_resource_error, trim_message
 from .templates import Library, TemplateError
@@ -111,6 +112,7 @@ class Evaluation:
         if self.compiler is not None:
             self.compiler.start()  # imports torch/triton while the worker waits for requests
         self.inputs = _InputCache()
+        self._job = None  # the job of the check in progress (_check)
         self._setup_s = 0.0  # this evaluation's job set-up time (_check)
         self._preload_s = None  # its kernel load before the GPU lock (_check, GPU only)
         if dev.is_gpu:
@@ -178,7 +180,7 @@ class Evaluation:
         # The job's set-up on this worker (inputs drawn, references computed)
         # runs beside the compile, on a GPU (_SetUp); the check waits for it.
         self._setup_s = 0.0
-        setup = self._start_setup(mod, op, shape, dtype, params, job)
+        setup = self._start_setup(mod, op, shape, dtype, params, job, config)
 
         # (1) compile for the job's target -----------------------------------
         t0 = time.perf_counter()
@@ -208,12 +210,13 @@ class Evaluation:
         try:
             if setup is not None:
                 setup.join()  # its error (out of memory...) is this check's
-            corr, inputs, out = self._check(mod, op, shape, dtype, params, config, job)
+            corr, inputs, out, last = self._check(mod, op, shape, dtype, params, config, job)
             res["correctness"] = corr
         except check.Incorrect as inc:
             res["status"], res["message"] = "incorrect", inc.message
             res["correctness"] = {"seeds": inc.stats.get("seeds", 1), "passed": False,
                                   "failed_seed": inc.stats.get("seed"),
+                                  "seeds_used": inc.stats.get("seeds_used"),
                                   **{k: v for k, v in inc.stats.items()
                                      if k in ("max_abs_err", "max_rel_err", "atol", "rtol")}}
             res["timings"]["check_s"] = time.perf_counter() - t0
@@ -237,17 +240,46 @@ class Evaluation:
         if self.dev.is_gpu and runs > 0:
             t0 = time.perf_counter()
             try:
+                # poisoned before the timed calls, compared after them
+                # (_verify_after_bench): what the timed runs left is checked
+                with self._shared_gpu_lock("check"):
+                    _poison(out)
                 cutoff = bcfg.get("cutoff_ms")
-                res["latency"] = benchmark(lambda: mod.launch(op, inputs, out, config, params),
-                                           warmup, runs, self.dev.name, target,
-                                           cutoff_ms=float(cutoff) if isinstance(cutoff, (int, float)) else None)
+                with TimedBinaries() as timed:
+                    res["latency"] = benchmark(lambda: mod.launch(op, inputs, out, config, params),
+                                               warmup, runs, self.dev.name, target,
+                                               cutoff_ms=float(cutoff) if isinstance(cutoff, (int, float)) else None)
+                res["latency"].update(timed.describe())
             except Exception as exc:
                 status, message = self._classify(exc)
                 res["status"], res["message"] = status, "during the benchmark: " + message
+            if res["status"] == "ok":
+                self._verify_after_bench(res, out, last)
             res["timings"]["bench_s"] = time.perf_counter() - t0
+            if res["status"] == "ok" and isinstance(res.get("artifact"), dict):
+                # the binary timed is the binary shipped (docs/architecture.md)
+                mismatch = match_timed([res["artifact"]], res["latency"], target, self.dev.arch)
+                if mismatch:
+                    res["status"], res["message"] = "incorrect", mismatch
+        elif isinstance(res.get("artifact"), dict):
+            untimed([res["artifact"]])
         return json_safe(res)
 
     # -------------------------------------------------------------------------
+    def _verify_after_bench(self, res: dict, out, last) -> None:
+        """The output the timed runs left (poisoned before them) against the
+        last seed's reference: a kernel that is right once and wrong when
+        timed (a race at warm caches, a partial write) is `incorrect`."""
+        ref, seed, atol, rtol, memo = last
+        t0 = time.perf_counter()
+        try:
+            with self._shared_gpu_lock("check"):
+                self._sync()
+                check.compare(out, ref, atol, rtol, seed, memo=memo)
+        except check.Incorrect as inc:
+            res["status"], res["message"] = "incorrect", "after the benchmark's timed runs: " + inc.message
+        res["timings"]["bench_verify_s"] = time.perf_counter() - t0
+
     def _sync(self):
         if self.dev.is_gpu:
             import torch
@@ -294,8 +326,9 @@ class Evaluation:
             self.device_lost = True
 
     def _check(self, mod, op, shape, dtype, params, config, job):
-        atol, rtol, scaled = check.resolve_tolerances(job, mod, op, shape, params)
-        seeds = check.seed_list(job)
+        atol, rtol = check.resolve_tolerances(job, mod, op, shape, params)
+        seeds = check.seed_list(job, check.candidate_id(config))
+        self._job = job
         updt = check.upcast_dtype(dtype)
         dev = self.dev.torch_device
         acc: dict[str, Any] = {}
@@ -303,19 +336,21 @@ class Evaluation:
         self._preload_s = None
         for i, seed in enumerate(seeds):
             try:
-                inputs, out = self._one_seed(mod, op, shape, dtype, params, config, seed, updt,
-                                             dev, atol, rtol, scaled, acc, first=i == 0)
+                inputs, out, last = self._one_seed(mod, op, shape, dtype, params, config, seed, updt,
+                                             dev, atol, rtol, acc, first=i == 0)
             except check.Incorrect as inc:
-                inc.stats.update(seeds=i + 1, seed=seed)
+                inc.stats.update(seeds=i + 1, seed=seed, seeds_used=seeds[:i + 1])
                 raise
-        corr = {"seeds": len(seeds), "max_abs_err": acc.get("max_abs_err", 0.0),
+        corr = {"seeds": len(seeds), "seeds_used": seeds, "max_abs_err": acc.get("max_abs_err", 0.0),
                 "max_rel_err": acc.get("max_rel_err", 0.0), "passed": True,
                 "atol": acc.get("atol", atol), "rtol": rtol}
-        return corr, inputs, out
+        return corr, inputs, out, last
 
-    def _entry(self, mod, op, shape, dtype, params, seed, dev) -> dict:
+    def _entry(self, mod, op, shape, dtype, params, seed, dev, job=None) -> dict:
         """The seed's inputs, drawn once per job and worker (the same numbers
-        every time), on the GPU for a GPU device (common.randn)."""
+        every time), on the GPU for a GPU device (common.randn). A seed of the
+        candidate's own (check.seed_list) is kept only until the next
+        candidate's (_InputCache: memory)."""
         import torch
 
         def draw():
@@ -331,9 +366,10 @@ class Evaluation:
             self._setup_s += time.perf_counter() - t0
             return entry
 
-        return self.inputs.get(_input_key(op, shape, dtype, params, dev, seed), draw)
+        own = job is not None and seed not in check.seed_list(job)
+        return self.inputs.get(_input_key(op, shape, dtype, params, dev, seed), draw, transient=own)
 
-    def _start_setup(self, mod, op, shape, dtype, params, job) -> "_SetUp | None":
+    def _start_setup(self, mod, op, shape, dtype, params, job, config=None) -> "_SetUp | None":
         """On a GPU, the job's set-up for this worker -- each seed's inputs
         drawn and its reference computed -- in a thread of its own, started
         before the candidate compiles: a worker's first candidate of a job then
@@ -345,7 +381,7 @@ class Evaluation:
         if not self.dev.is_gpu or bench.held() is not None:
             return None
         try:
-            seeds = check.seed_list(job)
+            seeds = check.seed_list(job, check.candidate_id(config))
             updt = check.upcast_dtype(dtype)
         except Exception:  # noqa: BLE001
             return None
@@ -357,7 +393,7 @@ class Evaluation:
             if self.warm is not None:
                 self.warm.join()  # the warm-up's kernels first (WarmUp)
             for seed in seeds:
-                entry = self._entry(mod, op, shape, dtype, params, seed, dev)
+                entry = self._entry(mod, op, shape, dtype, params, seed, dev, job)
                 if entry["ref"] is None:
                     t0 = time.perf_counter()
                     with self._shared_gpu_lock("setup"):
@@ -368,8 +404,8 @@ class Evaluation:
         return _SetUp(prepare)
 
     def _one_seed(self, mod, op, shape, dtype, params, config, seed, updt, dev, atol, rtol,
-                  scaled, acc, first=False):
-        entry = self._entry(mod, op, shape, dtype, params, seed, dev)
+                  acc, first=False):
+        entry = self._entry(mod, op, shape, dtype, params, seed, dev, self._job)
         pristine = entry["pristine"]
         if first and self.dev.is_gpu:
             # the kernel's first-launch host work (JIT cache, module load)
@@ -380,10 +416,10 @@ class Evaluation:
         # On a GPU the GPU part of the check holds the GPU lock shared: checks of
         # several workers run side by side, never during another's benchmark.
         with self._shared_gpu_lock("check"):
-            return self._seed_on_device(mod, op, params, config, seed, updt, atol, rtol, scaled,
+            return self._seed_on_device(mod, op, params, config, seed, updt, atol, rtol,
                                         acc, entry, pristine)
 
-    def _seed_on_device(self, mod, op, params, config, seed, updt, atol, rtol, scaled, acc, entry,
+    def _seed_on_device(self, mod, op, params, config, seed, updt, atol, rtol, acc, entry,
                         pristine):
         import torch
         torch.manual_seed(seed)
@@ -411,13 +447,22 @@ class Evaluation:
         self._sync()
         if fresh:
             self._setup_s += time.perf_counter() - t0
-        stats = check.compare(out, ref, atol, rtol, scaled, seed, memo=entry["memo"])
+        stats = check.compare(out, ref, atol, rtol, seed, memo=entry["memo"])
         check.merge_stats(acc, stats)
-        return inputs, out
+        return inputs, out, (ref, seed, atol, rtol, entry["memo"])
 
 
 class _OutOfMemory(Exception):
     """The GPU ran out of memory during a check or benchmark (Evaluation.run retries)."""
+
+
+def _poison(out) -> None:
+    """NaN (integers: their max) in every element of an output buffer."""
+    import torch
+    if out.is_floating_point():
+        out.fill_(float("nan"))
+    else:
+        out.fill_(torch.iinfo(out.dtype).max if out.dtype != torch.bool else True)
 
 
 def _is_out_of_memory(exc: BaseException) -> bool:
@@ -448,8 +493,15 @@ class _InputCache:
     def __init__(self):
         self.jobs: list[tuple] = []
         self.entries: dict[tuple, dict] = {}
+        self.transient: set[tuple] = set()  # keys of candidates' own seeds
 
-    def get(self, key: tuple, draw) -> dict:
+    def get(self, key: tuple, draw, transient: bool = False) -> dict:
+        """The entry of key, drawn when missing. A transient entry (a
+        candidate's own seed) replaces the previous transient one."""
+        if transient and key not in self.transient:
+            for k in list(self.transient):
+                self.entries.pop(k, None)
+            self.transient.clear()
         job = key[:-1]
         if job in self.jobs:
             self.jobs.remove(job)
@@ -458,12 +510,15 @@ class _InputCache:
         for old in self.jobs[:-self.JOBS]:
             for k in [k for k in self.entries if k[:-1] == old]:
                 del self.entries[k]
+                self.transient.discard(k)
                 evicted = True
         self.jobs = self.jobs[-self.JOBS:]
         if evicted:
             _release_cached_gpu_memory()
         if key not in self.entries:
             self.entries[key] = draw()  # an out-of-memory error: Evaluation._attempt's
+            if transient:
+                self.transient.add(key)
         return self.entries[key]
 
     def prepared(self, key: tuple) -> bool:
@@ -474,6 +529,7 @@ class _InputCache:
     def clear(self) -> None:
         self.jobs.clear()
         self.entries.clear()
+        self.transient.clear()
 
 
 class _SetUp:

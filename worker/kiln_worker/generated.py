@@ -57,11 +57,10 @@ def sandbox_cache_dir() -> str:
 
 
 def gpu_lock_files() -> list[str]:
-    """bench.py's GPU lock file and turnstile (same rule as bench.lock_path)."""
-    path = os.environ.get("KILN_GPU_LOCK")
-    if not path:
-        vis = os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES") or "all"
-        path = f"/tmp/kiln-gpu-{vis.replace(',', '_')}.lock"
+    """bench.py's GPU lock file and turnstile (bench.lock_path: keyed by the
+    physical GPU, which the child resolves the same way)."""
+    from .bench import lock_path
+    path = lock_path()
     return [path, path + ".turn"]
 
 
@@ -390,6 +389,11 @@ class GeneratedEvaluator:
                             os.unlink(a["path"])
                         except OSError:
                             pass
+        if not self.dev.is_gpu:
+            from .launches import untimed
+            untimed(res.get("artifacts") or [])
+            if isinstance(res.get("artifact"), dict):
+                untimed([res["artifact"]])
         res["launches"] = launches[:MAX_LAUNCHES_REPORTED]
         return json_safe(res)
 
@@ -402,7 +406,7 @@ class GeneratedEvaluator:
     @staticmethod
     def _merge(res: dict, ans: dict) -> None:
         for k in ("status", "message", "rule", "correctness", "latency", "artifact", "artifacts",
-                  "traffic", "sandbox", "failed_launch", "exec_device", "violations"):
+                  "traffic", "sandbox", "failed_launch", "exec_device", "violations", "bench_check"):
             if k in ans and ans[k] is not None:
                 res[k] = ans[k]
         if res.get("artifacts") is None:

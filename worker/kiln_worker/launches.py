@@ -290,3 +290,114 @@ def compile_launches(module, launches: list[dict], target: dict, artifact_dir: s
                     "message": f"{rec['kernel']}: {limit}", "artifacts": arts}
     _ = CompileFailure  # (same classification as the template path)
     return {"status": "ok", "message": "", "artifacts": arts}
+
+
+class TimedBinaries:
+    """Inside the with block, the code objects actually launched: JITFunction.run
+    (every ``kernel[grid](...)``, through Autotuner / Heuristics too) wrapped at
+    class level, its CompiledKernel's binary (``kernel.kernel``: the cubin /
+    hsaco bytes Triton loaded with the driver, ``asm['cubin' | 'hsaco']``)
+    hashed once per CompiledKernel. ``modules``: only kernels defined there
+    (None: all). Restored on exit. The wrapper adds one dict look-up per launch
+    (the benchmark's GPU spin covers host time)."""
+
+    def __init__(self, modules: set[str] | None = None):
+        self.modules = modules
+        self.seen: dict[int, dict] = {}
+        self._cls = None
+        self._orig = None
+
+    def __enter__(self):
+        from triton.runtime.jit import JITFunction
+        import hashlib
+        orig = JITFunction.run
+        me = self
+
+        def run(kernel, *args, grid, warmup, **kwargs):
+            ret = orig(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+            if warmup or ret is None:
+                return ret
+            fn = getattr(kernel, "fn", None)
+            if me.modules is not None and getattr(fn, "__module__", None) not in me.modules:
+                return ret
+            rec = me.seen.get(id(ret))
+            if rec is None:
+                blob = getattr(ret, "kernel", None)
+                if isinstance(blob, str):
+                    blob = blob.encode()
+                backend = str(getattr(getattr(ret.metadata, "target", None), "backend", "") or "")
+                rec = me.seen[id(ret)] = {
+                    "kernel": getattr(ret, "name", None), "kind": "hsaco" if backend == "hip" else "cubin",
+                    "sha256": hashlib.sha256(blob).hexdigest() if isinstance(blob, bytes) else None,
+                    "launches": 0, "_keep": ret}
+            rec["launches"] += 1
+            return ret
+
+        run.__wrapped__ = orig
+        self._cls, self._orig = JITFunction, orig
+        JITFunction.run = run
+        return self
+
+    def __exit__(self, *exc):
+        if self._cls is not None:
+            self._cls.run = self._orig
+        return False
+
+    def describe(self) -> dict:
+        """{"binary_sha256": the timed binary (the first launched), "binaries":
+        every distinct one with its kernel name, kind and launch count}."""
+        bins = [{k: v for k, v in r.items() if k != "_keep"} for r in self.seen.values()]
+        return {"binary_sha256": bins[0]["sha256"] if bins else None, "binaries": bins}
+
+
+def same_device(target: dict | None, exec_arch: str | None) -> bool:
+    """Whether the job's target is the executing device's architecture."""
+    if not target or not exec_arch:
+        return False
+    arch = str(target.get("arch") or "").lower()
+    if exec_arch.startswith("sm_"):
+        from .targetcompile import cuda_capability
+        try:
+            return cuda_capability(arch) == int(exec_arch[3:])
+        except ValueError:
+            return False
+    return arch.split(":")[0] == exec_arch.lower()
+
+
+def match_timed(artifacts: list[dict], latency: dict | None, target: dict | None,
+                exec_arch: str | None) -> str | None:
+    """Marks each artifact with the binary timed for its kernel
+    (``timed_sha256``) and whether they are the same (``timed_match``; None
+    when the target is not the executing device, so nothing of it was timed).
+    Returns a message when the target is the executing device and a shipped
+    code object is not the binary that was timed, else None."""
+    bins = (latency or {}).get("binaries") or []
+    by_name: dict[str, list[str]] = {}
+    for b in bins:
+        by_name.setdefault(b.get("kernel"), []).append(b.get("sha256"))
+    here = same_device(target, exec_arch)
+    bad = None
+    for a in artifacts:
+        if not isinstance(a, dict):
+            continue
+        timed = by_name.get(a.get("kernel_name")) or []
+        a["timed_sha256"] = timed[0] if len(timed) == 1 else (timed or None)
+        if not here or not bins:
+            a["timed_match"] = None
+            a["timed_check"] = ("the target is not the executing device: nothing of it was timed"
+                                if not here else "no timed launch went through JITFunction.run")
+            continue
+        a["timed_match"] = a.get("sha256") in timed
+        if not a["timed_match"] and bad is None:
+            bad = (f"the code object shipped for {a.get('kernel_name')} (sha256 {str(a.get('sha256'))[:16]}) "
+                   f"is not the binary timed on this device ({', '.join(str(t)[:16] for t in timed) or 'none'})")
+    return bad
+
+
+def untimed(artifacts: list[dict]) -> None:
+    """On the CPU (the Triton interpreter) no binary runs: timed_sha256 null."""
+    for a in artifacts:
+        if isinstance(a, dict):
+            a["timed_sha256"] = None
+            a["timed_match"] = None
+            a["timed_check"] = "not timed: the Triton interpreter runs no binary"

@@ -45,6 +45,10 @@ import time
 import traceback
 
 GEN_MODULE = "kiln_generated"
+# The checked timing protocol (Harness._checked_benchmark): probe calls per
+# benchmark (plus the last call), and the calls it makes on the CPU.
+PROBES = 3
+CPU_BENCH_RUNS = 3
 
 # torch functions / tensor methods (by __name__) allowed in wrapper code at run time
 ALLOWED_FUNCS = {
@@ -125,6 +129,8 @@ class Harness:
                                expected_stream=(lambda: self.stream.cuda_stream) if self.gpu else None)
         self.capture.install()
         self.monitor_violations: list[str] = []
+        self.poison = True  # the monitor NaN-fills empty* allocations (off in unprobed timed calls)
+        self.integrity = None  # integrity.Snapshot, taken before the generated module loads
         self.monitor = self._make_monitor()
         self._warm_monitor()
         if not self.gpu:
@@ -176,7 +182,7 @@ class Harness:
                     raise RuntimeError(f"kiln: torch compute op {bad} in wrapper code; the Triton "
                                        "kernels must compute the result")
                 out = func(*args, **kwargs)
-                if name in EMPTY_FUNCS and isinstance(out, torch.Tensor) and out.numel():
+                if harness.poison and name in EMPTY_FUNCS and isinstance(out, torch.Tensor) and out.numel():
                     if out.is_floating_point() or out.is_complex():
                         out.fill_(float("nan"))
                     elif out.dtype == torch.bool:
@@ -228,7 +234,23 @@ class Harness:
         finally:
             self.timings["import_s"] = time.perf_counter() - t0
         self.check_violations()
+        self.verify_integrity("the import of the generated module")
         return mod
+
+    def verify_integrity(self, after: str) -> None:
+        """Stop (rejected, monkeypatch) when anything of the snapshot changed
+        (integrity.py): called after every phase in which untrusted code ran and
+        after every verdict."""
+        if self.integrity is None:
+            return
+        t0 = time.perf_counter()
+        changed = self.integrity.changes()
+        self.timings["integrity_s"] = self.timings.get("integrity_s", 0.0) + time.perf_counter() - t0
+        if changed:
+            raise Stop({"status": "rejected", "rule": "monkeypatch",
+                        "message": f"at run time, after {after}: {changed[0]}; generated code must not "
+                                   "change torch, Triton, NumPy, Python or evaluator objects",
+                        "violations": [{"rule": "monkeypatch", "detail": c} for c in changed]})
 
     def check_violations(self) -> None:
         if self.guard.violations:
@@ -285,6 +307,7 @@ class Harness:
                 except BaseException as exc:
                     err = err or exc
         self.check_violations()
+        self.verify_integrity(what)
         if err is not None:
             res = self.classify(err)
             res["message"] = f"in {what}: " + res["message"]
@@ -332,10 +355,22 @@ class Harness:
         probe = rm.make_inputs(ref, 0, "cpu", None)
         return rm.infer_dtype(probe), None
 
-    def _models(self, ref, gen, init, seed0, tdt):
+    def _reference_model(self, ref, init, seed0, tdt):
+        """The reference Model on the device in the job's dtype, and a CPU copy
+        of its initial state (for ModelNew: reference_module's convention)."""
         torch = self.torch
         torch.manual_seed(int(seed0))
         ref_model = ref.Model(*copy.deepcopy(init))
+        state = {k: v.detach().clone() for k, v in ref_model.state_dict().items()}
+        with torch.no_grad():
+            ref_model.to(self.dev)
+            if tdt is not None:
+                ref_model.to(tdt)
+            ref_model.eval()
+        return ref_model, state
+
+    def _models(self, gen, init, seed0, tdt, ref_state):
+        torch = self.torch
         ModelNew = getattr(gen, "ModelNew", None)
         if ModelNew is None:
             raise Stop({"status": "rejected", "rule": "structure",
@@ -351,115 +386,30 @@ class Harness:
                         "message": "ModelNew must be a torch.nn.Module subclass"})
         synced = False
         with torch.no_grad(), self.guard.untrusted():
-            rs, ns = ref_model.state_dict(), new_model.state_dict()
+            rs, ns = ref_state, new_model.state_dict()
             if rs and list(rs.keys()) == list(ns.keys()) and all(
                     tuple(rs[k].shape) == tuple(ns[k].shape) for k in rs):
-                new_model.load_state_dict(rs)
+                new_model.load_state_dict({k: v.clone() for k, v in rs.items()})
                 synced = True
-            ref_model.to(self.dev)
             new_model.to(self.dev)
             if tdt is not None:
-                ref_model.to(tdt)
                 new_model.to(tdt)
-            ref_model.eval()
             new_model.eval()
         self.check_violations()
-        return ref_model, new_model, synced
+        self.verify_integrity("ModelNew's set-up")
+        return new_model, synced
 
-    def evaluate(self) -> dict:
+    def _cases(self, ref, ref_model, ref_up, seeds, tdt, updt, dname):
+        """Per seed, computed before any generated code is loaded: the inputs
+        (pristine; every call gets its own copies), the reference outputs (on
+        upcast copies; in the job's dtype when the reference cannot run
+        upcast), and the outputs' expected dtypes and shapes (the reference run
+        in the job's dtype on the first seed's inputs)."""
         from . import check
         from . import reference_module as rm
         torch = self.torch
-        req = self.req
-        job = req.get("job") or {}
-        ref = rm.load(req["reference"], self.tmpdir)
-        init = rm.init_inputs(ref)
-        dname, tdt = self._dtype(job, ref)
-        updt = check.upcast_dtype(dname)
-        atol, rtol, scaled = check.resolve_tolerances({"validation": job.get("validation") or {},
-                                                       "dtype": dname})
-        seeds = check.seed_list(job)
-        if len(seeds) < 2:
-            seeds.append(max(seeds) + 1)  # caching is caught by a second call on new inputs
-        gen = self.load_generated(req["source"])
-        t0 = time.perf_counter()
-        ref_model, new_model, synced = self._models(ref, gen, init, seeds[0], tdt)
-        ref_up = copy.deepcopy(ref_model).to(updt)
-        ref_dtype = rm.dtype_name(updt)
-        acc: dict = {}
-        with self._check_lock():
-            inputs, traffic = self._check_seeds(ref, new_model, ref_model, ref_up, ref_dtype, dname,
-                                                tdt, updt, seeds, atol, rtol, scaled, acc, t0)
-        ref_dtype = self._ref_dtype
-        self.timings["check_s"] = time.perf_counter() - t0
-        res = {"status": "ok", "message": "", "rule": None,
-               "correctness": {"seeds": len(seeds), "max_abs_err": acc.get("max_abs_err", 0.0),
-                               "max_rel_err": acc.get("max_rel_err", 0.0), "passed": True,
-                               "atol": acc.get("atol", atol), "rtol": rtol,
-                               "reference_dtype": ref_dtype, "dtype": dname,
-                               "weights_from_reference": synced},
-               "launches": self.capture.last_call(), "traffic": traffic,
-               "artifact": None, "artifacts": [], "latency": None}
-        if not res["launches"]:
-            raise Stop({"status": "rejected", "rule": "torch_compute", "correctness": res["correctness"],
-                        "message": "forward launched no Triton kernel of the generated module"})
-        target = job.get("target") or None
-        if self.gpu and target and req.get("compile_target", True):
-            from .launches import compile_launches
-            t1 = time.perf_counter()
-            comp = compile_launches(gen, res["launches"], target, self.artifact_dir(),
-                                    untrusted=self.guard.untrusted)
-            self.timings["compile_s"] = time.perf_counter() - t1
-            self.check_violations()
-            res["artifacts"] = comp["artifacts"]
-            res["artifact"] = comp["artifacts"][0] if comp["artifacts"] else None
-            res["compiled"] = True
-            if comp["status"] != "ok":
-                res.update(status=comp["status"], message=comp["message"])
-                return res
-        bcfg = job.get("benchmark") or {}
-        runs = int(bcfg.get("runs") if bcfg.get("runs") is not None else 100)
-        warmup = int(bcfg.get("warmup") if bcfg.get("warmup") is not None else 25)
-        if self.gpu and runs > 0:
-            from .bench import benchmark
-            t1 = time.perf_counter()
-            try:
-                with torch.no_grad(), torch.cuda.stream(self.stream):
-                    def fn():
-                        with self.guard.untrusted():
-                            new_model(*inputs)
-                    res["latency"] = benchmark(fn, warmup, runs, self.dev_name, target)
-            except BaseException as exc:
-                self.check_violations()
-                c = self.classify(exc)
-                res.update(status=c["status"], message="during the benchmark: " + c["message"])
-            self.timings["bench_s"] = time.perf_counter() - t1
-        return res
-
-    def _check_lock(self):
-        """On a GPU the correctness run holds the GPU lock shared, like the template path
-        (evaluate.py): no benchmark of another worker is timing meanwhile."""
-        import contextlib
-        import inspect
-        from . import bench
-        if not self.gpu:
-            return contextlib.nullcontext()
-        try:
-            if "shared" in inspect.signature(bench.gpu_lock).parameters:
-                return bench.gpu_lock(shared=True)
-        except (TypeError, ValueError):
-            pass
-        return contextlib.nullcontext()
-
-    def _check_seeds(self, ref, new_model, ref_model, ref_up, ref_dtype, dname, tdt, updt, seeds,
-                     atol, rtol, scaled, acc, t0):
-        from . import reference_module as rm
-        torch = self.torch
-        earlier: list = []
-        prev_ref = None
-        inputs = None
-        traffic = None
-        for i, seed in enumerate(seeds):
+        cases, ref_dtype = [], rm.dtype_name(updt)
+        for seed in seeds:
             inputs = rm.make_inputs(ref, seed, self.dev, tdt)
             with torch.no_grad():
                 try:
@@ -474,41 +424,209 @@ class Harness:
             if ref_outs is None:
                 raise rm.ReferenceError_(f"the reference's forward returned {type(ref_out).__name__}, "
                                          "not a tensor or a tuple of tensors")
-            if self.gpu:
-                torch.cuda.synchronize()
-            pristine = {f"arg{j}": (v.detach().clone() if isinstance(v, torch.Tensor) else v)
-                        for j, v in enumerate(inputs)}
-            self.capture.begin_call()
-            out = self.untrusted_call(new_model, *inputs)
-            failed = self._check_call(i, seed, inputs, pristine, out, ref_outs, prev_ref, earlier,
-                                      atol, rtol, scaled, acc)
-            if failed:
-                failed.setdefault("correctness", {}).update(seeds=i + 1, failed_seed=seed, passed=False,
-                                                            reference_dtype=ref_dtype)
-                self.timings["check_s"] = time.perf_counter() - t0
-                raise Stop(failed)
-            prev_ref = ref_outs
-            if traffic is None:
-                nb = sum(v.numel() * v.element_size() for v in inputs if isinstance(v, torch.Tensor))
-                nb += sum(o.numel() * o.element_size() for o in rm.as_outputs(out))
-                traffic = {"bytes": int(nb)}
-        self._ref_dtype = ref_dtype
-        return inputs, traffic
+            cases.append({"seed": seed, "inputs": [check.snapshot({"v": v})["v"] for v in inputs],
+                          "refs": [r.detach() for r in ref_outs]})
+        try:
+            with torch.no_grad():
+                native = rm.as_outputs(ref_model(*rm.clone_upcast(cases[0]["inputs"], None))) or []
+        except Exception:  # noqa: BLE001 - the reference cannot run in the job's dtype:
+            native = []    # the upcast references' shapes are still checked (check.compare)
+        expect = [(o.dtype, tuple(o.shape)) for o in native]
+        if self.gpu:
+            torch.cuda.synchronize()
+        return cases, expect, ref_dtype
 
-    def _check_call(self, i, seed, inputs, pristine, out, ref_outs, prev_ref, earlier, atol, rtol,
-                    scaled, acc) -> dict | None:
+    def evaluate(self) -> dict:
         from . import check
         from . import reference_module as rm
+        from .integrity import Snapshot
         torch = self.torch
-        changed = check.modified_inputs(pristine, {f"arg{j}": v for j, v in enumerate(inputs)})
+        req = self.req
+        job = req.get("job") or {}
+        ref = rm.load(req["reference"], self.tmpdir)
+        init = rm.init_inputs(ref)
+        dname, tdt = self._dtype(job, ref)
+        updt = check.upcast_dtype(dname)
+        atol, rtol = check.resolve_tolerances({"validation": job.get("validation") or {},
+                                               "dtype": dname})
+        # every seed the candidate's own (check.seed_list)
+        seeds = check.seed_list(job, check.candidate_id(source=req["source"]), per_candidate=1 << 30)
+        if len(seeds) < 2:
+            seeds.append(max(seeds) + 1)  # caching is caught by a second call on new inputs
+        t0 = time.perf_counter()
+        # the trusted phase: references and inputs before any generated code is loaded
+        ref_model, ref_state = self._reference_model(ref, init, seeds[0], tdt)
+        ref_up = copy.deepcopy(ref_model).to(updt)
+        with self._check_lock():
+            cases, expect, ref_dtype = self._cases(ref, ref_model, ref_up, seeds, tdt, updt, dname)
+            self._warm_verdict_path(cases[0], expect, atol, rtol)
+        self.timings["reference_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        # under the interpreter, Triton itself patches triton.language while it
+        # interprets a launch (and restores it, not always to the same objects);
+        # the comparison there uses no triton.language
+        self.integrity = Snapshot.take(skip=() if self.gpu else ("triton.language",))
+        self.timings["integrity_s"] = time.perf_counter() - t1
+        gen = self.load_generated(req["source"])
+        t0 = time.perf_counter()
+        new_model, synced = self._models(gen, init, seeds[0], tdt, ref_state)
+        acc: dict = {}
+        with self._check_lock():
+            traffic = self._check_seeds(new_model, cases, expect, atol, rtol, acc, t0, ref_dtype)
+        self.verify_integrity("the comparisons")
+        self.timings["check_s"] = time.perf_counter() - t0
+        corr = {"seeds": len(seeds), "seeds_used": seeds, "max_abs_err": acc.get("max_abs_err", 0.0),
+                "max_rel_err": acc.get("max_rel_err", 0.0), "passed": True,
+                "atol": acc.get("atol", atol), "rtol": rtol,
+                "reference_dtype": ref_dtype, "dtype": dname,
+                "weights_from_reference": synced}
+        res = {"status": "ok", "message": "", "rule": None, "correctness": corr,
+               "launches": self.capture.last_call(), "traffic": traffic,
+               "artifact": None, "artifacts": [], "latency": None}
+        # the timing protocol, checked (on the CPU too, untimed: bench_check)
+        bcfg = job.get("benchmark") or {}
+        runs = int(bcfg.get("runs") if bcfg.get("runs") is not None else 100)
+        warmup = int(bcfg.get("warmup") if bcfg.get("warmup") is not None else 25)
+        if not self.gpu:
+            runs, warmup = min(runs, CPU_BENCH_RUNS), min(warmup, 1)
+        target = job.get("target") or None
+        if self.gpu and target and req.get("compile_target", True):
+            from .launches import compile_launches
+            t1 = time.perf_counter()
+            comp = compile_launches(gen, res["launches"], target, self.artifact_dir(),
+                                    untrusted=self.guard.untrusted)
+            self.timings["compile_s"] = time.perf_counter() - t1
+            self.check_violations()
+            self.verify_integrity("the compile of the generated kernels")
+            res["artifacts"] = comp["artifacts"]
+            res["artifact"] = comp["artifacts"][0] if comp["artifacts"] else None
+            res["compiled"] = True
+            if comp["status"] != "ok":
+                res.update(status=comp["status"], message=comp["message"])
+                return res
+        if runs > 0:
+            t1 = time.perf_counter()
+            try:
+                lat = self._checked_benchmark(new_model, cases, expect, atol, rtol, warmup, runs, target)
+            except Stop as st:
+                st.result.setdefault("correctness", corr)
+                raise
+            except BaseException as exc:
+                self.check_violations()
+                c = self.classify(exc)
+                res.update(status=c["status"], message="during the benchmark: " + c["message"])
+                lat = None
+            self.timings["bench_s"] = time.perf_counter() - t1
+            if lat is not None:
+                res["bench_check"] = lat.pop("bench_check")
+                if self.gpu:
+                    res["latency"] = lat
+                    if res.get("artifacts"):
+                        from .launches import match_timed
+                        mismatch = match_timed(res["artifacts"], lat, target, self.gpu_arch())
+                        if mismatch:
+                            res.update(status="incorrect", rule="timed_binary", message=mismatch)
+        return res
+
+    def _warm_verdict_path(self, case, expect, atol, rtol) -> None:
+        """The comparison's first run, on the reference against itself, before
+        the integrity snapshot: whatever its first run sets lazily (the fused
+        comparison kernel's JIT cache on a GPU, torch's lazy state) is then in
+        the snapshot and not taken for the program's doing."""
+        from . import check
+        torch = self.torch
+        for k, r in enumerate(case["refs"]):
+            dt = expect[k][0] if k < len(expect) else r.dtype
+            o = r.to(dt)
+            try:
+                _compare(check, torch, o, r, atol, rtol, case["seed"])
+            except check.Incorrect:
+                pass  # the job dtype's rounding alone; only the path matters here
+            _overlap(o, r)
+        first = case["inputs"][0] if case["inputs"] else None
+        if isinstance(first, torch.Tensor):
+            check.modified_inputs({"a": first}, {"a": first})
+        if self.gpu:
+            self.stream.synchronize()
+
+    def gpu_arch(self) -> str | None:
+        if not self.gpu:
+            return None
+        p = self.torch.cuda.get_device_properties(0)
+        if getattr(self.torch.version, "hip", None):
+            return str(getattr(p, "gcnArchName", "") or "").split(":")[0] or None
+        return f"sm_{p.major}{p.minor}"
+
+    def _check_lock(self):
+        """On a GPU the correctness run holds the GPU lock shared, like the template path
+        (evaluate.py): no benchmark of another worker is timing meanwhile."""
+        import contextlib
+        from . import bench
+        if not self.gpu:
+            return contextlib.nullcontext()
+        return bench.gpu_lock(shared=True)
+
+    def _call(self, new_model, inputs, what: str):
+        """One call of forward (its launches captured)."""
+        self.capture.begin_call()
+        return self.untrusted_call(new_model, *inputs, what=what)
+
+    def _launched(self, what: str) -> None:
+        """Refuses a call that launched no Triton kernel of the generated module."""
+        if not self.capture.last_call():
+            raise Stop({"status": "rejected", "rule": "no_launch",
+                        "message": f"{what} launched no Triton kernel of the generated module "
+                                   "(a cached or precomputed result, or PyTorch doing the work)"})
+
+    def _check_seeds(self, new_model, cases, expect, atol, rtol, acc, t0, ref_dtype):
+        """Each seed once, then the last seed's inputs again, the same objects
+        (a result cached per input object, or work handed elsewhere when inputs
+        repeat, shows there): every call launches a kernel and is compared."""
+        torch = self.torch
+        earlier: list = []
+        prev_ref = None
+        traffic = None
+        plan = [(i, False) for i in range(len(cases))] + [(len(cases) - 1, True)]
+        inputs = None
+        for n, (i, repeat) in enumerate(plan):
+            case = cases[i]
+            if not repeat:
+                inputs = [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in case["inputs"]]
+            what = "forward" if not repeat else "forward (the same inputs again)"
+            out = self._call(new_model, inputs, what)
+            failed = self._check_call(n, case["seed"], inputs, case["inputs"], out, case["refs"],
+                                      None if repeat else prev_ref, earlier, atol, rtol, acc, expect)
+            if failed:
+                failed.setdefault("correctness", {}).update(seeds=min(n + 1, len(cases)),
+                                                            failed_seed=case["seed"], passed=False,
+                                                            reference_dtype=ref_dtype,
+                                                            seeds_used=[c["seed"] for c in cases])
+                self.timings["check_s"] = time.perf_counter() - t0
+                raise Stop(failed)
+            self._launched(what)
+            prev_ref = case["refs"]
+            if traffic is None:
+                nb = sum(v.numel() * v.element_size() for v in inputs if isinstance(v, torch.Tensor))
+                nb += sum(int(torch.Tensor.numel(o)) * int(torch.Tensor.element_size(o))
+                          for o in _trusted_outputs(torch, out) or [])
+                traffic = {"bytes": int(nb)}
+        return traffic
+
+    def _check_call(self, i, seed, inputs, pristine, out, ref_outs, prev_ref, earlier, atol, rtol,
+                    acc, expect) -> dict | None:
+        from . import check
+        torch = self.torch
+        inputs = [torch.Tensor.detach(v) if type(v) is torch.Tensor else v for v in inputs]
+        changed = check.modified_inputs({f"arg{j}": v for j, v in enumerate(pristine)},
+                                        {f"arg{j}": v for j, v in enumerate(inputs)})
         if changed:
             return {"status": "incorrect", "rule": "modified_inputs",
                     "message": f"kernel modified its inputs ({', '.join(changed)}; seed {seed})"}
-        outs = rm.as_outputs(out)
+        outs = _trusted_outputs(torch, out)
         if outs is None:
             return {"status": "incorrect", "rule": "output_type",
                     "message": f"forward returned {type(out).__name__}, not a tensor or a tuple of "
-                               f"tensors (seed {seed})"}
+                               f"plain torch.Tensor (seed {seed})"}
         if len(outs) != len(ref_outs):
             return {"status": "incorrect", "rule": "output_type",
                     "message": f"forward returned {len(outs)} tensors, the reference {len(ref_outs)}"}
@@ -517,19 +635,27 @@ class Harness:
             if o.device.type != self.dev:
                 return {"status": "incorrect", "rule": "output_type",
                         "message": f"output {k} is on {o.device}, not {self.dev}"}
+            if k < len(expect) and (o.dtype, tuple(o.shape)) != expect[k]:
+                want_dt, want_shape = expect[k]
+                return {"status": "incorrect", "rule": "output_type",
+                        "message": f"output {k} is {str(o.dtype).replace('torch.', '')} "
+                                   f"{list(o.shape)}; the reference's is "
+                                   f"{str(want_dt).replace('torch.', '')} {list(want_shape)} (seed {seed})"}
             for j, t in enumerate(in_tensors):
                 if _overlap(o, t):
                     return {"status": "incorrect", "rule": "output_alias",
                             "message": f"output {k} shares memory with input {j} (seed {seed}); "
                                        "return a new tensor"}
+        if self.gpu:
+            self.stream.synchronize()
         stats_all = []
         for k, (o, r) in enumerate(zip(outs, ref_outs)):
             try:
-                stats_all.append(_compare(check, torch, o, r, atol, rtol, scaled, seed))
+                stats_all.append(_compare(check, torch, o, r, atol, rtol, seed))
             except check.Incorrect as inc:
                 if prev_ref is not None and len(prev_ref) == len(outs):
                     try:
-                        _compare(check, torch, o, prev_ref[k], atol, rtol, scaled, seed)
+                        _compare(check, torch, o, prev_ref[k], atol, rtol, seed)
                         return {"status": "incorrect", "rule": "stale_output",
                                 "message": f"call {i + 1} (seed {seed}) returned the previous call's "
                                            "result: outputs must be computed from the current inputs, "
@@ -551,6 +677,86 @@ class Harness:
         for s in stats_all:
             check.merge_stats(acc, s)
         return None
+
+    def _checked_benchmark(self, new_model, cases, expect, atol, rtol, warmup, runs, target) -> dict:
+        """The benchmark of forward with its checks (module docstring): fresh
+        input copies per call (a random seed's, from os.urandom: not
+        predictable), the compute monitor on, a launch count per call (none:
+        rejected), and a few probe calls -- drawn at random among the timed
+        ones -- whose allocations are NaN-poisoned and whose outputs are
+        compared with their seed's reference after the timing. On the CPU the
+        same protocol runs a few calls with a wall clock and no latency is
+        reported (bench_check)."""
+        import random
+        from . import bench
+        torch = self.torch
+        rng = random.Random(os.urandom(16))
+        total = max(1, warmup) + max(1, runs)
+        first_timed = max(1, warmup)
+        nprobe = min(PROBES, max(1, runs))
+        probes = set(rng.sample(range(first_timed, total), nprobe)) | {total - 1}
+        state: dict = {"k": 0, "inputs": None, "case": 0, "launches": [], "kept": []}
+
+        def before(_i=None):
+            case = rng.randrange(len(cases))
+            state["case"] = case
+            state["inputs"] = [v.detach().clone() if isinstance(v, torch.Tensor) else v
+                               for v in cases[case]["inputs"]]
+
+        def fn():
+            k = state["k"]
+            state["k"] += 1
+            probe = k in probes
+            self.poison = probe
+            self.capture.begin_call()
+            try:
+                with self.monitor(), self.guard.untrusted():
+                    out = new_model(*state["inputs"])
+            finally:
+                self.poison = True
+            state["launches"].append(len(self.capture.last_call()))
+            if probe:
+                state["kept"].append((k, state["case"], out, state["inputs"]))
+            if len(self.capture.calls) > 2 * total:  # keep the capture's memory bounded
+                del self.capture.calls[:-1]
+
+        api = None if self.gpu else _WallClock()
+        with torch.no_grad(), (torch.cuda.stream(self.stream) if self.gpu else _nullcontext()):
+            before()
+            if self.gpu:
+                from .launches import TimedBinaries
+                with TimedBinaries({GEN_MODULE}) as timed:
+                    lat = bench.benchmark(fn, warmup, runs, self.dev_name, target, api=api,
+                                          before=before)
+                lat.update(timed.describe())
+            else:
+                lat = bench._benchmark(fn, warmup, runs, self.dev_name, target, api=api, before=before)
+            if self.gpu:
+                self.stream.synchronize()
+        self.check_violations()
+        self.verify_integrity("the benchmark")
+        empty = [k for k, n in enumerate(state["launches"]) if n == 0]
+        if empty:
+            raise Stop({"status": "rejected", "rule": "no_launch",
+                        "message": f"during the benchmark, call {empty[0] + 1} of "
+                                   f"{len(state['launches'])} launched no Triton kernel of the generated "
+                                   "module (a cached or precomputed result)"})
+        verified = 0
+        for k, case, out, inputs in state["kept"]:
+            with self._check_lock():  # GPU work: shared, as every check
+                failed = self._check_call(k, cases[case]["seed"], inputs, cases[case]["inputs"], out,
+                                          cases[case]["refs"], None, [], atol, rtol, {}, expect)
+            if failed:
+                failed["rule"] = failed.get("rule") or "bench_output"
+                failed["message"] = (f"during the benchmark, call {k + 1} (a random probe, seed "
+                                     f"{cases[case]['seed']}): " + failed["message"])
+                raise Stop(failed)
+            verified += 1
+        self.verify_integrity("the comparisons")
+        lat["bench_check"] = {"calls": len(state["launches"]), "probes_verified": verified,
+                              "launches_per_call_min": min(state["launches"]),
+                              "fresh_inputs": True, "monitor": True}
+        return lat
 
     def reference_info(self) -> dict:
         from . import check
@@ -623,14 +829,64 @@ def _stats(s: dict) -> dict:
     return {k: v for k, v in (s or {}).items() if k in ("max_abs_err", "max_rel_err", "atol", "rtol")}
 
 
-def _compare(check, torch, out, ref, atol, rtol, scaled, seed):
+def _compare(check, torch, out, ref, atol, rtol, seed):
     if not ref.is_floating_point() and not ref.is_complex():
-        return check.compare(out.to(torch.float64), ref.to(torch.float64), 0.0, 0.0, False, seed)
-    return check.compare(out, ref, atol, rtol, scaled, seed)
+        return check.compare(out.to(torch.float64), ref.to(torch.float64), 0.0, 0.0, seed)
+    return check.compare(out, ref, atol, rtol, seed)
+
+
+def _trusted_outputs(torch, value) -> list | None:
+    """forward's result as fresh tensor objects the program never held: each
+    must be a plain torch.Tensor (a subclass could run its own code inside
+    the comparison: __torch_function__) and is detached through the class
+    (an attribute the program set on its own object cannot shadow a method).
+    None when the result is not one tensor or a tuple/list of them."""
+    items = [value] if type(value) is torch.Tensor else \
+        list(value) if type(value) in (tuple, list) and value else None
+    if items is None or any(type(v) is not torch.Tensor for v in items):
+        return None
+    return [torch.Tensor.detach(v) for v in items]
+
+
+class _WallClock:
+    """bench._benchmark's device API on the CPU (the interpreter): no L2 to
+    flush, host clock events; what it measures is not a latency (bench_check)."""
+
+    class _Buffer:
+        def zero_(self):
+            return self
+
+    class _Event:
+        def __init__(self):
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def elapsed_time(self, end) -> float:
+            return (end.t - self.t) * 1e3
+
+    def buffer(self, nbytes: int):
+        return self._Buffer()
+
+    def event(self):
+        return self._Event()
+
+    def synchronize(self):
+        pass
+
+    def sleep(self, cycles: int) -> bool:
+        return False
+
+
+def _nullcontext():
+    import contextlib
+    return contextlib.nullcontext()
 
 
 def _span(t):
-    st = t.untyped_storage()
+    import torch
+    st = torch.Tensor.untyped_storage(t)
     p = st.data_ptr()
     return p, p + st.nbytes()
 

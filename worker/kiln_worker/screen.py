@@ -53,7 +53,10 @@ Rules (the ``rule`` names of the answer):
 ``try_except``    any ``try`` statement (fallbacks around launches)
 ``side_stream``   ``torch.cuda.Stream / stream / current_stream / default_stream /
                   set_stream / Event / graph``, ``.record_stream``, ``.wait_stream``
-``monkeypatch``   assigning or deleting an attribute of anything but ``self``
+``monkeypatch``   assigning or deleting an attribute of anything but ``self`` (also
+                  as a ``for`` / comprehension / ``with ... as`` target); at run
+                  time any change to torch, Triton, NumPy, Python or evaluator
+                  objects, by any spelling (integrity.py)
 ``module_override`` a ModelNew method that overrides the ``nn.Module`` API
                   (``__call__``, ``state_dict``, ``to``, ``register_forward_hook`` ...)
 ``global_state``  ``global`` / ``nonlocal``
@@ -516,6 +519,22 @@ class _Screen(ast.NodeVisitor):
     def visit_Delete(self, node) -> None:
         for t in node.targets:
             self._check_target(t)
+        self.generic_visit(node)
+
+    def visit_For(self, node) -> None:
+        # `for torch.Tensor.tolist in [f]: ...` assigns an attribute too
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For
+
+    def visit_comprehension(self, node: ast.comprehension) -> None:
+        self._check_target(node.target)
+        self.generic_visit(node)
+
+    def visit_withitem(self, node: ast.withitem) -> None:
+        if node.optional_vars is not None:
+            self._check_target(node.optional_vars)
         self.generic_visit(node)
 
     def visit_If(self, node: ast.If) -> None:
