@@ -1,5 +1,7 @@
 #include "catalog/packaging.h"
 
+#include "stats/stats.h"
+
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -109,16 +111,14 @@ nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f3
     std::memcpy(&f, samples_f32le.data() + i, 4);  // little-endian hosts (x86-64, aarch64)
     if (std::isfinite(f)) x.push_back(f);
   }
-  std::sort(x.begin(), x.end());
   const long long n = static_cast<long long>(x.size());
   json out = {{"median_ms", median_ms}, {"ci_low_ms", nullptr}, {"ci_high_ms", nullptr}, {"runs", n}};
   if (n >= 6) {
-    // 95% distribution-free interval of the median: order statistics n/2 -+ 1.96 sqrt(n)/2 (1-based).
-    const double h = 1.96 * std::sqrt(static_cast<double>(n)) / 2;
-    const long long lo = std::max<long long>(1, static_cast<long long>(std::floor(n / 2.0 - h)));
-    const long long hi = std::min<long long>(n, static_cast<long long>(std::ceil(n / 2.0 + 1 + h)));
-    out["ci_low_ms"] = x[lo - 1];
-    out["ci_high_ms"] = x[hi - 1];
+    // The interval `kiln best` shows: the percentile bootstrap of the median
+    // (src/stats, fixed seed), so the package and the catalog agree.
+    const stats::Interval ci = stats::bootstrap_median_ci(x);
+    out["ci_low_ms"] = ci.lo;
+    out["ci_high_ms"] = ci.hi;
   }
   return out;
 }

@@ -37,8 +37,9 @@ PackageInfoFn info_from(InfoWorker& worker) {
 }  // namespace
 
 PackageResult package_with_worker(const Catalog& catalog, const std::vector<const Target*>& targets,
-                                  PackageOptions o, const std::string& kiln_version) {
-  InfoWorker worker(evaluator_options("cpu", {}, false), std::chrono::seconds(900));
+                                  PackageOptions o, const std::string& kiln_version,
+                                  const std::string& device) {
+  InfoWorker worker(evaluator_options(device, {}, false), std::chrono::seconds(900));
   json hello;
   try {
     hello = worker.hello();
@@ -59,6 +60,9 @@ int cmd_package(const Args& args) {
         "force", "replace --out if it holds a Kiln package")(
         "bundle", "AMD code objects of a kernel in one clang offload bundle (needs clang-offload-bundler-15)")(
         "sign", po::value<std::string>(), "Ed25519 private key (PEM): writes SHA256SUMS.sig")(
+        "device", po::value<std::string>()->default_value("cpu"),
+        "where the evaluator checks neighbouring shapes and computes the float64 reference of the "
+        "verification data: cpu (Triton interpreter, tiny neighbours only), gpu, or auto")(
         "no-neighbours", "do not verify neighbouring shapes (every variant's range is its exact shape)")(
         "shortlist", po::value<int>()->default_value(8),
         "variants per kernel for a target whose best is estimated (1..8)");
@@ -81,6 +85,9 @@ int cmd_package(const Args& args) {
     o.bundle = vm->count("bundle") > 0;
     if (vm->count("sign")) o.sign_key = (*vm)["sign"].as<std::string>();
     o.neighbours = vm->count("no-neighbours") == 0;
+    const std::string device = (*vm)["device"].as<std::string>();
+    if (device != "cpu" && device != "gpu" && device != "auto")
+      throw UsageError("--device must be cpu, gpu or auto");
     o.shortlist_max = (*vm)["shortlist"].as<int>();
     if (o.shortlist_max < 1 || o.shortlist_max > 8) throw UsageError("--shortlist must be 1..8");
     const std::string catalog_path = (*vm)["catalog"].as<std::string>();
@@ -89,7 +96,7 @@ int cmd_package(const Args& args) {
     try {
       check_package_out(o);  // before the catalog and the evaluator
       Catalog catalog = open_catalog(*vm, true);
-      r = package_with_worker(catalog, targets, o, KILN_VERSION);
+      r = package_with_worker(catalog, targets, o, KILN_VERSION, device);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }

@@ -12,6 +12,7 @@ namespace kiln {
 // Starts a CPU evaluator (its hello gives the toolchain versions), writes the
 // package with it answering package_info, stops it. Throws as write_package.
 PackageResult package_with_worker(const Catalog& catalog, const std::vector<const Target*>& targets,
-                                  PackageOptions options, const std::string& kiln_version);
+                                  PackageOptions options, const std::string& kiln_version,
+                                  const std::string& device = "cpu");
 
 }  // namespace kiln

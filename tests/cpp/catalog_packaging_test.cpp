@@ -2,6 +2,7 @@
 // shortlist of an estimated job, a confirmation) and what kiln
 // import-measurements writes, on a real catalog file.
 #include "catalog/packaging.h"
+#include "stats/stats.h"
 
 #include <sqlite3.h>
 #include <unistd.h>
@@ -151,15 +152,7 @@ TEST_F(PackagingTest, ABadKernelImportsNothing) {
 }
 
 TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
-  // The confirmation round's schema (its own migration, on another branch): the
-  // columns package_jobs reads.
-  sqlite3* db = cat->handle();
-  ASSERT_EQ(sqlite3_exec(db,
-                         "CREATE TABLE confirmations (id INTEGER PRIMARY KEY, job_id INTEGER, candidate_id INTEGER, "
-                         "run_id TEXT, basis TEXT, device TEXT, samples BLOB, n INTEGER, median_ms REAL);"
-                         "ALTER TABLE best ADD COLUMN confirmed_run TEXT;",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
+  sqlite3* db = cat->handle();  // the confirmations table of migration 0005
   std::string blob;
   for (int i = 20; i >= 1; --i) {  // 20 samples, 1..20 ms, in any order
     const float f = static_cast<float>(i);
@@ -167,7 +160,8 @@ TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
   }
   sqlite3_stmt* st = nullptr;
   sqlite3_prepare_v2(db, "INSERT INTO confirmations (job_id, candidate_id, run_id, basis, device, samples, n, "
-                         "median_ms) VALUES (?1, ?2, 'r1', 'device', 'MI300X', ?3, 20, 10.5)", -1, &st, nullptr);
+                         "median_ms, conditions, created_at) VALUES (?1, ?2, 'r1', 'device', 'MI300X', ?3, 20, 10.5, "
+                         "'{}', 0)", -1, &st, nullptr);
   sqlite3_bind_int64(st, 1, job_id);
   sqlite3_bind_int64(st, 2, ids[0]);
   sqlite3_bind_blob(st, 3, blob.data(), (int)blob.size(), SQLITE_TRANSIENT);
@@ -175,8 +169,16 @@ TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
   sqlite3_finalize(st);
   EXPECT_TRUE(package_jobs(*cat, "MI300X")[0].confirmed.is_null());  // best.confirmed_run not set
   ASSERT_EQ(sqlite3_exec(db, "UPDATE best SET confirmed_run = 'r1'", nullptr, nullptr, nullptr), SQLITE_OK);
-  // order statistics 20/2 -+ 0.98 sqrt(20): the 5th and 16th of 20
-  EXPECT_EQ(package_jobs(*cat, "MI300X")[0].confirmed,
-            json({{"median_ms", 10.5}, {"ci_low_ms", 5.0}, {"ci_high_ms", 16.0}, {"runs", 20}}));
+  // the interval kiln best shows: the bootstrap of the median over the same samples
+  std::vector<double> xs;
+  for (int i = 1; i <= 20; ++i) xs.push_back(i);
+  const stats::Interval ci = stats::bootstrap_median_ci(xs);
+  const json got = package_jobs(*cat, "MI300X")[0].confirmed;
+  EXPECT_EQ(got["median_ms"], 10.5);
+  EXPECT_EQ(got["runs"], 20);
+  EXPECT_DOUBLE_EQ(got["ci_low_ms"].get<double>(), ci.lo);
+  EXPECT_DOUBLE_EQ(got["ci_high_ms"].get<double>(), ci.hi);
+  EXPECT_LT(ci.lo, 10.5);
+  EXPECT_GT(ci.hi, 10.5);
   EXPECT_EQ(confirmed_summary(1.0, std::string(8, '\0'))["ci_low_ms"], nullptr);  // too few samples
 }
