@@ -148,8 +148,9 @@ def make_launch(drv: Driver, pkg: str, k: dict, v: dict, tensors: list[torch.Ten
 
 
 def reference_fn(k: dict):
-    """The operator's PyTorch reference (kernels/<family>.py), the same module the
-    catalog's checks used -- a definition of the operator, not Kiln's timing."""
+    """The operator's PyTorch reference (kernels/<family>.py, inputs by name), the
+    same module the catalog's checks used -- a definition of the operator, not
+    Kiln's timing."""
     import yaml
     with open(os.path.join(ROOT, "kernels", "operators.yaml")) as f:
         ops = yaml.safe_load(f)
@@ -192,9 +193,9 @@ def main() -> int:
             launch = make_launch(drv, args.pkg, k, v, tens)
             launch()
             torch.cuda.synchronize()
-            ins = [t for t, d in zip(tens, k["tensors"]) if d["role"] == "input"]
+            ins = {d["name"]: t for t, d in zip(tens, k["tensors"]) if d["role"] == "input"}
             outs = [t for t, d in zip(tens, k["tensors"]) if d["role"] == "output"]
-            ref = reference_fn(k)([x.double() if x.is_floating_point() else x for x in ins])
+            ref = reference_fn(k)({n: x.double() if x.is_floating_point() else x for n, x in ins.items()})
             refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
             tol = 1e-2 if k["dtype"] in ("fp16", "bf16") else 1e-4
             ok, worst = True, 0.0
@@ -214,7 +215,7 @@ def main() -> int:
                 [triton.testing.do_bench(eager, warmup=50, rep=300, return_mode="median")
                  for _ in range(args.rounds)])
             if k["operator"] in ("matmul", "gemm_bias_act"):
-                a, b = ins[0], ins[1]
+                a, b = list(ins.values())[:2]
                 row["cublas_gemm_ms"] = statistics.median(
                     [triton.testing.do_bench(lambda: a @ b if a.shape[-1] == b.shape[0] else a @ b.t(),
                                              warmup=50, rep=300, return_mode="median")
