@@ -160,6 +160,17 @@ def reference_fn(k: dict):
     return lambda ins: mod.reference(k["operator"], ins, k.get("params") or {})
 
 
+def eager_fn(k: dict):
+    """What a PyTorch user calls: the template's `eager` hook (SDPA for
+    attention), else its reference."""
+    import yaml
+    with open(os.path.join(ROOT, "kernels", "operators.yaml")) as f:
+        entry = yaml.safe_load(f)["operators"][k["operator"]]
+    mod = __import__(f"kernels.{entry['module']}", fromlist=["reference"])
+    fn = getattr(mod, "eager", None) or mod.reference
+    return lambda ins: fn(k["operator"], ins, k.get("params") or {})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pkg")
@@ -210,7 +221,8 @@ def main() -> int:
                   for _ in range(args.rounds)]
             row["ms"] = statistics.median(ms)
             row["ms_rounds"] = ms
-            eager = lambda: reference_fn(k)(ins)  # noqa: E731
+            eager_call = eager_fn(k)
+            eager = lambda: eager_call(ins)  # noqa: E731
             row["eager_ms"] = statistics.median(
                 [triton.testing.do_bench(eager, warmup=50, rep=300, return_mode="median")
                  for _ in range(args.rounds)])

@@ -288,6 +288,16 @@ def reference(op, inputs, params):
     return out.reshape(*lead, S, D)
 
 
+
+def eager(op, inputs, params):
+    """What a PyTorch user calls for this operator (the confirmation round's
+    `eager` baseline): SDPA in the inputs' dtype. `reference` is the checker's
+    oracle, chunked to bound its memory, and no baseline."""
+    _check(op)
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=_causal(params), scale=_sm_scale(params, q.shape[-1]))
+
 def output_like(op, inputs, params):
     _check(op)
     return torch.empty_like(inputs["q"])

@@ -4,8 +4,9 @@ After a job's exploration the engine sends its finalists (the best and every
 candidate within the confirmation margin) and its baselines (the PyTorch eager
 reference; ``torch.compile(mode="max-autotune")`` of it where the manifest asks)
 in one request. Each entry is set up once (a template config launches as
-`evaluate` launches it; a baseline calls the template module's `reference` on
-the job's native-dtype inputs), then all of them are timed in `rounds` rounds,
+`evaluate` launches it; a baseline calls what a PyTorch user would: the template
+module's `eager` hook where it has one -- attention: SDPA -- else its `reference`,
+on the job's native-dtype inputs), then all of them are timed in `rounds` rounds,
 in an order that rotates by one entry per round, `reps` timed calls per entry
 and round:
 
@@ -292,13 +293,16 @@ def run(lib, dev, req: dict) -> dict:
             torch.cuda.synchronize()
 
     # Each entry's call on input set s.
+    # The baselines call what a PyTorch user would: the template's `eager` hook
+    # where it has one (attention: SDPA), else its reference.
+    eager = getattr(mod, "eager", None) or mod.reference
     calls = []
     for e in entries:
         if "baseline" in e:
             if e["baseline"] == "eager":
-                fns = [(lambda s=s: mod.reference(op, s["inputs"], params)) for s in sets]
+                fns = [(lambda s=s: eager(op, s["inputs"], params)) for s in sets]
             else:
-                compiled = torch.compile(lambda inputs: mod.reference(op, inputs, params),
+                compiled = torch.compile(lambda inputs: eager(op, inputs, params),
                                          mode="max-autotune")
                 fns = [(lambda s=s: compiled(s["inputs"])) for s in sets]
             calls.append({"entry": e, "fns": fns, "out": None})
