@@ -495,3 +495,61 @@ def test_the_runtime_accepts_the_package(bundled):
                             "--target", target], capture_output=True, text=True, timeout=120)
         assert r.returncode in (0, 3), (target, r.stdout, r.stderr)  # 3: verified statically only
         assert "signature ok" in r.stdout and " 0 problems" in r.stdout, (target, r.stdout)
+
+
+# --- the loop from a deployment back to the catalog ------------------------------------
+
+def _runtime():
+    """libkilnrt through ctypes (build/libkilnrt.so, built with kiln)."""
+    import ctypes
+    lib_path = ROOT / "build" / "libkilnrt.so"
+    if not lib_path.exists():
+        pytest.fail(f"{lib_path} is missing: build first")
+    lib = ctypes.CDLL(str(lib_path))
+    lib.kiln_last_error.restype = ctypes.c_char_p
+    lib.kiln_package_open.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.kiln_kernel_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
+                                     ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.kiln_kernel_free.argtypes = [ctypes.c_void_p]
+    lib.kiln_package_close.argtypes = [ctypes.c_void_p]
+
+    class OpenOptions(ctypes.Structure):
+        _fields_ = [("struct_size", ctypes.c_uint32), ("pubkey_pem", ctypes.c_char_p),
+                    ("target", ctypes.c_char_p), ("device", ctypes.c_int)]
+
+    def find(pkg, op, shape, dtype):
+        """kiln_kernel_find on a package opened for the H200 target with no device:
+        (status, error text)."""
+        opts = OpenOptions(ctypes.sizeof(OpenOptions), None, b"H200", 0)
+        h, k = ctypes.c_void_p(), ctypes.c_void_p()
+        assert lib.kiln_package_open(str(pkg).encode(), ctypes.byref(opts), ctypes.byref(h)) == 0, \
+            lib.kiln_last_error()
+        dims = (ctypes.c_int64 * len(shape))(*shape)
+        rc = lib.kiln_kernel_find(h, op.encode(), dims, len(shape), dtype.encode(), ctypes.byref(k))
+        err = (lib.kiln_last_error() or b"").decode()
+        if rc == 0:
+            lib.kiln_kernel_free(k)
+        lib.kiln_package_close(h)
+        return rc, err
+    return find
+
+
+def test_a_miss_the_runtime_logs_becomes_a_kernel_it_finds(cat, tmp_path, monkeypatch):
+    """The runtime's miss log -> kiln submit --misses -> kiln run -> kiln package ->
+    the runtime finds the kernel (real worker, real code objects, libkilnrt)."""
+    find = _runtime()
+    db = fresh_copy(cat, tmp_path)
+    log = tmp_path / "misses.jsonl"
+    monkeypatch.setenv("KILN_MISS_LOG", str(log))
+    kiln("package", "--target", "H200", "--no-neighbours", "--out", tmp_path / "p1", catalog=db)
+    assert find(tmp_path / "p1", "add", [1024], "fp32")[0] == 0
+    rc, err = find(tmp_path / "p1", "add", [3000], "fp32")
+    assert rc != 0 and "untuned shape add 3000 fp32" in err, (rc, err)
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["op"] == "add" and lines[0]["shape"] == [3000], lines
+    r = json.loads(kiln("submit", "--misses", log, "--json", catalog=db).stdout)
+    assert r["new_jobs"] == 1, r
+    kiln("run", "--workers", "2", "--scratch", tmp_path / "s", catalog=db)
+    kiln("package", "--target", "H200", "--no-neighbours", "--out", tmp_path / "p2", catalog=db)
+    assert find(tmp_path / "p2", "add", [3000], "fp32")[0] == 0
+    assert len(log.read_text().splitlines()) == 1  # found: nothing more logged
