@@ -162,7 +162,7 @@ int cmd_run(const Args& args) {
     Catalog catalog = open_catalog(*vm, false);
     metrics::MetricsSetup m;
     try {
-      m = metrics::start_metrics(*vm, std::cerr, "kiln run");
+      m = metrics::start_metrics(metrics::read_metrics_flags(*vm), std::cerr, "kiln run");
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }

@@ -2,7 +2,9 @@
 // --metrics-allow-remote, --metrics-file PATH, --metrics-file-interval S.
 // Header-only: the binaries link Boost.Program_options, the libraries do not.
 #pragma once
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
@@ -41,22 +43,36 @@ struct MetricsSetup {
   }
 };
 
-// Checks the flags (std::invalid_argument: a usage error naming the flag),
-// then binds and starts the exporter (std::runtime_error when it cannot) and
-// says where on `log`.
-inline MetricsSetup start_metrics(const boost::program_options::variables_map& vm, std::ostream& log,
-                                  const std::string& program) {
-  ExporterOptions o;
+// The flags' values, checked for form (std::invalid_argument: a usage error
+// naming the flag); nothing bound or written yet.
+struct MetricsFlags {
+  std::optional<ListenAddress> listen;
+  std::optional<std::filesystem::path> textfile;
+  double textfile_interval_s = 15;
+  bool any() const { return listen || textfile; }
+};
+
+inline MetricsFlags read_metrics_flags(const boost::program_options::variables_map& vm) {
+  MetricsFlags f;
   if (vm.count("metrics"))
-    o.listen = parse_listen(vm["metrics"].as<std::string>(), vm.count("metrics-allow-remote") > 0);
-  if (vm.count("metrics-file")) {
-    o.textfile = vm["metrics-file"].as<std::string>();
-    check_textfile_path(*o.textfile);
-  }
-  o.textfile_interval_s = vm["metrics-file-interval"].as<double>();
-  if (!(o.textfile_interval_s > 0)) throw std::invalid_argument("--metrics-file-interval must be positive");
+    f.listen = parse_listen(vm["metrics"].as<std::string>(), vm.count("metrics-allow-remote") > 0);
+  if (vm.count("metrics-file")) f.textfile = vm["metrics-file"].as<std::string>();
+  f.textfile_interval_s = vm["metrics-file-interval"].as<double>();
+  if (!(f.textfile_interval_s > 0)) throw std::invalid_argument("--metrics-file-interval must be positive");
+  return f;
+}
+
+// Checks the textfile's directory (std::invalid_argument naming it), then
+// binds and starts the exporter (std::runtime_error when it cannot) and says
+// where on `log`. Empty MetricsSetup when no flag was given.
+inline MetricsSetup start_metrics(const MetricsFlags& f, std::ostream& log, const std::string& program) {
   MetricsSetup m;
-  if (!o.listen && !o.textfile) return m;
+  if (!f.any()) return m;
+  if (f.textfile) check_textfile_path(*f.textfile);
+  ExporterOptions o;
+  o.listen = f.listen;
+  o.textfile = f.textfile;
+  o.textfile_interval_s = f.textfile_interval_s;
   o.log = &log;
   m.registry = std::make_unique<Registry>();
   m.run = std::make_unique<RunMetrics>(*m.registry);

@@ -71,6 +71,11 @@ void RunMetrics::run_finished(double unix_s) {
 
 void RunMetrics::workers_ready(int ready) { registry_.set("kiln_workers", {"ready"}, ready); }
 
+void RunMetrics::workers(int total, int ready) {
+  registry_.set("kiln_workers", {"total"}, total);
+  registry_.set("kiln_workers", {"ready"}, ready);
+}
+
 void RunMetrics::jobs_by_state(const std::map<std::string, long long>& counts) {
   for (const char* s : {"queued", "running", "done", "failed"}) {
     auto it = counts.find(s);

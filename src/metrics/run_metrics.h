@@ -37,6 +37,8 @@ class RunMetrics {
   void heartbeat(double unix_s);
   void run_finished(double unix_s);
   void workers_ready(int ready);
+  // Both at once (kiln-mpi: slots are known as the ranks get ready).
+  void workers(int total, int ready);
 
   // Catalog-wide job counts by state (queued, running, done, failed: each
   // present, 0 when absent from `counts`).

@@ -258,3 +258,45 @@ def test_alert_rules_pass_promtool():
     assert r.returncode == 0 and "SUCCESS" in r.stdout, (r.stdout, r.stderr)
     r = subprocess.run([promtool(), "test", "rules", "alerts_test.yml"], cwd=RULES, capture_output=True, text=True)
     assert r.returncode == 0 and "SUCCESS" in r.stdout, (r.stdout, r.stderr)
+
+
+# --- kiln-mpi run: rank 0 publishes ------------------------------------------------
+
+KILN_MPIRUN = KILN.parent / "kiln-mpirun"
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None and not os.environ.get("KILN_REQUIRE_MPI"),
+                    reason="Open MPI (mpirun) is not installed")
+def test_mpi_rank0_writes_the_metrics_file(tmp_path):
+    catalog = tmp_path / "kiln.db"
+    (tmp_path / "m.yaml").write_text(MANIFEST)
+    env = dict(os.environ, KILN_CATALOG=str(catalog), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+    prom = tmp_path / "kiln.prom"
+    proc = subprocess.Popen([str(KILN_MPIRUN), "--oversubscribe", "-np", "2", str(KILN.parent / "kiln-mpi"), "run",
+                             "--device", "cpu", "--scratch", str(tmp_path / "s"), "--metrics", "127.0.0.1:0",
+                             "--metrics-file", str(prom), "--json"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        try:
+            os.killpg(proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+    assert proc.returncode == 0, err
+    assert re.search(r"kiln-mpi run: metrics at http://127\.0\.0\.1:\d+/metrics", err), err
+    text = prom.read_text()
+    check_metrics(text)
+    s, _, _ = parse(text)
+    assert value(s, "kiln_run_running") == 0
+    by_status = dict(db_rows(catalog, "SELECT status, COUNT(*) FROM evaluations GROUP BY status"))
+    got = {dict(k[1])["status"]: v for k, v in s.items() if k[0] == "kiln_candidates_evaluated_total" and v}
+    assert got == by_status and sum(got.values()) > 0
+    states = dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+    for st in ("queued", "running", "done", "failed"):
+        assert value(s, "kiln_jobs", state=st) == states.get(st, 0), st
+    assert value(s, "kiln_jobs_finished_total", result="done") == states.get("done") == 3
