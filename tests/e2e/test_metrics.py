@@ -300,3 +300,36 @@ def test_mpi_rank0_writes_the_metrics_file(tmp_path):
     for st in ("queued", "running", "done", "failed"):
         assert value(s, "kiln_jobs", state=st) == states.get(st, 0), st
     assert value(s, "kiln_jobs_finished_total", result="done") == states.get("done") == 3
+
+
+# --- the GPU accounts, up to the device boundary --------------------------------------
+
+FAKE_EVALUATOR = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
+
+
+def test_gpu_kernel_account_matches_the_run_summary(tmp_path):
+    """The scripted evaluator (tests/data/fake_evaluator) says it is an H200 and
+    reports benchmark latencies: the device-event account in the metrics is the
+    run's own gpu_kernel_s / gpu_kernel_fraction (kiln run --json)."""
+    catalog = tmp_path / "kiln.db"
+    (tmp_path / "m.yaml").write_text("name: g\ntargets: [H200]\n"
+                                     "defaults:\n  exploration: {strategy: exhaustive, max_candidates: 4}\n"
+                                     "operators:\n  - {op: add, shapes: [[64], [96]], dtype: fp32}\n")
+    env = dict(os.environ, KILN_CATALOG=str(catalog), KILN_PYTHON=str(FAKE_EVALUATOR),
+               FAKE_EVALUATOR_LOG=str(tmp_path / "requests.jsonl"))
+    subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+    prom = tmp_path / "kiln.prom"
+    r = subprocess.run([str(KILN), "run", "--device", "gpu", "--scratch", str(tmp_path / "s"), "--json",
+                        "--metrics-file", str(prom)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["gpu_kernel_s"] > 0, summary
+    text = prom.read_text()
+    check_metrics(text)
+    s, _, _ = parse(text)
+    assert value(s, "kiln_gpu_kernel_seconds_total", gpu="default") == pytest.approx(summary["gpu_kernel_s"], rel=1e-9)
+    assert value(s, "kiln_gpu_busy_ratio", gpu="default", account="device_kernel") == pytest.approx(
+        summary["gpu_kernel_fraction"], rel=0.05)
+    # measured on the target's kind: the candidates' medians were the best-so-far basis
+    (done,), = db_rows(catalog, "SELECT COUNT(*) FROM best WHERE basis = 'measured'")
+    assert done == 2
