@@ -333,3 +333,72 @@ def test_gpu_kernel_account_matches_the_run_summary(tmp_path):
     # measured on the target's kind: the candidates' medians were the best-so-far basis
     (done,), = db_rows(catalog, "SELECT COUNT(*) FROM best WHERE basis = 'measured'")
     assert done == 2
+
+
+# --- a real Prometheus scrapes a running kiln run --------------------------------------
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prom_query(base, q):
+    import urllib.parse
+    with urllib.request.urlopen(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q}), timeout=10) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def test_prometheus_scrapes_a_running_kiln_run(tmp_path):
+    """Debian's prometheus on loopback scrapes `kiln run --metrics` every second
+    and loads configs/prometheus/alerts.yml; the scraped series are read back
+    through its HTTP API."""
+    prometheus = shutil.which("prometheus")
+    if not prometheus:
+        pytest.fail("prometheus is missing: install Debian's `prometheus` package (scripts/setup.sh)")
+    kiln_port, prom_port = free_port(), free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n"
+                   f"rule_files: [{RULES / 'alerts.yml'}]\n"
+                   f"scrape_configs:\n  - job_name: kiln\n    static_configs: [{{targets: ['127.0.0.1:{kiln_port}']}}]\n")
+    prom = subprocess.Popen([prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
+    base = f"http://127.0.0.1:{prom_port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/-/ready", timeout=2)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.time() < deadline and prom.poll() is None, (tmp_path / "prometheus.log").read_text()
+                time.sleep(0.3)
+        catalog = tmp_path / "kiln.db"
+        (tmp_path / "m.yaml").write_text(MANIFEST)
+        env = dict(os.environ, KILN_CATALOG=str(catalog))
+        subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+        run = subprocess.Popen([str(KILN), "run", "--device", "cpu", "--scratch", str(tmp_path / "s"),
+                                "--metrics", f"127.0.0.1:{kiln_port}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        _, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err
+        # Prometheus saw the run up and running, with work counted
+        assert prom_query(base, 'max_over_time(up{job="kiln"}[10m])')[0]["value"][1] == "1"
+        assert prom_query(base, "max_over_time(kiln_run_running[10m])")[0]["value"][1] == "1"
+        evaluated = prom_query(base, "sum(max_over_time(kiln_candidates_evaluated_total[10m]))")
+        (n_eval,), = db_rows(catalog, "SELECT COUNT(*) FROM evaluations")
+        assert 0 < float(evaluated[0]["value"][1]) <= n_eval
+        jobs = prom_query(base, 'max_over_time(kiln_jobs{state="done"}[10m])')
+        assert 0 <= float(jobs[0]["value"][1]) <= 3
+        # the alert rules loaded and evaluated without error
+        with urllib.request.urlopen(f"{base}/api/v1/rules", timeout=10) as r:
+            groups = json.loads(r.read())["data"]["groups"]
+        rules = [rule for g in groups for rule in g["rules"]]
+        assert len(rules) == 5 and all(rule["health"] in ("ok", "unknown") for rule in rules), rules
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
