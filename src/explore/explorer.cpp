@@ -430,7 +430,12 @@ class Explorer {
       out_ << "[" << now_hms() << "] warning: metrics: " << e.what() << std::endl;
     }
     long long in_flight = 0;
-    for (const auto& s : slots_) in_flight += (s.ready && s.busy) ? 1 : 0;
+    int ready = 0;
+    for (const auto& s : slots_) {
+      in_flight += (s.ready && s.busy) ? 1 : 0;
+      ready += s.ready ? 1 : 0;
+    }
+    m.workers_ready(ready);  // a slot whose worker is being replaced is not ready
     m.queue(static_cast<long long>(scheduler_->ready_candidates()), in_flight);
     for (size_t g = 0; g < gpu_spans_.size(); ++g) {
       if (gpu_spans_[g].empty() && gpu_kernel_each_s_[g] <= 0) continue;
