@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
@@ -159,13 +158,12 @@ Exporter::Exporter(const Registry& registry, ExporterOptions options)
 void Exporter::stop() {
   if (stopped_) return;
   stopped_ = true;
-  asio::post(impl_->io, [m = impl_.get()] {
-    beast::error_code ec;
-    m->acceptor.close(ec);
-    m->timer.cancel();
-  });
   impl_->io.stop();  // sessions in flight are abandoned: the run is over
   if (thread_.joinable()) thread_.join();
+  // The io thread is gone: close here, so nothing is accepted any more.
+  beast::error_code ec;
+  impl_->acceptor.close(ec);
+  impl_->timer.cancel();
   impl_->write_file();
 }
 
