@@ -99,6 +99,7 @@ Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& ca
   // Evaluations are written in batches (one transaction per record_batch, or
   // per flush interval), and code objects come from the result messages.
   so.record_batch = opts_.record_batch;
+  so.metrics = opts_.metrics;
   so.read_artifact = [this](const fs::path& path) {
     auto it = artifacts_.find(path.string());
     if (it == artifacts_.end()) throw std::runtime_error("the worker rank sent no code object for " + path.string());
@@ -122,6 +123,7 @@ void Coordinator::start() {
   t0_ = Clock::now();
   t0_epoch_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (auto& [r, p] : peers_) p.last_heard = t0_;
+  if (opts_.metrics) opts_.metrics->run_started(t0_epoch_, 0);  // slots: known as the ranks get ready
   log_ << "[" << now_hms() << "] kiln-mpi: coordinator on rank 0, " << peers_.size()
        << " evaluating rank(s); waiting for their evaluators" << std::endl;
   std::weak_ptr<bool> alive = alive_;
@@ -232,8 +234,10 @@ void Coordinator::on_result(Peer& p, const json& m) {
   if (ending_) return;  // drained: abandoned, the next run evaluates it
   WorkerOutcome o = outcome_from_json(m.value("outcome", json::object()));
   if (o.kind == WorkerOutcome::Kind::kReply) {
-    append_gpu_spans(o.reply, p.gpu_spans);
-    sum_.gpu_kernel_s += device_kernel_seconds(o.reply);
+    append_gpu_spans(o.reply, p.gpu_spans, &p.bench_spans);
+    const double kernel_s = device_kernel_seconds(o.reply);
+    sum_.gpu_kernel_s += kernel_s;
+    p.gpu_kernel_s += kernel_s;
     try {
       const std::string why = attach_artifact(p, id, o.reply, m);
       if (!why.empty())
@@ -402,6 +406,11 @@ void Coordinator::check_byes() {
 void Coordinator::finish() {
   if (finished_) return;
   finished_ = true;
+  if (opts_.metrics) {  // the final values: what --metrics-file keeps
+    publish_metrics();
+    opts_.metrics->run_finished(
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  }
   grace_timer_.cancel();
   std::error_code ec;
   fs::remove_all(artifact_dir_, ec);
@@ -567,6 +576,7 @@ void Coordinator::arm_progress() {
   progress_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
     print_progress(false);
+    if (opts_.metrics) publish_metrics();
     arm_progress();
   });
 }
@@ -588,6 +598,28 @@ void Coordinator::print_progress(bool final_line) {
   const std::string s = line.str();
   if (s != last_progress_ || final_line) log_ << s << std::endl;
   last_progress_ = s;
+}
+
+// The sampled metrics: jobs by state, the queue, and each evaluating rank's
+// GPU (one per rank) once it has done GPU work, labelled "HOST/rank R".
+void Coordinator::publish_metrics() {
+  metrics::RunMetrics& m = *opts_.metrics;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  m.heartbeat(now);
+  try {
+    m.jobs_by_state(catalog_.job_state_counts(opts_.batch));
+  } catch (const std::exception& e) {
+    log_ << "[" << now_hms() << "] kiln-mpi: warning: metrics: " << e.what() << std::endl;
+  }
+  m.queue(static_cast<long long>(scheduler_->ready_candidates()), static_cast<long long>(outstanding()));
+  int ready = 0;
+  for (const auto& [rank, p] : peers_) {
+    if (p.state == Peer::State::kReady) ready += p.slots;
+    if (p.gpu_spans.empty() && p.gpu_kernel_s <= 0) continue;
+    m.gpu(p.host + "/rank " + std::to_string(p.rank), union_seconds(p.gpu_spans, t0_epoch_, now),
+          union_seconds(p.bench_spans, t0_epoch_, now), p.gpu_kernel_s, now - t0_epoch_);
+  }
+  m.workers(ready, ready);  // a rank's slots count once it is ready; a lost rank's no more
 }
 
 }  // namespace kiln::mpi

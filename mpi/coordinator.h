@@ -30,6 +30,7 @@
 #include "catalog/catalog.h"
 #include "checkpoint.h"
 #include "explore/scheduler.h"
+#include "metrics/run_metrics.h"
 #include "manifest/manifest.h"
 #include "transport.h"
 
@@ -51,6 +52,9 @@ struct CoordinatorOptions {
   double progress_interval_s = 5;
   std::string owner;                           // lease owner (host:pid of rank 0)
   int record_batch = 64;                       // evaluations per catalog transaction (flushed every 200 ms)
+  // Where the run's metrics go (src/metrics; refreshed with each progress
+  // line and at the end); null: nowhere. Not owned.
+  metrics::RunMetrics* metrics = nullptr;
 };
 
 struct CoordinatorSummary {
@@ -109,6 +113,8 @@ class Coordinator {
     long long evaluated = 0;
     std::set<long long> jobs;  // job documents this rank has been sent
     std::vector<std::pair<double, double>> gpu_spans;  // unix seconds, from its evaluators
+    std::vector<std::pair<double, double>> bench_spans;  // the timed benchmark runs among them
+    double gpu_kernel_s = 0;                           // device-event kernel seconds, from its evaluators
   };
   void on_ready(Peer& p, const nlohmann::json& m);
   void on_result(Peer& p, const nlohmann::json& m);
@@ -127,6 +133,7 @@ class Coordinator {
   void checkpoint(const char* when);
   void step_checkpoint();
   void print_progress(bool final_line);
+  void publish_metrics();
   std::string attach_artifact(Peer& p, long long item_id, nlohmann::json& reply, const nlohmann::json& m);
   size_t live_peers() const;
   size_t outstanding() const;

@@ -28,6 +28,7 @@
 #include "catalog/catalog.h"
 #include "common/home.h"
 #include "coordinator.h"
+#include "metrics/flags.h"
 #include "explore/explorer.h"
 #include "explore/scheduling_flags.h"
 #include "evaluate/gpu_binding.h"
@@ -99,6 +100,7 @@ struct Options {
   int noop_space = 1000;
   int poll_max_us = 0;  // 0: defaults (2 ms at rank 0, 5 ms at worker ranks)
   double progress_interval_s = 5;
+  metrics::MetricsFlags metrics;  // --metrics, --metrics-file (rank 0)
 };
 
 // nullopt: help was printed.
@@ -126,6 +128,7 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
       "status-file", po::value<std::string>(),
       "rank 0 writes its exit code (line 1) and summary (line 2) here (default: $KILN_MPI_STATUS_FILE)");
   add_scheduling_flags(d);
+  metrics::add_metrics_flags(d);
   po::options_description hidden("testing");
   hidden.add_options()("noop-evaluator", "answer every request at once without Python (benchmarks)")(
       "noop-space", po::value<int>()->default_value(env_int("KILN_NOOP_SPACE", 1000)),
@@ -169,6 +172,11 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   o.noop_space = vm["noop-space"].as<int>();
   o.poll_max_us = vm["poll-max-us"].as<int>();
   o.progress_interval_s = vm["progress-interval"].as<double>();
+  try {
+    o.metrics = metrics::read_metrics_flags(vm);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   if (o.workers < 1) throw UsageError("--workers must be at least 1");
   if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
     throw UsageError("--device must be auto, cpu or gpu");
@@ -304,6 +312,7 @@ int run(Options o, int* argc, char*** argv) {
   std::unique_ptr<Coordinator> coord;
   std::unique_ptr<WorkerRank> worker;
   CoordinatorOptions copts;
+  metrics::MetricsSetup metrics_setup;  // rank 0: outlives the coordinator, which publishes into it
   if (rank == 0) {
     copts.prefetch = o.prefetch;
     copts.batch = o.batch;
@@ -321,6 +330,8 @@ int run(Options o, int* argc, char*** argv) {
       catalog.emplace(Catalog::open(o.catalog, false));
       if (const std::string w = network_filesystem_warning(o.catalog); !w.empty())
         std::cerr << "kiln-mpi: warning: " << w << "\n";
+      metrics_setup = metrics::start_metrics(o.metrics, std::cerr, "kiln-mpi run");
+      copts.metrics = metrics_setup.run.get();
     } catch (const std::exception& e) {
       std::cerr << "kiln-mpi run: " << e.what() << "\n";
       write_status_file(o.status_file, kExitError, e.what());
@@ -393,6 +404,11 @@ int run(Options o, int* argc, char*** argv) {
   if (rank == 0) {
     const CoordinatorSummary s = coord->summary();
     code = s.exit_code;
+    try {
+      metrics_setup.finish();  // the final values into --metrics-file
+    } catch (const std::exception& e) {
+      std::cerr << "kiln-mpi run: " << e.what() << "\n";
+    }
     coord->write_status();
     if (o.json_out) std::cout << s.to_json().dump() << std::endl;
     finalize = coord->all_ranks_said_bye();

@@ -817,6 +817,17 @@ int Catalog::requeue_failed(const std::optional<std::string>& batch_id) {
   return n;
 }
 
+std::map<std::string, long long> Catalog::job_state_counts(const std::optional<std::string>& batch_id) const {
+  std::string sql = "SELECT state, COUNT(*) FROM jobs";
+  if (batch_id) sql += " WHERE id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)";
+  sql += " GROUP BY state";
+  Stmt st(db_, path_, sql.c_str());
+  if (batch_id) st.bind(1, *batch_id);
+  std::map<std::string, long long> out;
+  while (st.step()) out[st.text(0)] = st.i64(1);
+  return out;
+}
+
 std::optional<JobRow> Catalog::job(long long job_id) const {
   std::string sql = std::string("SELECT ") + kJobCols + " FROM jobs WHERE id = ?";
   Stmt st(db_, path_, sql.c_str());

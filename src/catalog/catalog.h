@@ -217,6 +217,9 @@ class Catalog {
   int requeue_failed(const std::optional<std::string>& batch_id = std::nullopt);
   // One job by id; nullopt if there is none.
   std::optional<JobRow> job(long long job_id) const;
+  // How many jobs are in each state (of one batch, if given): what a run's
+  // metrics report (src/metrics). States without jobs are absent.
+  std::map<std::string, long long> job_state_counts(const std::optional<std::string>& batch_id = std::nullopt) const;
 
   // Candidates: inserts or returns the existing row with the same (job, key).
   CandidateRow add_candidate(const CandidateRow& c);

@@ -37,6 +37,8 @@
 #include "explore/explorer.h"
 #include "cli/package_cli.h"
 #include "package/package.h"
+#include "metrics/flags.h"
+#include "metrics/nightly_metrics.h"
 #include "stats/regression.h"
 
 namespace kiln {
@@ -329,6 +331,7 @@ int cmd_nightly(const Args& args) {
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
         "verbose,v", "copy the workers' stderr to ours");
     add_scheduling_flags(d);
+    metrics::add_metrics_flags(d);
     po::options_description hidden;
     hidden.add_options()("report-only", "no submit, no run: report on the catalog as it is");
     po::options_description all;
@@ -376,6 +379,13 @@ int cmd_nightly(const Args& args) {
       throw UsageError("--device must be auto, cpu or gpu");
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
     o.echo_worker_stderr = vm->count("verbose") > 0;
+    metrics::MetricsFlags metrics_flags;
+    try {
+      metrics_flags = metrics::read_metrics_flags(*vm);
+      if (metrics_flags.textfile) metrics::check_textfile_path(*metrics_flags.textfile);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
 
     const Knowledge knowledge = load_knowledge();
     const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
@@ -403,6 +413,8 @@ int cmd_nightly(const Args& args) {
       }
     }
 
+    // The run's metrics, then (--metrics-file) the comparison's (metrics/nightly_metrics.h).
+    metrics::MetricsSetup metrics_setup = metrics::start_metrics(metrics_flags, std::cerr, "kiln nightly");
     json run = nullptr;
     json batch = nullptr;
     int evaluated = 0;
@@ -423,6 +435,7 @@ int cmd_nightly(const Args& args) {
       }
       if (runnable > 0) {
         o.batch = sub.batch_id;
+        o.metrics = metrics_setup.run.get();
         const RunSummary s = run_explorer(catalog, knowledge, o);
         evaluated = s.candidates;
         interrupted = s.interrupted;
@@ -533,6 +546,20 @@ int cmd_nightly(const Args& args) {
       write_text(mdp, md);
       write_text(jsp, rep.dump(2) + "\n");
       std::cerr << "kiln nightly: report in " << mdp.string() << " and " << jsp.string() << "\n";
+    }
+    if (metrics_setup.registry) {
+      std::vector<metrics::NightlyKernel> kernels;
+      for (const auto& r : reports) {
+        metrics::NightlyKernel k{r.op, shape_text(r.shape), r.dtype, r.target, r.status, r.counts_as_regression, {}, ""};
+        if (r.now) {
+          k.latency_s = r.now->ms / 1000;
+          k.basis = r.now->basis;
+        }
+        kernels.push_back(std::move(k));
+      }
+      metrics::publish_nightly(*metrics_setup.registry, kernels,
+                               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+      metrics_setup.finish();
     }
     if (vm->count("json")) std::cout << rep.dump(2) << "\n";
     else std::cout << md;

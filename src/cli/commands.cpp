@@ -19,6 +19,7 @@
 #include "catalog/catalog.h"
 #include "catalog/job_key.h"
 #include "cli/cli_util.h"
+#include "metrics/flags.h"
 #include "cli/table.h"
 #include "common/home.h"
 #include "evaluate/worker_process.h"
@@ -126,8 +127,10 @@ int cmd_run(const Args& args) {
         "I/N: only jobs whose id % N == I (0 <= I < N), e.g. one Slurm array task each")(
         "verbose,v", "copy the workers' stderr to ours");
     add_scheduling_flags(d);
+    metrics::add_metrics_flags(d);
     auto vm = parse(args, d, nullptr,
                     "usage: kiln run [--batch ID] [--workers N] [--device auto|cpu|gpu] [--shard I/N]\n"
+                    "                [--metrics HOST:PORT] [--metrics-file PATH]\n"
                     "Processes queued jobs until none remain. Progress goes to stderr.");
     if (!vm) return 0;
     RunOptions o;
@@ -157,7 +160,15 @@ int cmd_run(const Args& args) {
     o.echo_worker_stderr = vm->count("verbose") > 0;
     const Knowledge knowledge = load_knowledge();
     Catalog catalog = open_catalog(*vm, false);
+    metrics::MetricsSetup m;
+    try {
+      m = metrics::start_metrics(metrics::read_metrics_flags(*vm), std::cerr, "kiln run");
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+    o.metrics = m.run.get();
     RunSummary s = run_explorer(catalog, knowledge, o);
+    m.finish();  // the final values into --metrics-file
     if (vm->count("json"))
       std::cout << json{{"jobs_done", s.jobs_done}, {"jobs_failed", s.jobs_failed},
                         {"candidates", s.candidates}, {"candidate_failures", s.candidate_failures},

@@ -144,7 +144,7 @@ class Explorer {
   Explorer(Catalog& catalog, const Knowledge& knowledge, const RunOptions& options)
       : opts_(options), out_(options.progress ? *options.progress : std::cerr),
         owner_(this_owner()), signals_(io_, SIGINT, SIGTERM), lease_timer_(io_),
-        progress_timer_(io_), catalog_(catalog) {
+        progress_timer_(io_), metrics_timer_(io_), catalog_(catalog) {
     signals_.add(SIGUSR1);
     setup_scratch();
     SchedulerOptions so;
@@ -154,6 +154,7 @@ class Explorer {
     so.batch = options.batch;
     if (options.shard) so.shard = JobShard{options.shard->first, options.shard->second};
     so.artifact_dir = artifact_dir_;
+    so.metrics = options.metrics;
     scheduler_ = std::make_unique<Scheduler>(catalog, knowledge, io_, so, out_);
     scheduler_->on_work_available([this] { pump(); });
   }
@@ -161,12 +162,18 @@ class Explorer {
   RunSummary run() {
     const auto t0 = Clock::now();
     start_epoch_ = epoch_now();
+    if (opts_.metrics) opts_.metrics->run_started(start_epoch_, std::max(1, opts_.workers));
     start_workers();
     signals_.async_wait([this](auto ec, int sig) { on_signal(ec, sig); });
     arm_lease_timer();
     arm_progress_timer();
+    if (opts_.metrics) arm_metrics_timer();
     io_.run();
     kill_workers();
+    if (opts_.metrics) {  // the final values: what --metrics-file keeps
+      publish_metrics(epoch_now());
+      opts_.metrics->run_finished(epoch_now());
+    }
     summary_.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     summary_.gpu_ids = opts_.gpus.ids;
     gpu_busy(epoch_now());
@@ -218,6 +225,7 @@ class Explorer {
     const auto& ids = opts_.gpus.ids;
     gpu_spans_.assign(std::max<size_t>(1, ids.size()), {});
     bench_spans_.assign(gpu_spans_.size(), {});
+    gpu_kernel_each_s_.assign(gpu_spans_.size(), 0);
     for (int i = 0; i < n; ++i) {
       Slot s;
       WorkerOptions slot_wo = wo;
@@ -249,7 +257,8 @@ class Explorer {
                       [this, i](WorkerOutcome o) { on_hello(i, std::move(o)); });
   }
 
-  void restart_slot(size_t i) {
+  void restart_slot(size_t i, const char* reason) {
+    if (opts_.metrics) opts_.metrics->worker_restart(reason);
     try {
       start_slot(i);
     } catch (const std::exception& e) {
@@ -285,6 +294,11 @@ class Explorer {
            << r.value("torch", "") << std::endl;
     }
     s.ready = true;
+    if (opts_.metrics) {
+      int ready = 0;
+      for (const auto& slot : slots_) ready += slot.ready ? 1 : 0;
+      opts_.metrics->workers_ready(ready);
+    }
     if (!s.start_noted) {  // a worker restarted later is not part of the run's start
       s.start_noted = true;
       note_started(std::chrono::duration<double>(Clock::now() - s.started).count(), startup_steps(r));
@@ -323,7 +337,7 @@ class Explorer {
       // leaves its GPU context unusable) is replaced before it gets new work,
       // so the next candidate is not blamed for it.
       if (!s.worker->alive()) {
-        restart_slot(i);
+        restart_slot(i, "exited");
         continue;
       }
       std::optional<WorkItem> item = scheduler_->next(static_cast<int>(i));
@@ -335,12 +349,15 @@ class Explorer {
         if (o.kind == WorkerOutcome::Kind::kReply) {
           const size_t g = slots_[i].gpu;
           append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);
-          summary_.gpu_kernel_s += device_kernel_seconds(o.reply);
+          const double kernel_s = device_kernel_seconds(o.reply);
+          summary_.gpu_kernel_s += kernel_s;
+          gpu_kernel_each_s_[g] += kernel_s;
         }
         // evaluations.worker: the evaluator's pid, and its GPU where the run spans several
         std::string who = "pid " + std::to_string(slots_[i].worker->pid());
         if (opts_.gpus.ids.size() > 1) who += " gpu " + opts_.gpus.ids[slots_[i].gpu];
-        if (o.kind != WorkerOutcome::Kind::kReply) restart_slot(i);
+        if (o.kind != WorkerOutcome::Kind::kReply)
+          restart_slot(i, o.kind == WorkerOutcome::Kind::kTimeout ? "timeout" : "crash");
         scheduler_->complete(w, o, who);
         pump();
       });
@@ -391,6 +408,41 @@ class Explorer {
       }
       arm_lease_timer();
     });
+  }
+
+  void arm_metrics_timer() {
+    metrics_timer_.expires_after(std::chrono::milliseconds(static_cast<long long>(opts_.metrics_interval_s * 1000)));
+    metrics_timer_.async_wait([this](auto ec) {
+      if (ec || stopping_) return;
+      publish_metrics(epoch_now());
+      arm_metrics_timer();
+    });
+  }
+
+  // The sampled metrics: jobs by state (a catalog count), the queue, and
+  // each GPU's busy time so far (both accounts), once it has done GPU work.
+  void publish_metrics(double now) {
+    metrics::RunMetrics& m = *opts_.metrics;
+    m.heartbeat(now);
+    try {
+      m.jobs_by_state(catalog_.job_state_counts(opts_.batch));
+    } catch (const std::exception& e) {
+      out_ << "[" << now_hms() << "] warning: metrics: " << e.what() << std::endl;
+    }
+    long long in_flight = 0;
+    int ready = 0;
+    for (const auto& s : slots_) {
+      in_flight += (s.ready && s.busy) ? 1 : 0;
+      ready += s.ready ? 1 : 0;
+    }
+    m.workers_ready(ready);  // a slot whose worker is being replaced is not ready
+    m.queue(static_cast<long long>(scheduler_->ready_candidates()), in_flight);
+    for (size_t g = 0; g < gpu_spans_.size(); ++g) {
+      if (gpu_spans_[g].empty() && gpu_kernel_each_s_[g] <= 0) continue;
+      const std::string id = opts_.gpus.ids.empty() ? "default" : opts_.gpus.ids[g];
+      m.gpu(id, union_seconds(gpu_spans_[g], start_epoch_, now), union_seconds(bench_spans_[g], start_epoch_, now),
+            gpu_kernel_each_s_[g], now - start_epoch_);
+    }
   }
 
   void arm_progress_timer() {
@@ -453,6 +505,7 @@ class Explorer {
     if (!why.empty()) scheduler_->drain();
     lease_timer_.cancel();
     progress_timer_.cancel();
+    metrics_timer_.cancel();
     signals_.cancel();
     kill_workers();
     io_.stop();
@@ -463,7 +516,7 @@ class Explorer {
   std::string owner_;
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
-  boost::asio::steady_timer lease_timer_, progress_timer_;
+  boost::asio::steady_timer lease_timer_, progress_timer_, metrics_timer_;
   Catalog& catalog_;
   std::filesystem::path artifact_dir_, triton_cache_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -474,6 +527,7 @@ class Explorer {
   std::map<std::string, std::vector<double>> startup_steps_;  // hello's "startup", per step
   double start_epoch_ = 0;
   std::vector<std::vector<std::pair<double, double>>> gpu_spans_, bench_spans_;  // per GPU
+  std::vector<double> gpu_kernel_each_s_;                // device-event kernel seconds per GPU
   std::string fatal_, last_progress_;
 };
 

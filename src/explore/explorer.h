@@ -21,6 +21,7 @@
 #include "evaluate/worker_process.h"
 #include "explore/scheduling.h"
 #include "manifest/manifest.h"
+#include "metrics/run_metrics.h"
 
 namespace kiln {
 
@@ -38,6 +39,11 @@ struct RunOptions {
   bool echo_worker_stderr = false;
   std::ostream* progress = nullptr;         // progress lines; nullptr: std::cerr
   double progress_interval_s = 5;
+  // Where the run publishes its metrics (src/metrics), refreshing the sampled
+  // ones (jobs by state, queue, GPU busy) every metrics_interval_s; null:
+  // none. Not owned; the registry is read by another thread (the exporter).
+  metrics::RunMetrics* metrics = nullptr;
+  double metrics_interval_s = 2;
 };
 
 struct RunSummary {

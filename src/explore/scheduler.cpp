@@ -72,8 +72,12 @@ struct Scheduler::Job {
   std::optional<WorkItem> confirm_item;
   std::vector<Finalist> finalists;
   bool confirm_sent = false, confirm_done = false;
+  std::optional<double> shown_best_ms;  // the best-so-far published (metrics), either basis
   std::string label() const {
     return ctx.row.op + " " + shape_str(ctx.row.shape) + " " + ctx.row.dtype + " " + ctx.row.target;
+  }
+  metrics::JobLabels labels() const {
+    return {ctx.row.id, ctx.row.op, shape_str(ctx.row.shape), ctx.row.dtype, ctx.row.target};
   }
 };
 
@@ -86,6 +90,12 @@ Scheduler::~Scheduler() { flush(); }
 void Scheduler::set_device(const std::string& device_name) { device_ = device_name; }
 
 size_t Scheduler::active_jobs() const { return active_.size(); }
+
+size_t Scheduler::ready_candidates() const {
+  size_t n = 0;
+  for (const auto& [id, job] : active_) n += job->pending.size();
+  return n;
+}
 
 bool Scheduler::finished() const {
   if (!fatal_.empty()) return true;
@@ -187,6 +197,7 @@ bool Scheduler::claim() {
   job->ctx.target = knowledge_.targets.find(row->target);
   job->ctx.device_name = device_;
   job->ctx.catalog = &catalog_;
+  job->ctx.metrics = opts_.metrics;
   // A reference job's op names its module, not a library operator (module "").
   const OperatorSpec* op = job->ctx.is_reference() ? nullptr : knowledge_.operators.find(row->op);
   if (!job->ctx.target || (!op && !job->ctx.is_reference())) {
@@ -428,6 +439,7 @@ void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
       if (auto best = select_confirmed(stored, catalog_.evaluated_candidates(job.ctx.row.id))) {
         catalog_.set_best(*best);
         ++stats_.jobs_confirmed;
+        if (opts_.metrics) opts_.metrics->confirmation(true);
         finish(job, true, "");
         return;
       }
@@ -440,6 +452,7 @@ void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
         // Every finalist computed something wrong while it was timed: none of
         // them may stand as the best on the exploration's numbers either.
         ++stats_.confirm_failures;
+        if (opts_.metrics) opts_.metrics->confirmation(false);
         finish(job, false, "confirmation round: no finalist's outputs passed the re-check after timing");
         return;
       }
@@ -452,6 +465,7 @@ void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
     }
   }
   ++stats_.confirm_failures;
+  if (opts_.metrics) opts_.metrics->confirmation(false);
   log_ << "[" << now_hms() << "] warning: " << job.label() << ": confirmation round failed (" << why
        << "); the best stands on the exploration's numbers" << std::endl;
   select_and_finish(job);
@@ -480,6 +494,7 @@ void Scheduler::finish(Job& job, bool ok, const std::string& message) {
   }
   if (ok) ++stats_.jobs_done;
   else ++stats_.jobs_failed;
+  if (opts_.metrics) opts_.metrics->job_finished(job.labels(), ok);
   Selection sel = select_best(catalog_, id, *job.ctx.target);
   if (ok)  // the row just stored (a confirmed best differs from the exploration's)
     if (auto stored = catalog_.best(id)) sel.best = stored;
@@ -564,6 +579,7 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
     return;
   }
   ++stats_.candidates;
+  if (opts_.metrics) publish_evaluation(job, e);
   if (e.status != "ok") {
     ++stats_.candidate_failures;
     return;
@@ -575,6 +591,23 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
   }
   else if (e.estimate_ms)
     stats_.last_best = job.label() + " " + fmt_ms(*e.estimate_ms) + " (estimated)";
+}
+
+void Scheduler::publish_evaluation(Job& job, const EvaluationIn& e) {
+  const json timings = e.result.is_object() ? e.result.value("timings", json::object()) : json::object();
+  auto seconds = [&](const char* k) {
+    auto it = timings.find(k);
+    return it != timings.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  opts_.metrics->evaluation(e.status, seconds("compile_s"), seconds("check_s"), seconds("bench_s"));
+  if (e.status != "ok") return;
+  // The job's best so far on the basis its best is selected on: measured
+  // where the device is of the target's kind, else the static estimate.
+  const auto ms = latency_median(e.result.value("latency", json()));
+  std::optional<double> v = job.ctx.measured ? ms : e.estimate_ms;
+  if (!v || (job.shown_best_ms && *job.shown_best_ms <= *v)) return;
+  job.shown_best_ms = v;
+  opts_.metrics->best_so_far(job.labels(), job.ctx.measured ? "measured" : "estimated", *v / 1000);
 }
 
 std::vector<Outcome> Scheduler::history(const Job& job) const {
@@ -626,6 +659,7 @@ void Scheduler::drain() {
   flush();  // results already in hand are kept
   draining_ = true;
   for (auto& [id, job] : active_) {
+    if (opts_.metrics) opts_.metrics->job_released(job->labels());
     try {
       catalog_.release_job(id, opts_.owner);
     } catch (const std::exception& e) {

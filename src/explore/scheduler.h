@@ -24,6 +24,7 @@
 #include "explore/scheduling.h"
 #include "generate/generator.h"
 #include "manifest/manifest.h"
+#include "metrics/run_metrics.h"
 
 namespace kiln {
 
@@ -57,6 +58,9 @@ struct SchedulerOptions {
   int lookahead = 0;
   // Reads a code object the worker reported at `path` (default: the file).
   std::function<std::string(const std::filesystem::path&)> read_artifact;
+  // Where evaluations, jobs' ends, best-so-far latencies, confirmation rounds
+  // and (through JobContext) LLM calls are published; null: nowhere. Not owned.
+  metrics::RunMetrics* metrics = nullptr;
 };
 
 struct SchedulerStats {
@@ -109,6 +113,8 @@ class Scheduler {
 
   const SchedulerStats& stats() const { return stats_; }
   size_t active_jobs() const;
+  // Candidates generated and waiting for a slot, over the active jobs.
+  size_t ready_candidates() const;
 
  private:
   struct Job;
@@ -122,6 +128,7 @@ class Scheduler {
   void select_and_finish(Job& job);
   void finish(Job& job, bool ok, const std::string& message);
   void record(const WorkItem& item, const WorkerOutcome& o, const std::string& worker);
+  void publish_evaluation(Job& job, const EvaluationIn& e);
   std::vector<Outcome> history(const Job& job) const;
   void fail(const std::string& why);
 

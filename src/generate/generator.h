@@ -17,6 +17,7 @@
 #include "catalog/catalog.h"
 #include "evaluate/estimate.h"
 #include "manifest/manifest.h"
+#include "metrics/run_metrics.h"
 
 namespace kiln {
 
@@ -36,6 +37,7 @@ struct JobContext {
   // answer (input shapes/dtypes, forward source, eager latency); null otherwise.
   nlohmann::json reference_info;
   Catalog* catalog = nullptr;                 // for generators that record (llm_calls); may be null
+  metrics::RunMetrics* metrics = nullptr;     // LLM calls, tokens, latency are published here; may be null
 
   const nlohmann::json& explore() const;      // spec["explore"]
   bool is_reference() const;                  // spec has "reference"

@@ -176,6 +176,7 @@ struct LlmGenerator::State {
   std::string api_key;
   std::shared_ptr<llm::Client> client;
   Catalog* catalog = nullptr;
+  metrics::RunMetrics* metrics = nullptr;
   long long job_id = 0;
   std::optional<prompt::Example> example;
   json retrieval;                                  // what retrieval found (stored with each call)
@@ -188,6 +189,7 @@ LlmGenerator::LlmGenerator(const JobContext& job, boost::asio::io_context& io)
   State& s = *state_;
   s.settings = resolve_llm_settings(job.row.spec.value("llm", json::object()), &s.api_key);
   s.catalog = job.catalog;
+  s.metrics = job.metrics;
   s.job_id = job.row.id;
   llm::ClientSettings cs;
   cs.base_url = s.settings.base_url;
@@ -397,6 +399,7 @@ void LlmGenerator::propose(const JobContext& job, const std::vector<Outcome>& hi
     const std::optional<long long> parent = a.parent;
     s.client->chat(req, std::max(0.1, left), [st, g, req, i, round, parent](llm::ChatResult r) {
       State& s = *st;
+      if (s.metrics) s.metrics->llm_call(req.model, r.ok ? "ok" : "error", r.prompt_tokens, r.completion_tokens, r.latency_s);
       std::optional<long long> call_id;
       if (s.catalog) {
         try {

@@ -121,10 +121,33 @@ def loop(binary, tmp_path_factory):
     try:
         sub = json.loads(ok(kiln("submit", DATA / "manifest.yaml", "--json", catalog=catalog)).stdout)
         run = kiln("run", "--device", "cpu", "--workers", "1", "--json", "--scratch", tmp / "scratch",
+                   "--metrics-file", tmp / "kiln.prom",
                    catalog=catalog, env={"KILN_LLM_BASE_URL": server.base_url})
     finally:
         server.stop()
     return dict(catalog=catalog, sub=sub, run=run, requests=server.requests(), server=server, tmp=tmp)
+
+
+def test_llm_metrics_match_the_calls_recorded(loop):
+    """--metrics-file: LLM calls, tokens and seconds as the catalog's llm_calls rows."""
+    ok(loop["run"])
+    values = {}
+    for line in (loop["tmp"] / "kiln.prom").read_text().splitlines():
+        if line.startswith("kiln_llm_"):
+            name, v = line.rsplit(" ", 1)
+            values[name] = float(v)
+    calls = rows(loop["catalog"], "SELECT model, status, prompt_tokens, completion_tokens, latency_s FROM llm_calls")
+    assert len(calls) == 3
+    model = calls[0]["model"]
+    assert all(c["status"] == "ok" and c["model"] == model for c in calls)
+    assert values[f'kiln_llm_calls_total{{model="{model}",status="ok"}}'] == 3
+    prompt = sum(c["prompt_tokens"] or 0 for c in calls)
+    completion = sum(c["completion_tokens"] or 0 for c in calls)
+    assert prompt > 0 and completion > 0
+    assert values[f'kiln_llm_tokens_total{{model="{model}",kind="prompt"}}'] == prompt
+    assert values[f'kiln_llm_tokens_total{{model="{model}",kind="completion"}}'] == completion
+    assert values[f'kiln_llm_call_seconds_total{{model="{model}"}}'] == pytest.approx(
+        sum(c["latency_s"] for c in calls), rel=1e-6)
 
 
 def test_loop_runs_and_job_is_done(loop):

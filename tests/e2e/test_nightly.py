@@ -207,3 +207,34 @@ def test_nightly_help_and_usage_errors(tmp_path):
     r = kiln("nightly", MANIFEST, "--report-only", catalog=tmp_path / "none.db", check=False)
     assert r.returncode == 1 and "no catalog" in r.stderr
     assert not (tmp_path / "none.db").exists()
+
+
+def test_metrics_file_marks_the_regressed_kernel(nightly, tmp_path):
+    """--metrics-file: kiln_nightly_kernel_regressed is 1 for the regressed kernel
+    alone (what configs/prometheus/alerts.yml alerts on), and the file passes
+    `promtool check metrics`."""
+    cat = tmp_path / "regressed.db"
+    shutil.copy(nightly["cat"], cat)
+    keys = dict(rows(cat, "SELECT op || ' ' || shape, key FROM jobs"))
+    mi300x = "AMD Instinct MI300X"
+    craft_previous(cat, keys["softmax [8,64]"], "measured", 1.0, mi300x, 2.0, "measured", mi300x)
+    prom = tmp_path / "nightly.prom"
+    r = kiln("nightly", MANIFEST, "--report-only", "--metrics-file", prom, "--report", tmp_path / "rep.md",
+             catalog=cat, check=False)
+    assert r.returncode == EXIT_REGRESSION, r.stdout + r.stderr
+    text = prom.read_text()
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: install Debian's `prometheus` package (scripts/setup.sh)"
+    chk = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert chk.returncode == 0 and not chk.stdout.strip(), chk.stdout + chk.stderr
+    flags = {}
+    for line in text.splitlines():
+        if line.startswith("kiln_nightly_kernel_regressed{"):
+            labels, value = line[len("kiln_nightly_kernel_regressed{"):].rsplit("} ", 1)
+            l = dict(kv.split("=", 1) for kv in labels.split('",'))
+            flags[(l["op"].strip('"'), l["shape"].strip('"'))] = (l["status"].strip('"'), float(value))
+    assert len(flags) == len(report(tmp_path / "rep.json")["jobs"]) == 4, flags  # one per kernel of the manifest
+    assert flags[("softmax", "8x64")] == ("regression", 1.0)
+    assert all(v == 0.0 for k, (_, v) in flags.items() if k != ("softmax", "8x64")), flags
+    assert "\nkiln_nightly_regressions 1\n" in text
+    assert 'kiln_nightly_kernel_latency_seconds{op="softmax",shape="8x64",dtype="fp32",target="MI300X",basis="measured"} 0.002\n' in text
