@@ -179,7 +179,7 @@ void WorkerRank::handle(const json& m) {
       if (it == jobs_.end()) {
         WorkerOutcome o;
         o.reply = {{"id", 0}, {"ok", false}, {"error", "worker rank has no job " + std::to_string(w.job_id)}};
-        send_result(w, o, label_);
+        send_result(w, o, label_, {});  // an error reply: no code object
         return;
       }
       job = &it->second;

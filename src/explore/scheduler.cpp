@@ -430,7 +430,8 @@ void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
   job.confirm_sent = false;
   std::string why;
   if (o.kind != WorkerOutcome::Kind::kReply) why = o.detail.empty() ? "no answer" : o.detail;
-  else if (!o.reply.value("ok", false)) why = o.reply.value("error", "worker error");
+  else if (const ReplyEnvelope env = parse_envelope(o.reply); !env.ok)  // checked in complete()
+    why = env.error.empty() ? "worker error" : env.error;
   if (why.empty()) {
     try {
       const std::string run_id =
