@@ -243,7 +243,7 @@ void WorkerRank::send_result(const Work& w, const WorkerOutcome& o, const std::s
         if (const EvaluateReply r = parse_evaluate_result(env.result); r.artifact)
           m["artifact_b64"] = base64_encode(take_artifact(artifact_dir, *r.artifact));
     } catch (const std::exception& e) {
-      m["artifact_error"] = std::string("infrastructure fault: code object rejected: ") + e.what();
+      m["artifact_error"] = e.what();  // the coordinator's scheduler records it as an infrastructure fault
     }
   }
   send(m);

@@ -229,7 +229,11 @@ bool Scheduler::claim() {
 void Scheduler::complete(const WorkItem& item, const WorkerOutcome& raw, const std::string& worker) {
   // The reply is untrusted: one that does not match the protocol becomes a
   // crash naming the fault (evaluate/reply.h), for this item alone.
-  const WorkerOutcome o = checked_outcome(item.request.value("method", std::string()), raw);
+  // (By the item's kind: under MPI the coordinator has sent the request away.)
+  const char* method = item.kind == WorkItem::Kind::kEvaluate ? "evaluate"
+                       : item.kind == WorkItem::Kind::kSpace  ? "space"
+                                                              : "confirm";
+  const WorkerOutcome o = checked_outcome(method, raw);
   auto it = active_.find(item.job_id);
   if (it == active_.end()) return;  // released by a drain meanwhile
   Job& job = *it->second;
@@ -563,7 +567,9 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
         art.bytes = opts_.read_artifact(claim.path);
         check_artifact_bytes(art.bytes, claim);
       } else {
-        art.bytes = take_artifact(item.request.value("artifact_dir", std::string()), claim);
+        const auto dir = item.request.is_object() ? item.request.find("artifact_dir") : item.request.end();
+        art.bytes = take_artifact(dir != item.request.end() && dir->is_string() ? dir->get<std::string>() : "",
+                                  claim);
       }
       art.metadata = claim.metadata;
       e.artifact = std::move(art);
