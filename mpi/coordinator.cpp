@@ -1,5 +1,7 @@
 #include "coordinator.h"
 
+#include "evaluate/artifact_file.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -102,7 +104,15 @@ Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& ca
   so.metrics = opts_.metrics;
   so.read_artifact = [this](const fs::path& path) {
     auto it = artifacts_.find(path.string());
-    if (it == artifacts_.end()) throw std::runtime_error("the worker rank sent no code object for " + path.string());
+    if (it == artifacts_.end()) {
+      // The rank refused the file (evaluate/artifact_file.h) and said why.
+      if (auto e = artifact_errors_.find(path.string()); e != artifact_errors_.end()) {
+        const std::string why = e->second;
+        artifact_errors_.erase(e);
+        throw ArtifactRejected(why);
+      }
+      throw std::runtime_error("the worker rank sent no code object for " + path.string());
+    }
     std::string bytes = std::move(it->second);
     artifacts_.erase(it);
     return bytes;
@@ -217,8 +227,12 @@ std::string Coordinator::attach_artifact(Peer& p, long long item_id, json& reply
           .string();
   (*a)["path"] = key;
   auto b = m.find("artifact_b64");
-  if (b == m.end() || !b->is_string())  // the scheduler records the candidate as a crash
-    return m.value("artifact_error", "the worker rank sent no code object");
+  if (b == m.end() || !b->is_string()) {  // the scheduler records the candidate as a crash
+    auto e = m.find("artifact_error");
+    if (e == m.end() || !e->is_string()) return "the worker rank sent no code object";
+    artifact_errors_[key] = e->get<std::string>();
+    return e->get<std::string>();
+  }
   artifacts_[key] = base64_decode(b->get<std::string>());
   return "";
 }
@@ -254,7 +268,10 @@ void Coordinator::on_result(Peer& p, const json& m) {
     // A code object the scheduler did not take (its job was released meanwhile).
     if (auto r = o.reply.find("result"); r != o.reply.end() && r->is_object())
       if (auto a = r->find("artifact"); a != r->end() && a->is_object() && (*a)["path"].is_string())
+      {
         artifacts_.erase((*a)["path"].get<std::string>());
+        artifact_errors_.erase((*a)["path"].get<std::string>());
+      }
   }
   pump();
 }

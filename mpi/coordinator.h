@@ -150,6 +150,7 @@ class Coordinator {
   boost::asio::steady_timer heartbeat_timer_, lease_timer_, progress_timer_, checkpoint_timer_, grace_timer_,
       flush_timer_;
   std::map<std::string, std::string> artifacts_;
+  std::map<std::string, std::string> artifact_errors_;  // path -> why the rank refused the file
   std::unique_ptr<CatalogCopy> copy_;  // a periodic checkpoint in progress  // code objects received, by the path the scheduler is given
   std::string device_;
   long long next_item_ = 1;

@@ -11,6 +11,9 @@
 
 #include <boost/asio/post.hpp>
 
+#include "common/hash.h"
+#include "evaluate/artifact_file.h"
+#include "evaluate/reply.h"
 #include "explore/explorer.h"
 #include "protocol.h"
 
@@ -50,12 +53,6 @@ std::string hostname() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return host;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string());
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
@@ -176,7 +173,7 @@ void WorkerRank::handle(const json& m) {
       if (it == jobs_.end()) {
         WorkerOutcome o;
         o.reply = {{"id", 0}, {"ok", false}, {"error", "worker rank has no job " + std::to_string(w.job_id)}};
-        send_result(w, o, label_);
+        send_result(w, o, label_, {});  // an error reply: no code object
         return;
       }
       job = &it->second;
@@ -213,34 +210,34 @@ void WorkerRank::pump() {
     if (w.request.contains("artifact_dir")) w.request["artifact_dir"] = dir.string();
     s.busy = true;
     std::weak_ptr<bool> alive = alive_;
-    s.worker->request(w.request, ms(w.timeout_s), [this, alive, i, w](WorkerOutcome o) {
+    s.worker->request(w.request, ms(w.timeout_s), [this, alive, i, w, dir](WorkerOutcome raw) {
       if (alive.expired() || finished_) return;
       slots_[i].busy = false;
+      // A reply that breaks the protocol fails this item alone and the
+      // worker is replaced (evaluate/reply.h).
+      WorkerOutcome o = checked_outcome(w.request.value("method", std::string()), std::move(raw));
       const std::string who = label_ + " pid " + std::to_string(slots_[i].worker->pid());
       if (o.kind != WorkerOutcome::Kind::kReply) start_slot(i);
-      send_result(w, o, who);
+      send_result(w, o, who, dir);
       pump();
     });
   }
 }
 
-void WorkerRank::send_result(const Work& w, const WorkerOutcome& o, const std::string& worker) {
+void WorkerRank::send_result(const Work& w, const WorkerOutcome& o, const std::string& worker,
+                             const fs::path& artifact_dir) {
   json m = {{"type", "result"}, {"item_id", w.item_id}, {"outcome", outcome_to_json(o)}, {"worker", worker}};
   // The code object travels in the message: the coordinator's node cannot
-  // read this node's scratch.
-  if (o.kind == WorkerOutcome::Kind::kReply) {
-    const json* a = nullptr;
-    if (auto r = o.reply.find("result"); r != o.reply.end() && r->is_object())
-      if (auto it = r->find("artifact"); it != r->end() && it->is_object() && it->contains("path")) a = &*it;
-    if (a && (*a)["path"].is_string()) {
-      const fs::path p = (*a)["path"].get<std::string>();
-      try {
-        m["artifact_b64"] = base64_encode(slurp(p));
-      } catch (const std::exception& e) {
-        m["artifact_error"] = e.what();
-      }
-      std::error_code ec;
-      fs::remove(p, ec);
+  // read this node's scratch. Only a file inside the slot's directory is read
+  // (and deleted): evaluate/artifact_file.h.
+  if (o.kind == WorkerOutcome::Kind::kReply && w.request.value("method", std::string()) == "evaluate") {
+    try {
+      const ReplyEnvelope env = parse_envelope(o.reply);
+      if (env.ok)
+        if (const EvaluateReply r = parse_evaluate_result(env.result); r.artifact)
+          m["artifact_b64"] = base64_encode(take_artifact(artifact_dir, *r.artifact));
+    } catch (const std::exception& e) {
+      m["artifact_error"] = e.what();  // the coordinator's scheduler records it as an infrastructure fault
     }
   }
   send(m);
@@ -279,7 +276,8 @@ void WorkerRank::run_noop(const Work& w, const json& job) {
         {"latency", nullptr},
         {"artifact",
          {{"target", target.value("name", "")}, {"arch", target.value("arch", "")},
-          {"kind", backend == "hip" ? "hsaco" : "cubin"}, {"path", "noop.bin"}, {"kernel_name", "noop_kernel"},
+          {"kind", backend == "hip" ? "hsaco" : "cubin"}, {"path", "noop.bin"}, {"sha256", sha256_hex(bytes)},
+          {"kernel_name", "noop_kernel"},
           {"num_warps", warps}, {"num_stages", config.value("num_stages", 1)}, {"warp_size", warp_size},
           {"shared_bytes", 0}, {"registers", 32}, {"sgprs", 16}, {"spills", 0}, {"scratch_bytes", 0},
           {"occupancy", 8}, {"grid", {std::max(1LL, static_cast<long long>(elems / 1024)), 1, 1}}, {"block", {warps * warp_size, 1, 1}},

@@ -77,7 +77,8 @@ class WorkerRank {
   void on_hello(size_t i, WorkerOutcome o);
   void pump();
   void run_noop(const Work& w, const nlohmann::json& job);
-  void send_result(const Work& w, const WorkerOutcome& o, const std::string& worker);
+  void send_result(const Work& w, const WorkerOutcome& o, const std::string& worker,
+                   const std::filesystem::path& artifact_dir);
   void arm_heartbeat();
   void kill_workers(bool wait);  // all slots at once (kill_all)
   void send(const nlohmann::json& m);

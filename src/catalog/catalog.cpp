@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -42,14 +43,31 @@ std::string this_host() {
   return buf;
 }
 
+std::string corruption_hint(sqlite3* db) {
+  const int code = db ? (sqlite3_errcode(db) & 0xff) : SQLITE_OK;
+  if (code != SQLITE_CORRUPT && code != SQLITE_NOTADB) return "";
+  return " (the catalog file is damaged: check it with `kiln query \"PRAGMA integrity_check\"` and "
+         "restore the last good copy)";
+}
+
 [[noreturn]] void fail(sqlite3* db, const fs::path& path, const std::string& what) {
   std::string msg = "catalog " + path.string() + ": " + what;
   if (db) {
     msg += ": ";
     msg += sqlite3_errmsg(db);
+    msg += corruption_hint(db);
   }
   throw CatalogError(msg);
 }
+
+}  // namespace
+
+void throw_sqlite_error(sqlite3* db, const std::string& what) {
+  const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
+  fail(db, fs::path(file && *file ? file : "(in memory)"), what);
+}
+
+namespace {
 
 // ---- statements -------------------------------------------------------------
 
@@ -1185,7 +1203,25 @@ std::vector<MeasuredJob> Catalog::measured_configs(const std::string& op, const 
   return out;
 }
 
-Catalog::QueryResult Catalog::query(const std::string& sql) const {
+namespace {
+
+// kiln query's deadline: SQLite calls this every 1000 virtual-machine steps;
+// non-zero interrupts the statement (SQLITE_INTERRUPT).
+struct Deadline {
+  std::chrono::steady_clock::time_point at;
+  bool hit = false;
+};
+
+int past_deadline(void* p) {
+  auto* d = static_cast<Deadline*>(p);
+  if (std::chrono::steady_clock::now() < d->at) return 0;
+  d->hit = true;
+  return 1;
+}
+
+}  // namespace
+
+Catalog::QueryResult Catalog::query(const std::string& sql, const QueryLimits& limits) const {
   // A separate read-only connection: even a statement that slipped past the
   // checks below cannot write through it.
   std::unique_ptr<sqlite3, int (*)(sqlite3*)> db(connect_read_only(path_), sqlite3_close_v2);
@@ -1196,6 +1232,20 @@ Catalog::QueryResult Catalog::query(const std::string& sql) const {
   sqlite3_db_config(raw, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
   AuthState auth;
   sqlite3_set_authorizer(raw, query_authorizer, &auth);
+  // Bounds: a deadline (an endless recursive CTE stops), SQLite's longest
+  // string or blob (randomblob(1e9) fails inside SQLite), rows and bytes.
+  Deadline deadline{std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(limits.timeout_s))};
+  sqlite3_progress_handler(raw, 1000, past_deadline, &deadline);
+  sqlite3_limit(raw, SQLITE_LIMIT_LENGTH,
+                static_cast<int>(std::clamp<long long>(limits.max_bytes, 1024, 1LL << 30)));
+  auto timed_out = [&] {
+    std::ostringstream t;
+    t << limits.timeout_s;
+    return CatalogError("query: stopped after " + t.str() +
+                        " s (the time limit; raise it with --timeout SECONDS)");
+  };
 
   struct Finalize {
     void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
@@ -1211,6 +1261,7 @@ Catalog::QueryResult Catalog::query(const std::string& sql) const {
     rc = sqlite3_prepare_v2(raw, p, (int)(end - p), &st, &tail);
     std::string text = trim(std::string(p, tail && tail > p ? tail : end));
     if (rc != SQLITE_OK) {
+      if (deadline.hit) throw timed_out();
       if (auth.denied) {
         if (auth.denied->empty())
           throw CatalogError("kiln query is read-only: `" + text + "` is not a read statement");
@@ -1232,7 +1283,15 @@ Catalog::QueryResult Catalog::query(const std::string& sql) const {
     const int n = sqlite3_column_count(st);
     QueryResult cur;
     for (int c = 0; c < n; ++c) cur.columns.emplace_back(sqlite3_column_name(st, c));
+    long long bytes = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      if (static_cast<long long>(cur.rows.size()) >= limits.max_rows)
+        throw CatalogError("query: more than " + std::to_string(limits.max_rows) +
+                           " rows (the row limit; add a LIMIT or raise it with --max-rows N)");
+      for (int c = 0; c < n; ++c) bytes += sqlite3_column_bytes(st, c) + 8;
+      if (bytes > limits.max_bytes)
+        throw CatalogError("query: the result passed " + std::to_string(limits.max_bytes) +
+                           " bytes (the size limit; select fewer or shorter columns, or raise it with --max-bytes N)");
       std::vector<json> row;
       row.reserve(n);
       for (int c = 0; c < n; ++c) {
@@ -1252,6 +1311,10 @@ Catalog::QueryResult Catalog::query(const std::string& sql) const {
       cur.rows.push_back(std::move(row));
     }
     if (rc != SQLITE_DONE) {
+      if (deadline.hit) throw timed_out();
+      if ((rc & 0xff) == SQLITE_TOOBIG)
+        throw CatalogError("query: " + std::string(sqlite3_errmsg(raw)) + " (the size limit is " +
+                           std::to_string(limits.max_bytes) + " bytes; raise it with --max-bytes N)");
       if (auth.denied)
         throw CatalogError("kiln query is read-only: " +
                            (auth.denied->empty() ? std::string("not a read statement")

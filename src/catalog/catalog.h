@@ -23,6 +23,13 @@ class CatalogError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Throws CatalogError "catalog FILE: WHAT: SQLITE'S MESSAGE" for the last
+// failure on `db` (its main file named through sqlite3_db_filename); a corrupt
+// or non-database file adds the fix (integrity check, restore a copy). Every
+// statement helper outside Catalog uses it: a failed prepare or step is an
+// error, never "no rows".
+[[noreturn]] void throw_sqlite_error(sqlite3* db, const std::string& what);
+
 struct NewJob {
   std::string key;
   std::string op, dtype, target, arch;
@@ -283,7 +290,15 @@ class Catalog {
     std::vector<std::string> columns;
     std::vector<std::vector<nlohmann::json>> rows;  // null, integer, real, string (blobs as "<blob N bytes>")
   };
-  QueryResult query(const std::string& sql) const;
+  // Bounds on one query (kiln query --timeout/--max-rows/--max-bytes): past any
+  // of them the query stops with a CatalogError saying which and how to raise it.
+  struct QueryLimits {
+    double timeout_s = 30;              // wall clock, checked by a progress handler
+    long long max_rows = 100000;        // rows returned (of the last statement)
+    long long max_bytes = 64LL << 20;   // text bytes returned; also SQLite's longest string or blob
+  };
+  QueryResult query(const std::string& sql, const QueryLimits& limits) const;
+  QueryResult query(const std::string& sql) const { return query(sql, QueryLimits{}); }
 
   // Raw handle for the CLI's reports; prefer the calls above.
   sqlite3* handle() const { return db_; }

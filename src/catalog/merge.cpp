@@ -29,7 +29,7 @@ class Q {
  public:
   Q(sqlite3* db, const std::string& sql) : db_(db) {
     if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK)
-      throw CatalogError(std::string("merge: ") + sqlite3_errmsg(db) + " in: " + sql);
+      throw_sqlite_error(db, "merge: prepare `" + sql.substr(0, 80) + "`");
   }
   ~Q() { sqlite3_finalize(st_); }
   Q(const Q&) = delete;
@@ -39,7 +39,7 @@ class Q {
     const int rc = sqlite3_step(st_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw CatalogError(std::string("merge: ") + sqlite3_errmsg(db_));
+    throw_sqlite_error(db_, "merge");
   }
   void run() {
     while (step()) {

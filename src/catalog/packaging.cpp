@@ -66,7 +66,7 @@ class Q {
     return *this;
   }
   [[noreturn]] void fail(const char* what) {
-    throw CatalogError("catalog " + c_.path().string() + ": " + what + ": " + sqlite3_errmsg(c_.handle()));
+    throw_sqlite_error(c_.handle(), what);
   }
   const Catalog& c_;
   sqlite3_stmt* s_ = nullptr;

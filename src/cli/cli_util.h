@@ -123,10 +123,16 @@ struct Stmt {
   sqlite3_stmt* s = nullptr;
   Stmt(sqlite3* d, const std::string& sql) : db(d) {
     if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) != SQLITE_OK)
-      throw std::runtime_error(sqlite3_errmsg(db));
+      throw_sqlite_error(db, "prepare");
   }
   ~Stmt() { sqlite3_finalize(s); }
-  bool step() { return sqlite3_step(s) == SQLITE_ROW; }
+  // true: a row; false: done; an SQLite error throws CatalogError (never "no rows").
+  bool step() {
+    const int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw_sqlite_error(db, "read");
+  }
   json col(int i) const {
     switch (sqlite3_column_type(s, i)) {
       case SQLITE_NULL: return nullptr;

@@ -476,17 +476,32 @@ int cmd_query(const Args& args) {
   return guarded("query", [&] {
     po::options_description d("kiln query options");
     add_common(d, true);
-    d.add_options()("csv", "CSV on stdout")("sql", po::value<std::string>()->required(), "the SQL");
+    const Catalog::QueryLimits defaults;
+    d.add_options()("csv", "CSV on stdout")("sql", po::value<std::string>()->required(), "the SQL")(
+        "timeout", po::value<double>()->default_value(defaults.timeout_s), "stop the query after SECONDS")(
+        "max-rows", po::value<long long>()->default_value(defaults.max_rows), "refuse a result of more rows")(
+        "max-bytes", po::value<long long>()->default_value(defaults.max_bytes),
+        "refuse a result (or one string or blob) of more bytes");
     po::positional_options_description pos;
     pos.add("sql", 1);
     auto vm = parse(args, d, &pos,
-                    "usage: kiln query \"SELECT ...\" [--json|--csv]\n"
-                    "Read-only SQL over the catalog (docs/catalog.md has the schema); writes are refused.");
+                    "usage: kiln query \"SELECT ...\" [--json|--csv] [--timeout S] [--max-rows N] [--max-bytes N]\n"
+                    "Read-only SQL over the catalog (docs/catalog.md has the schema); writes are refused.\n"
+                    "A query stops after --timeout seconds (default 30) and refuses results of more than\n"
+                    "--max-rows rows (default 100000) or --max-bytes bytes (default 64 MiB).");
     if (!vm) return 0;
+    Catalog::QueryLimits limits;
+    limits.timeout_s = (*vm)["timeout"].as<double>();
+    limits.max_rows = (*vm)["max-rows"].as<long long>();
+    limits.max_bytes = (*vm)["max-bytes"].as<long long>();
+    if (!(limits.timeout_s > 0 && limits.timeout_s <= 86400)) throw UsageError("--timeout must be in (0, 86400] seconds");
+    if (limits.max_rows < 1) throw UsageError("--max-rows must be positive");
+    if (limits.max_bytes < 1024 || limits.max_bytes > (1LL << 30))
+      throw UsageError("--max-bytes must be in [1024, 1073741824]");
     Catalog catalog = open_catalog(*vm, true);
     Catalog::QueryResult q;
     try {
-      q = catalog.query((*vm)["sql"].as<std::string>());
+      q = catalog.query((*vm)["sql"].as<std::string>(), limits);
     } catch (const CatalogError& e) {
       throw UsageError(e.what());
     }

@@ -23,7 +23,7 @@ constexpr double kWavesToHideLatency = 2.0;
 template <typename T>
 std::optional<T> opt(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it == j.end() || !it->is_number()) return std::nullopt;  // absent, null or not a number
   return it->get<T>();
 }
 
@@ -34,7 +34,8 @@ KernelResources KernelResources::from_artifact(const nlohmann::json& a) {
   if (auto v = opt<int>(a, "num_warps")) k.num_warps = *v;
   if (auto v = opt<int>(a, "warp_size")) k.warp_size = *v;
   if (auto g = a.find("grid"); g != a.end() && g->is_array()) {
-    for (size_t i = 0; i < 3 && i < g->size(); ++i) k.grid[i] = (*g)[i].get<long long>();
+    for (size_t i = 0; i < 3 && i < g->size(); ++i)
+      if ((*g)[i].is_number()) k.grid[i] = (*g)[i].get<long long>();
   }
   k.registers = opt<int>(a, "registers");
   k.spills = opt<int>(a, "spills");

@@ -1,5 +1,7 @@
 #include "explore/explorer.h"
 
+#include "evaluate/reply.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -344,8 +346,11 @@ class Explorer {
       if (!item) break;
       s.busy = true;
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(item->timeout_s * 1000));
-      s.worker->request(item->request, timeout, [this, i, w = *item](WorkerOutcome o) {
+      s.worker->request(item->request, timeout, [this, i, w = *item](WorkerOutcome raw) {
         slots_[i].busy = false;
+        // A reply that breaks the protocol fails this item alone and the
+        // worker is replaced (evaluate/reply.h): the run goes on.
+        WorkerOutcome o = checked_outcome(w.request.value("method", std::string()), std::move(raw));
         if (o.kind == WorkerOutcome::Kind::kReply) {
           const size_t g = slots_[i].gpu;
           append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);

@@ -10,7 +10,9 @@
 
 #include "catalog/job_key.h"
 #include "common/hash.h"
+#include "evaluate/artifact_file.h"
 #include "evaluate/estimate.h"
+#include "evaluate/reply.h"
 #include "explore/confirm.h"
 #include "explore/select.h"
 
@@ -26,6 +28,16 @@ std::optional<double> latency_median(const json& latency) {
   auto m = latency.find("median_ms");
   if (m == latency.end() || !m->is_number()) return std::nullopt;
   return m->get<double>();
+}
+
+// exploration.timeout_s from a job's spec, within the manifest's bounds
+// (docs/manifest.md) whatever the catalog holds (a merged shard, an old row):
+// a number in (0, 86400], else the default 300 s.
+double bounded_timeout(const json& explore) {
+  auto t = explore.find("timeout_s");
+  if (t == explore.end() || !t->is_number()) return 300.0;
+  const double v = t->get<double>();
+  return v > 0 && v <= 86400 ? v : 300.0;
 }
 
 std::string now_hms() {
@@ -165,7 +177,7 @@ std::optional<WorkItem> Scheduler::next(int slot) {
       if (opts_.scheduling.bench_cutoff > 0 && job->best_ms && job->ctx.measured)
         w.request["job"]["benchmark"]["cutoff_ms"] = *job->best_ms * opts_.scheduling.bench_cutoff;
       if (c.source) w.request["source"] = *c.source;
-      w.timeout_s = job->ctx.explore().value("timeout_s", 300.0);
+      w.timeout_s = bounded_timeout(job->ctx.explore());
       w.label = job->label();
       return w;
     }
@@ -225,13 +237,20 @@ bool Scheduler::claim() {
   return true;
 }
 
-void Scheduler::complete(const WorkItem& item, const WorkerOutcome& o, const std::string& worker) {
+void Scheduler::complete(const WorkItem& item, const WorkerOutcome& raw, const std::string& worker) {
+  // The reply is untrusted: one that does not match the protocol becomes a
+  // crash naming the fault (evaluate/reply.h), for this item alone.
+  // (By the item's kind: under MPI the coordinator has sent the request away.)
+  const char* method = item.kind == WorkItem::Kind::kEvaluate ? "evaluate"
+                       : item.kind == WorkItem::Kind::kSpace  ? "space"
+                                                              : "confirm";
+  const WorkerOutcome o = checked_outcome(method, raw);
   auto it = active_.find(item.job_id);
   if (it == active_.end()) return;  // released by a drain meanwhile
   Job& job = *it->second;
   if (item.kind == WorkItem::Kind::kSpace) {
     if (o.kind != WorkerOutcome::Kind::kReply || !o.reply.value("ok", false)) {
-      const std::string why = o.kind == WorkerOutcome::Kind::kReply ? o.reply.value("error", "") : o.detail;
+      const std::string why = o.kind == WorkerOutcome::Kind::kReply ? parse_envelope(o.reply).error : o.detail;
       finish(job, false, (job.ctx.is_reference() ? "could not load the reference module: "
                                                  : "could not enumerate the config space: ") + why);
       return;
@@ -426,7 +445,8 @@ void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
   job.confirm_sent = false;
   std::string why;
   if (o.kind != WorkerOutcome::Kind::kReply) why = o.detail.empty() ? "no answer" : o.detail;
-  else if (!o.reply.value("ok", false)) why = o.reply.value("error", "worker error");
+  else if (const ReplyEnvelope env = parse_envelope(o.reply); !env.ok)  // checked in complete()
+    why = env.error.empty() ? "worker error" : env.error;
   if (why.empty()) {
     try {
       const std::string run_id =
@@ -520,36 +540,57 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
   EvaluationIn e;
   e.worker = worker;
   e.result = json::object();
+  std::optional<EvaluateReply> reply;
   if (o.kind == WorkerOutcome::Kind::kTimeout) {
     e.status = "timeout";
-    e.message = "no answer within " + std::to_string(static_cast<int>(item.timeout_s)) + " s; " + o.detail;
+    std::ostringstream within;
+    within << item.timeout_s;
+    e.message = "no answer within " + within.str() + " s; " + o.detail;
   } else if (o.kind == WorkerOutcome::Kind::kCrash) {
     e.status = "crash";
     e.message = o.detail;
-  } else if (!o.reply.value("ok", false)) {
-    e.status = "crash";
-    e.message = "worker error: " + o.reply.value("error", "");
   } else {
-    e.result = o.reply["result"];
-    e.status = e.result.value("status", "crash");
-    e.message = e.result.value("message", "");
+    // The reply is untrusted: parsed into its typed form (evaluate/reply.h);
+    // one that does not parse fails this candidate alone.
+    try {
+      const ReplyEnvelope env = parse_envelope(o.reply);
+      if (!env.ok) {
+        e.status = "crash";
+        e.message = "worker error: " + env.error;
+      } else {
+        reply = parse_evaluate_result(env.result);
+        e.result = reply->result;
+        e.status = reply->status;
+        e.message = reply->message;
+      }
+    } catch (const ReplyFault& f) {
+      e.status = "crash";
+      e.message = std::string("infrastructure fault: malformed worker reply: ") + f.what();
+    }
   }
-  // The code object the worker wrote, and the static estimate for the target.
-  auto a = e.result.find("artifact");
-  if (a != e.result.end() && a->is_object() && a->contains("path")) {
-    const std::filesystem::path path = (*a)["path"].get<std::string>();
+  // The code object the worker wrote (checked: evaluate/artifact_file.h), and
+  // the static estimate for the target.
+  if (reply && reply->artifact) {
+    const ArtifactClaim& claim = *reply->artifact;
     try {
       ArtifactIn art;
       art.target = job.ctx.row.target;
       art.arch = job.ctx.row.arch;
-      art.kind = a->value("kind", "");
-      art.kernel_name = a->value("kernel_name", "");
-      art.bytes = opts_.read_artifact ? opts_.read_artifact(path) : read_file(path);
-      art.metadata = *a;
-      art.metadata.erase("path");
+      art.kind = claim.kind;
+      art.kernel_name = claim.kernel_name;
+      if (opts_.read_artifact) {  // bytes that came another way (MPI): the sender checked the file
+        art.bytes = opts_.read_artifact(claim.path);
+        check_artifact_bytes(art.bytes, claim);
+      } else {
+        const auto dir = item.request.is_object() ? item.request.find("artifact_dir") : item.request.end();
+        art.bytes = take_artifact(dir != item.request.end() && dir->is_string() ? dir->get<std::string>() : "",
+                                  claim);
+      }
+      art.metadata = claim.metadata;
       e.artifact = std::move(art);
-      std::error_code ec;
-      std::filesystem::remove(path, ec);
+    } catch (const ArtifactRejected& ex) {
+      e.status = "crash";
+      e.message = std::string("infrastructure fault: code object rejected: ") + ex.what();
     } catch (const std::exception& ex) {
       e.status = "crash";
       e.message = std::string("code object missing: ") + ex.what();
@@ -558,7 +599,8 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
       try {
         Traffic tr = Traffic::from_json(e.result.value("traffic", json::object()));
         if (tr.bytes <= 0) tr = job.ctx.traffic;
-        Estimate est = estimate_latency(*job.ctx.target, job.ctx.row.dtype, tr, KernelResources::from_artifact(*a));
+        Estimate est = estimate_latency(*job.ctx.target, job.ctx.row.dtype, tr,
+                                        KernelResources::from_artifact(claim.metadata));
         e.estimate_ms = est.ms;
         e.result["estimate"] = est.to_json();
       } catch (const std::exception&) {
@@ -617,11 +659,12 @@ std::vector<Outcome> Scheduler::history(const Job& job) const {
   const char* sql =
       "SELECT c.id, e.status, e.message, e.result, e.bench_device, e.median_ms, e.estimate_ms "
       "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ? ORDER BY c.id";
-  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) return out;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) throw_sqlite_error(db, "history: prepare");
   sqlite3_bind_int64(st, 1, job.ctx.row.id);
   std::map<long long, CandidateRow> rows;
   for (auto& c : catalog_.candidates(job.ctx.row.id)) rows[c.id] = c;
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     Outcome o;
     const long long cid = sqlite3_column_int64(st, 0);
     o.candidate = rows[cid];
@@ -639,6 +682,11 @@ std::vector<Outcome> Scheduler::history(const Job& job) const {
         o.score_ms = sqlite3_column_double(st, 6);
     }
     out.push_back(std::move(o));
+  }
+  if (rc != SQLITE_DONE) {
+    const std::string why = sqlite3_errmsg(db);
+    sqlite3_finalize(st);
+    throw CatalogError("catalog " + catalog_.path().string() + ": history: " + why);
   }
   sqlite3_finalize(st);
   return out;

@@ -12,9 +12,15 @@ struct Stmt {
   sqlite3_stmt* s = nullptr;
   Stmt(sqlite3* db, const char* sql) {
     if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK)
-      throw CatalogError(std::string("select_best: ") + sqlite3_errmsg(db));
+      throw_sqlite_error(db, "select_best: prepare");
   }
   ~Stmt() { sqlite3_finalize(s); }
+  bool step(sqlite3* db) {
+    const int rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw_sqlite_error(db, "select_best");
+  }
 };
 
 }  // namespace
@@ -28,7 +34,7 @@ Selection select_best(const Catalog& catalog, long long job_id, const Target& ta
   sqlite3_bind_int64(st.s, 1, job_id);
   std::optional<BestRow> measured, estimated;
   std::map<std::string, int> failures;
-  while (sqlite3_step(st.s) == SQLITE_ROW) {
+  while (st.step(catalog.handle())) {
     ++sel.evaluated;
     const long long cid = sqlite3_column_int64(st.s, 0);
     const std::string status = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1));

@@ -116,10 +116,12 @@ std::vector<retrieval::Document> build_corpus(const fs::path& kernels_dir, const
       "SELECT b.job_id, j.op, j.target, j.dtype, j.spec, c.id, c.generator, c.template, c.config, c.source, "
       "b.value_ms, b.basis FROM best b JOIN jobs j ON j.id = b.job_id JOIN candidates c ON c.id = b.candidate_id "
       "WHERE b.job_id <> ? ORDER BY b.selected_at DESC LIMIT 200";
-  if (sqlite3_prepare_v2(catalog->handle(), sql, -1, &st, nullptr) != SQLITE_OK) return docs;
+  if (sqlite3_prepare_v2(catalog->handle(), sql, -1, &st, nullptr) != SQLITE_OK)
+    throw_sqlite_error(catalog->handle(), "retrieval: prepare");
   sqlite3_bind_int64(st, 1, exclude_job);
   std::set<std::string> seen;
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
     const long long job_id = sqlite3_column_int64(st, 0);
     const std::string op = col_text(st, 1), target = col_text(st, 2), dtype = col_text(st, 3);
     const json spec = json::parse(col_text(st, 4), nullptr, false);
@@ -153,6 +155,11 @@ std::vector<retrieval::Document> build_corpus(const fs::path& kernels_dir, const
     d.meta["value_ms"] = value_ms;
     d.meta["basis"] = basis;
     docs.push_back(std::move(d));
+  }
+  if (rc != SQLITE_DONE) {
+    const std::string why = sqlite3_errmsg(catalog->handle());
+    sqlite3_finalize(st);
+    throw CatalogError("catalog " + catalog->path().string() + ": retrieval: " + why);
   }
   sqlite3_finalize(st);
   return docs;

@@ -2,7 +2,12 @@
 // YAML -> JSON, strict scalar parsing, "file:line:column" locations, and
 // "did you mean" suggestions. Header-only (inline) so it needs no build entry.
 #pragma once
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -96,10 +101,12 @@ inline std::string describe(const YAML::Node& n) {
   if (!n.IsDefined() || is_null(n)) return "nothing (null)";
   if (n.IsSequence()) return "a list";
   if (n.IsMap()) return "a mapping";
-  if (is_forced_string(n)) return "the string \"" + n.Scalar() + "\"";
-  if (parse_bool(n)) return "the boolean " + n.Scalar();
-  if (parse_int(n) || parse_float(n)) return "the number " + n.Scalar();
-  return "the string \"" + n.Scalar() + "\"";
+  std::string text = n.Scalar();  // quoted as an excerpt: a value can be megabytes
+  if (text.size() > 60) text = text.substr(0, 40) + "... (" + std::to_string(text.size()) + " characters)";
+  if (is_forced_string(n)) return "the string \"" + text + "\"";
+  if (parse_bool(n)) return "the boolean " + text;
+  if (parse_int(n) || parse_float(n)) return "the number " + text;
+  return "the string \"" + text + "\"";
 }
 
 // YAML -> JSON with plain scalars typed (null, bool, int, float, string);
@@ -168,17 +175,61 @@ inline std::string join(const std::vector<std::string>& v, const std::string& se
 }
 
 // " (did you mean 'x'?)" or "".
+// Names (operators, targets, keys, ...) longer than this are rejected without
+// a search for a close name, and quoted in messages as an excerpt.
+inline constexpr size_t kMaxNameChars = 256;
+
+// `s` for a message: whole when short, else its first 40 characters, "...",
+// and its length.
+inline std::string excerpt(const std::string& s, size_t keep = 40) {
+  if (s.size() <= keep + 20) return s;
+  return s.substr(0, keep) + "... (" + std::to_string(s.size()) + " characters)";
+}
+
 inline std::string did_you_mean(const std::string& word, const std::vector<std::string>& c) {
+  if (word.size() > kMaxNameChars) return " (a name of " + std::to_string(word.size()) + " characters is too long)";
   std::string s = closest(word, c);
   return s.empty() ? std::string() : " (did you mean '" + s + "'?)";
 }
 
-inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The bound on a manifest, reference or knowledge file (16 MiB).
+inline constexpr size_t kMaxInputFileBytes = size_t{16} << 20;
+
+// A regular file's bytes, at most max_bytes. A FIFO, device or directory is
+// refused without blocking (opened O_NONBLOCK, checked with fstat); so is a
+// larger file (or one that grows past the bound while read). Throws
+// std::runtime_error "PATH: why".
+inline std::string read_file(const std::filesystem::path& path, size_t max_bytes = kMaxInputFileBytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(path.string() + ": cannot open file: " + std::strerror(errno));
+  struct stat st {};
+  std::string out, why;
+  if (::fstat(fd, &st) != 0) why = std::string("cannot stat: ") + std::strerror(errno);
+  else if (!S_ISREG(st.st_mode))
+    why = "not a regular file (a directory, FIFO or device); give a file";
+  else if (static_cast<unsigned long long>(st.st_size) > max_bytes)
+    why = "the file is " + std::to_string(st.st_size) + " bytes, over the bound of " +
+          std::to_string(max_bytes >> 20) + " MiB";
+  else {
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        why = std::string("read: ") + std::strerror(errno);
+        break;
+      }
+      if (n == 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      if (out.size() > max_bytes) {
+        why = "the file grew past the bound of " + std::to_string(max_bytes >> 20) + " MiB";
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  if (!why.empty()) throw std::runtime_error(path.string() + ": " + why);
+  return out;
 }
 
 // Parses one YAML document; syntax errors become "file:line:column: message".

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cmath>
+#include <sstream>
 #include <set>
 
 #include "common/hash.h"
@@ -10,6 +12,10 @@
 
 namespace kiln {
 namespace {
+
+// Bounds on manifest numbers (docs/manifest.md): a value outside is a file:line error.
+constexpr double kMaxTimeoutS = 86400;             // one day per candidate / LLM request
+constexpr long long kMaxElements = 1LL << 40;       // elements of one shape
 
 namespace yu = yamlu;
 using nlohmann::json;
@@ -131,7 +137,7 @@ class Parser {
     const std::vector<std::string> all_params = param_names_of_all();
     for (const KV& p : defaults.params)
       if (std::find(all_params.begin(), all_params.end(), p.name()) == all_params.end())
-        fail(p.key, "unknown param '" + p.name() + "' in defaults: no operator takes it" +
+        fail(p.key, "unknown param '" + yu::excerpt(p.name()) + "' in defaults: no operator takes it" +
                         yu::did_you_mean(p.name(), all_params));
 
     if (!operators) fail(root, "missing 'operators': a manifest needs a list of operator entries");
@@ -177,7 +183,7 @@ class Parser {
           fail(kv.first, "duplicate key '" + k + "' in " + context + " (first at line " +
                              std::to_string(prev.key.Mark().line + 1) + ")");
       if (known && std::find(known->begin(), known->end(), k) == known->end())
-        fail(kv.first, "unknown key '" + k + "' in " + context + yu::did_you_mean(k, *known) +
+        fail(kv.first, "unknown key '" + yu::excerpt(k) + "' in " + context + yu::did_you_mean(k, *known) +
                            "; known keys: " + yu::join(*known));
       out.push_back({kv.first, kv.second});
     }
@@ -196,13 +202,27 @@ class Parser {
     return *v;
   }
 
-  int bounded_int(const KV& kv, const std::string& what, long long min) const {
+  int bounded_int(const KV& kv, const std::string& what, long long min, long long max = INT_MAX) const {
     long long v = integer(kv.val, kv.key.Mark(), what);
     if (v < min)
       fail(kv.val, what + (min == 1 ? " must be positive" : " must be at least " + std::to_string(min)) +
                        ", got " + std::to_string(v));
-    if (v > INT_MAX) fail(kv.val, what + " is too large: " + std::to_string(v));
+    if (v > max) fail(kv.val, what + " is too large: " + std::to_string(v) + " (at most " + std::to_string(max) + ")");
     return static_cast<int>(v);
+  }
+
+  // A finite number in [lo, hi] (lo excluded when open_lo): a clear file:line error otherwise.
+  double bounded_number(const KV& kv, const std::string& what, double lo, double hi, bool open_lo = false) const {
+    const double v = number(kv.val, kv.key.Mark(), what);
+    const bool ok = std::isfinite(v) && (open_lo ? v > lo : v >= lo) && v <= hi;
+    if (!ok) {
+      std::ostringstream range;
+      range << (open_lo ? "(" : "[") << lo << ", " << hi << "]";
+      std::string got = kv.val.Scalar();
+      if (got.size() > 40) got = got.substr(0, 40) + "...";
+      fail(kv.val, what + " must be in " + range.str() + ", got " + got);
+    }
+    return v;
   }
 
   double number(const YAML::Node& n, const YAML::Mark& fallback, const std::string& what) const {
@@ -214,7 +234,7 @@ class Parser {
   std::string choice(const KV& kv, const std::string& what, const std::vector<std::string>& known) const {
     std::string s = string(kv, what);
     if (std::find(known.begin(), known.end(), s) == known.end())
-      fail(kv.val, "unknown " + what + " '" + s + "'" + yu::did_you_mean(s, known) +
+      fail(kv.val, "unknown " + what + " '" + yu::excerpt(s) + "'" + yu::did_you_mean(s, known) +
                        "; known: " + yu::join(known));
     return s;
   }
@@ -242,7 +262,7 @@ class Parser {
     for (const auto& n : scalar_list(kv, "targets", false)) {
       const Target* t = k_.targets.find(n.Scalar());
       if (!t)
-        fail(n, "unknown target '" + n.Scalar() + "'" + yu::did_you_mean(n.Scalar(), k_.targets.names()) +
+        fail(n, "unknown target '" + yu::excerpt(n.Scalar()) + "'" + yu::did_you_mean(n.Scalar(), k_.targets.names()) +
                     "; known targets: " + yu::join(k_.targets.names()));
       if (!t->triton_supported)
         fail(n, "target '" + t->name + "' (" + t->arch + ") is not supported by this Triton (" +
@@ -257,7 +277,7 @@ class Parser {
     for (const auto& n : scalar_list(kv, kv.name(), false)) {
       std::string d = canonical_dtype(n.Scalar());
       if (d.empty())
-        fail(n, "unknown dtype '" + n.Scalar() + "'" + yu::did_you_mean(n.Scalar(), kDtypes) +
+        fail(n, "unknown dtype '" + yu::excerpt(n.Scalar()) + "'" + yu::did_you_mean(n.Scalar(), kDtypes) +
                     "; known dtypes: " + yu::join(kDtypes));
       out.push_back({d, n.Mark()});
     }
@@ -275,7 +295,15 @@ class Parser {
       if (d.IsSequence()) fail(d, "a shape's sizes must be integers, got a list" + hint);
       long long v = integer(d, n.Mark(), "a shape size");
       if (v <= 0) fail(d, "shape sizes must be positive, got " + std::to_string(v));
+      if (v > kMaxElements) fail(d, "shape size " + std::to_string(v) + " is too large (at most 2^40 elements)");
       dims.push_back(v);
+    }
+    if (dims.size() > 8) fail(n, "a shape has at most 8 dimensions, got " + std::to_string(dims.size()));
+    long long elems = 1;
+    for (long long d : dims) {
+      if (elems > kMaxElements / d)
+        fail(n, "the shape's element count is too large (at most 2^40 elements)");
+      elems *= d;
     }
     return dims;
   }
@@ -322,7 +350,7 @@ class Parser {
         std::vector<std::string> names;
         for (const auto& n : scalar_list(kv, "knowledge_constraints", true)) {
           if (!k_.principles.find(n.Scalar()))
-            fail(n, "unknown knowledge constraint '" + n.Scalar() + "'" +
+            fail(n, "unknown knowledge constraint '" + yu::excerpt(n.Scalar()) + "'" +
                         yu::did_you_mean(n.Scalar(), k_.principles.names()) +
                         "; known: " + yu::join(k_.principles.names()));
           names.push_back(n.Scalar());
@@ -400,21 +428,17 @@ class Parser {
       } else if (k == "model" || k == "api_key_env") {
         out[k] = string(kv, what);
       } else if (k == "temperature") {
-        double v = number(kv.val, kv.key.Mark(), what);
-        if (v < 0 || v > 2) fail(kv.val, what + " must be between 0 and 2, got " + kv.val.Scalar());
-        out[k] = v;
+        out[k] = bounded_number(kv, what, 0, 2);
       } else if (k == "retrieval_threshold") {
-        double v = number(kv.val, kv.key.Mark(), what);
-        if (v < 0 || v > 1) fail(kv.val, what + " must be between 0 and 1, got " + kv.val.Scalar());
-        out[k] = v;
+        out[k] = bounded_number(kv, what, 0, 1);
       } else if (k == "timeout_s" || k == "instance_timeout_s") {
-        double v = number(kv.val, kv.key.Mark(), what);
-        if (v <= 0) fail(kv.val, what + " must be positive, got " + kv.val.Scalar());
-        out[k] = v;
+        out[k] = bounded_number(kv, what, 0, kMaxTimeoutS, /*open_lo=*/true);
       } else if (k == "max_retries") {
-        out[k] = bounded_int(kv, what, 0);
-      } else {  // max_tokens, max_concurrent, rounds
-        out[k] = bounded_int(kv, what, 1);
+        out[k] = bounded_int(kv, what, 0, 100);
+      } else if (k == "max_tokens") {
+        out[k] = bounded_int(kv, what, 1, 1000000);
+      } else {  // max_concurrent, rounds
+        out[k] = bounded_int(kv, what, 1, 1000);
       }
     }
     return out;
@@ -447,12 +471,10 @@ class Parser {
       const std::string what = s + "." + k;
       if (k == "generator") L.generator = choice(kv, what, kGenerators);
       else if (k == "strategy") L.strategy = choice(kv, what, kStrategies);
-      else if (k == "instances") L.instances = bounded_int(kv, what, 1);
-      else if (k == "max_candidates") L.max_candidates = bounded_int(kv, what, 1);
+      else if (k == "instances") L.instances = bounded_int(kv, what, 1, 1024);
+      else if (k == "max_candidates") L.max_candidates = bounded_int(kv, what, 1, 1000000);
       else if (k == "timeout_s") {
-        double v = number(kv.val, kv.key.Mark(), what);
-        if (v <= 0) fail(kv.val, what + " must be positive, got " + kv.val.Scalar());
-        L.timeout_s = v;
+        L.timeout_s = bounded_number(kv, what, 0, kMaxTimeoutS, /*open_lo=*/true);
       } else if (k == "seed") {
         long long v = integer(kv.val, kv.key.Mark(), what);
         if (v < 0) fail(kv.val, what + " must not be negative, got " + std::to_string(v));
@@ -468,7 +490,7 @@ class Parser {
         for (const auto& n : scalar_list(kv, what, true)) {
           const std::string b = n.Scalar();
           if (std::find(kBaselines.begin(), kBaselines.end(), b) == kBaselines.end())
-            fail(n, "unknown " + what + " item '" + b + "'" + yu::did_you_mean(b, kBaselines) +
+            fail(n, "unknown " + what + " item '" + yu::excerpt(b) + "'" + yu::did_you_mean(b, kBaselines) +
                         "; known: " + yu::join(kBaselines));
           if (std::find(names.begin(), names.end(), b) == names.end()) names.push_back(b);
         }
@@ -477,17 +499,13 @@ class Parser {
           return (a == "eager") > (b == "eager");  // eager first, always there
         });
         L.baselines = names;
-      } else if (k == "seeds") L.seeds = bounded_int(kv, what, 1);
+      } else if (k == "seeds") L.seeds = bounded_int(kv, what, 1, 1000);
       else if (k == "atol" || k == "rtol") {
         std::optional<double> tol;
-        if (!yu::is_null(kv.val)) {
-          double v = number(kv.val, kv.key.Mark(), what);
-          if (v < 0) fail(kv.val, what + " must not be negative, got " + kv.val.Scalar());
-          tol = v;
-        }
+        if (!yu::is_null(kv.val)) tol = bounded_number(kv, what, 0, 1000);
         (k == "atol" ? L.atol : L.rtol) = tol;
-      } else if (k == "warmup") L.warmup = bounded_int(kv, what, 0);
-      else if (k == "runs") L.runs = bounded_int(kv, what, 1);
+      } else if (k == "warmup") L.warmup = bounded_int(kv, what, 0, 100000);
+      else if (k == "runs") L.runs = bounded_int(kv, what, 1, 100000);
     }
   }
 
@@ -501,18 +519,15 @@ class Parser {
       const std::string k = kv.name();
       const std::string what = s + "." + k;
       if (k == "initial") {
-        out[k] = bounded_int(kv, what, 1);
+        out[k] = bounded_int(kv, what, 1, 1000000);
       } else if (k == "priors") {
-        out[k] = bounded_int(kv, what, 0);
+        out[k] = bounded_int(kv, what, 0, 1000000);
+      } else if (k == "keep") {
+        out[k] = bounded_number(kv, what, 0, 1, /*open_lo=*/true);
+      } else if (k == "prune") {
+        out[k] = bounded_number(kv, what, 1, 1000);
       } else {
-        const double v = number(kv.val, kv.key.Mark(), what);
-        const bool ok = k == "keep" ? v > 0 && v <= 1 : k == "prune" ? v >= 1 : v >= 0 && v <= 1;
-        if (!ok)
-          fail(kv.val, what + (k == "keep"    ? " must be in (0, 1]"
-                               : k == "prune" ? " must be at least 1"
-                                              : " must be in [0, 1]") +
-                           ", got " + kv.val.Scalar());
-        out[k] = v;
+        out[k] = bounded_number(kv, what, 0, 1);
       }
     }
     return out;
@@ -602,8 +617,8 @@ class Parser {
     std::string source;
     try {
       source = yu::read_file(abs);
-    } catch (const std::exception&) {
-      fail(ref.val, "cannot read reference file " + abs.string());
+    } catch (const std::exception& e) {
+      fail(ref.val, std::string("cannot read reference file ") + e.what());
     }
     if (source.find("class Model") == std::string::npos || source.find("def get_inputs") == std::string::npos)
       fail(ref.val, "reference " + abs.string() + " is not in the KernelBench form: it needs "
@@ -695,7 +710,7 @@ class Parser {
     const std::string op_name = op_node.Scalar();
     const OperatorSpec* op = k_.operators.find(op_name);
     if (!op)
-      fail(op_node, "unknown operator '" + op_name + "'" + yu::did_you_mean(op_name, k_.operators.names()) +
+      fail(op_node, "unknown operator '" + yu::excerpt(op_name) + "'" + yu::did_you_mean(op_name, k_.operators.names()) +
                         "; known operators: " + yu::join(k_.operators.names()));
     const std::string opq = "operator '" + op->name + "'";
 
@@ -746,8 +761,8 @@ class Parser {
         if (s.name == kv.name()) spec = &s;
       }
       if (!spec)
-        fail(kv.key, names.empty() ? opq + " takes no params, got '" + kv.name() + "'"
-                                   : "unknown param '" + kv.name() + "' for " + opq +
+        fail(kv.key, names.empty() ? opq + " takes no params, got '" + yu::excerpt(kv.name()) + "'"
+                                   : "unknown param '" + yu::excerpt(kv.name()) + "' for " + opq +
                                          yu::did_you_mean(kv.name(), names) + "; it takes " + yu::join(names));
       params[spec->name] = param_value(*spec, kv, op->name);
     }
@@ -869,8 +884,11 @@ Manifest load_manifest(const std::filesystem::path& path, const Knowledge& knowl
   std::string text;
   try {
     text = yamlu::read_file(path);
-  } catch (const std::runtime_error&) {
-    throw ManifestError(path.string(), 0, 0, "cannot read the manifest file");
+  } catch (const std::runtime_error& e) {
+    // e: "PATH: why" (not a regular file, over the size bound, unreadable)
+    std::string why = e.what();
+    if (why.rfind(path.string() + ": ", 0) == 0) why = why.substr(path.string().size() + 2);
+    throw ManifestError(path.string(), 0, 0, "cannot read the manifest file: " + why);
   }
   return parse_manifest(text, path.string(), knowledge);
 }

@@ -667,7 +667,7 @@ TEST(Reference, Errors) {
   EXPECT_EQ(msg("targets: [H200]\nllm: {rounds: 0}\noperators:\n  - op: add\n    input_shape: [8]\n"
                 "    dtype: fp32\n").rfind("llm.rounds must be positive", 0), 0u);
   EXPECT_EQ(msg("targets: [H200]\nllm: {retrieval_threshold: 1.5}\noperators:\n  - op: add\n    input_shape: [8]\n"
-                "    dtype: fp32\n").rfind("llm.retrieval_threshold must be between 0 and 1", 0), 0u);
+                "    dtype: fp32\n").rfind("llm.retrieval_threshold must be in [0, 1]", 0), 0u);
 }
 
 TEST(Llm, SectionMergesTopDefaultsEntryKeyByKey) {

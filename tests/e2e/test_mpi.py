@@ -360,3 +360,33 @@ def test_help_and_usage_errors(binaries, tmp_path):
         assert r.returncode == 2 and message in r.stderr, (flag, r.stderr)
     r = subprocess.run([str(KILN_MPI), "frobnicate"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
+
+
+def test_hostile_worker_replies_under_mpi(binaries, tmp_path):
+    # The scripted evaluator (tests/data/fake_evaluator) on the worker ranks:
+    # every candidate names a file outside the run as its code object, and two
+    # answer malformed replies. The rank reads and deletes nothing outside its
+    # slot directory, each candidate fails alone, the run ends normally.
+    outside = tmp_path / "precious.bin"
+    outside.write_bytes(b"the user's file\n")
+    catalog = tmp_path / "kiln.db"
+    man = tmp_path / "hostile.yaml"
+    man.write_text("targets: [H200]\ndefaults:\n  dtypes: [fp32]\n"
+                   "  exploration: {strategy: exhaustive, max_candidates: 4}\n"
+                   "operators:\n  - op: add\n    input_shape: [4096]\n")
+    kiln("submit", man, catalog=catalog)
+    fake = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
+    env = mpi_env(catalog, KILN_PYTHON=str(fake), FAKE_EVALUATOR_LOG=str(tmp_path / "log.jsonl"),
+                  FAKE_ARTIFACT_PATH=str(outside), FAKE_MALFORMED="result_string,ok_string")
+    r = run_mpi(mpirun_cmd(3, "--json", "--device", "gpu", "--scratch", tmp_path / "scratch"), env, 300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert outside.read_bytes() == b"the user's file\n"
+    rows = dict(db_rows(catalog, "SELECT json_extract(c.config, '$.BLOCK'), e.status || ': ' || e.message "
+                                 "FROM evaluations e JOIN candidates c ON c.id = e.candidate_id"))
+    assert sorted(rows) == [64, 128, 192, 256], rows
+    for b in (128, 192):
+        assert rows[b].startswith("crash: infrastructure fault: malformed worker reply"), rows
+    for b in (64, 256):
+        assert rows[b].startswith("crash: ") and "outside the evaluation's artifact directory" in rows[b], rows
+    assert db_rows(catalog, "SELECT COUNT(*) FROM artifacts") == [(0,)]
+    assert_each_candidate_once(catalog)

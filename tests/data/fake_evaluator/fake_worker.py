@@ -17,9 +17,20 @@ artifact's argument list and grid -- so `kiln package` can be tested on a real
 catalog before or without the real method; each request is appended to
 $FAKE_PACKAGE_INFO_LOG when set.
 
+Misbehaving modes (the engine must trust nothing a worker says):
+$FAKE_ARTIFACT_PATH names a file the worker claims as every candidate's code
+object, with that file's true sha256 (a path outside the run, a symlink
+out, ...); $FAKE_ARTIFACT_LIE writes a real code object into the request's
+artifact_dir but claims a wrong sha256; $FAKE_MALFORMED, a comma-separated
+list of modes, answers the evaluate requests of the configs BLOCK = 64 x
+2, 3, ... with one malformed reply each, in that order (modes: result_string,
+status_number, latency_string, ok_string, no_result, artifact_string,
+traffic_string, not_object, sha_missing).
+
 The engine starts it as `$KILN_PYTHON -m kiln_worker`; tests point KILN_PYTHON
 at fake_python.sh next to this file, which runs this script instead.
 """
+import hashlib
 import json
 import os
 import sys
@@ -53,11 +64,22 @@ def answer(req):
         ms = latency_ms(req["config"])
         cutoff = bench.get("cutoff_ms")
         runs = 20 if cutoff and ms > cutoff else bench.get("runs", 100)
+        art = None
+        if os.environ.get("FAKE_ARTIFACT_PATH"):
+            path = os.environ["FAKE_ARTIFACT_PATH"]
+            with open(path, "rb") as f:
+                art = {"kind": "cubin", "kernel_name": "k", "path": path,
+                       "sha256": hashlib.sha256(f.read()).hexdigest()}
+        elif os.environ.get("FAKE_ARTIFACT_LIE"):
+            path = os.path.join(req["artifact_dir"], f"k{req['config']['BLOCK']}.cubin")
+            with open(path, "wb") as f:
+                f.write(b"code object bytes")
+            art = {"kind": "cubin", "kernel_name": "k", "path": path, "sha256": "0" * 64}
         return {"status": "ok", "message": "", "exec_device": "NVIDIA H200",
                 "correctness": {"seeds": 1, "passed": True, "max_abs_err": 0.0, "max_rel_err": 0.0},
                 "latency": {"device": "NVIDIA H200", "runs": runs, "warmup": 0, "median_ms": ms, "mean_ms": ms,
                             "p99_ms": ms, "min_ms": ms, "max_ms": ms, "stddev_ms": 0.0},
-                "artifact": None, "traffic": {"bytes": 1e6, "flops": 1e5},
+                "artifact": art, "traffic": {"bytes": 1e6, "flops": 1e5},
                 "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
     if m == "package_info":
         return package_info(req)
@@ -145,6 +167,36 @@ def noisy(ms, n):
     return [ms * (1 + 0.01 * (((i * 7919) % 201) - 100) / 100) for i in range(n)]
 
 
+def malformed(req, out):
+    """The malformed reply for this request under $FAKE_MALFORMED, else `out`."""
+    modes = [m for m in os.environ.get("FAKE_MALFORMED", "").split(",") if m]
+    if req.get("method") != "evaluate" or not out.get("ok"):
+        return out
+    i = req["config"]["BLOCK"] // 64 - 2  # BLOCK 128 takes the first mode
+    if not 0 <= i < len(modes):
+        return out
+    mode, res = modes[i], out["result"]
+    if mode == "result_string":
+        out["result"] = "not an object"
+    elif mode == "status_number":
+        res["status"] = 7
+    elif mode == "latency_string":
+        res["latency"] = "fast"
+    elif mode == "ok_string":
+        out["ok"] = "yes"
+    elif mode == "no_result":
+        del out["result"]
+    elif mode == "artifact_string":
+        res["artifact"] = "/etc/passwd"
+    elif mode == "traffic_string":
+        res["traffic"] = {"bytes": "many"}
+    elif mode == "not_object":
+        return ["a", "list"]
+    elif mode == "sha_missing":
+        res["artifact"] = {"kind": "cubin", "path": os.path.join(req["artifact_dir"], "x.cubin")}
+    return out
+
+
 for line in sys.stdin:
     if not line.strip():
         continue
@@ -153,5 +205,10 @@ for line in sys.stdin:
         out = {"id": req.get("id"), "ok": True, "result": answer(req)}
     except Exception as exc:  # noqa: BLE001
         out = {"id": req.get("id"), "ok": False, "error": str(exc)}
+    out = malformed(req, out)
+    if not isinstance(out, dict):  # a reply that is no object: the engine cannot match its id
+        sys.stdout.write(json.dumps({"id": req.get("id"), "ok": True, "result": out}) + "\n")
+        sys.stdout.flush()
+        continue
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
