@@ -40,7 +40,7 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   say "installing torch ${KILN_TORCH_VERSION:-2.13.0}"
   "$PY" -m pip install -q --disable-pip-version-check "torch==${KILN_TORCH_VERSION:-2.13.0}"
 fi
-if ! "$PY" -c "import triton, yaml, pytest, msgpack, numpy, sys; sys.exit(triton.__version__ != '3.6.0')" 2>/dev/null; then
+if ! "$PY" -c "import triton, yaml, pytest, xdist, msgpack, numpy, sys; sys.exit(triton.__version__ != '3.6.0')" 2>/dev/null; then
   say "installing Python packages (worker/requirements.txt)"
   "$PY" -m pip install -q --disable-pip-version-check -r worker/requirements.txt
 fi

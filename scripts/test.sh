@@ -19,7 +19,8 @@ step "C++ unit tests (GoogleTest)"
 
 step "Python: kernels and worker (pytest, Triton interpreter)"
 # pytest exits 5 when it collects nothing: with set -e that fails the run.
-TRITON_INTERPRET=1 python3 -m pytest -q tests/python
+# Two processes (pytest-xdist): the interpreter's tests are CPU-bound and CI has 2 cores.
+TRITON_INTERPRET=1 python3 -m pytest -q -n 2 tests/python
 
 step "End to end (kiln binary, real catalog, real workers; nightly, merge, --shard)"
 python3 -m pytest -q tests/e2e --ignore=tests/e2e/test_slurm.py
