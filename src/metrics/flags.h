@@ -8,6 +8,8 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <chrono>
+#include <thread>
 
 #include <boost/program_options.hpp>
 
@@ -27,7 +29,10 @@ inline void add_metrics_flags(boost::program_options::options_description& d) {
       "metrics-file", po::value<std::string>(),
       "PATH: write the metrics there (atomically) periodically and at the end, for node-exporter's "
       "textfile collector (name it *.prom)")(
-      "metrics-file-interval", po::value<double>()->default_value(15), "seconds between --metrics-file rewrites");
+      "metrics-file-interval", po::value<double>()->default_value(15), "seconds between --metrics-file rewrites")(
+      "metrics-linger", po::value<double>()->default_value(0),
+      "seconds to keep serving /metrics after the run ends, so that a scraper reads the final values "
+      "(e.g. twice the scrape interval)");
 }
 
 // A run's metrics: null members when neither --metrics nor --metrics-file was
@@ -36,9 +41,13 @@ struct MetricsSetup {
   std::unique_ptr<Registry> registry;
   std::unique_ptr<RunMetrics> run;
   std::unique_ptr<Exporter> exporter;
+  double linger_s = 0;  // --metrics-linger
 
-  // Stops serving and writes the final textfile (Exporter::stop).
+  // Serves the final values for linger_s seconds where --metrics was given,
+  // then stops serving and writes the final textfile (Exporter::stop).
   void finish() {
+    if (exporter && linger_s > 0 && !exporter->bound().empty())
+      std::this_thread::sleep_for(std::chrono::duration<double>(linger_s));
     if (exporter) exporter->stop();
   }
 };
@@ -49,6 +58,7 @@ struct MetricsFlags {
   std::optional<ListenAddress> listen;
   std::optional<std::filesystem::path> textfile;
   double textfile_interval_s = 15;
+  double linger_s = 0;
   bool any() const { return listen || textfile; }
 };
 
@@ -59,6 +69,9 @@ inline MetricsFlags read_metrics_flags(const boost::program_options::variables_m
   if (vm.count("metrics-file")) f.textfile = vm["metrics-file"].as<std::string>();
   f.textfile_interval_s = vm["metrics-file-interval"].as<double>();
   if (!(f.textfile_interval_s > 0)) throw std::invalid_argument("--metrics-file-interval must be positive");
+  if (vm.count("metrics-linger")) f.linger_s = vm["metrics-linger"].as<double>();
+  if (!(f.linger_s >= 0 && f.linger_s <= 3600))
+    throw std::invalid_argument("--metrics-linger must be in [0, 3600] seconds");
   return f;
 }
 
@@ -74,6 +87,7 @@ inline MetricsSetup start_metrics(const MetricsFlags& f, std::ostream& log, cons
   o.textfile = f.textfile;
   o.textfile_interval_s = f.textfile_interval_s;
   o.log = &log;
+  m.linger_s = f.linger_s;
   m.registry = std::make_unique<Registry>();
   m.run = std::make_unique<RunMetrics>(*m.registry);
   m.exporter = std::make_unique<Exporter>(*m.registry, o);

@@ -382,7 +382,7 @@ def test_prometheus_scrapes_a_running_kiln_run(tmp_path):
         env = dict(os.environ, KILN_CATALOG=str(catalog))
         subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
         run = subprocess.Popen([str(KILN), "run", "--device", "cpu", "--scratch", str(tmp_path / "s"),
-                                "--metrics", f"127.0.0.1:{kiln_port}"],
+                                "--metrics", f"127.0.0.1:{kiln_port}", "--metrics-linger", "3"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         _, err = run.communicate(timeout=600)
         assert run.returncode == 0, err
