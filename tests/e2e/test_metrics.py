@@ -386,14 +386,16 @@ def test_prometheus_scrapes_a_running_kiln_run(tmp_path):
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         _, err = run.communicate(timeout=600)
         assert run.returncode == 0, err
-        # Prometheus saw the run up and running, with work counted
+        # Prometheus scraped the run: a short CPU run may end before the first
+        # scrape, so what is certain is the final values --metrics-linger served
+        # (kiln_run_running during a run: test_scraped_during_the_run)
         assert prom_query(base, 'max_over_time(up{job="kiln"}[10m])')[0]["value"][1] == "1"
-        assert prom_query(base, "max_over_time(kiln_run_running[10m])")[0]["value"][1] == "1"
         evaluated = prom_query(base, "sum(max_over_time(kiln_candidates_evaluated_total[10m]))")
         (n_eval,), = db_rows(catalog, "SELECT COUNT(*) FROM evaluations")
-        assert 0 < float(evaluated[0]["value"][1]) <= n_eval
+        assert float(evaluated[0]["value"][1]) == n_eval > 0
         jobs = prom_query(base, 'max_over_time(kiln_jobs{state="done"}[10m])')
-        assert 0 <= float(jobs[0]["value"][1]) <= 3
+        (n_done,), = db_rows(catalog, "SELECT COUNT(*) FROM jobs WHERE state = 'done'")
+        assert float(jobs[0]["value"][1]) == n_done > 0
         # the alert rules loaded and evaluated without error
         with urllib.request.urlopen(f"{base}/api/v1/rules", timeout=10) as r:
             groups = json.loads(r.read())["data"]["groups"]
