@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run ON THE GPU MACHINE (device tool, carrying .deps): the seed conv2d case
+# Run ON THE GPU MACHINE (carrying .deps/): the seed conv2d case
 # (64x3x224x224 fp16 -> 64, 3x3, pad 1) explored live twice on the GPU, every
 # config (exhaustive) and with the halving strategy (the config model with the
 # template's hints), each on a fresh catalog with a cold Triton cache, and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run ON THE GPU MACHINE (through the device tool): builds Kiln there, runs the
+# Run ON THE GPU MACHINE: builds Kiln there, runs the
 # quickstart and the anchor manifest on the GPU with measured latencies, then
 # times torch eager on the same shapes with the same harness.
 #   KILN_RUN_TIMEOUT  seconds for `kiln run` (default 420); on expiry it drains

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run ON THE GPU MACHINE (through the device tool, carrying .deps): builds kiln
+# Run ON THE GPU MACHINE (carrying .deps/): builds kiln
 # and kiln-replay there (no tests), then explores six anchor cases (add,
 # softmax, layernorm, matmul 4096^3 and 8192^3, conv2d) twice on the GPU,
 # exhaustively and with the halving strategy, each as its own `kiln run` (which

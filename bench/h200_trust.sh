@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run ON THE GPU MACHINE (through the device tool): the numbers a deployment gets,
+# Run ON THE GPU MACHINE: the numbers a deployment gets,
 # end to end and checked from outside Kiln.
 #   1. build kiln and kiln-rt (scripts/gpu/build_on_device.sh)
 #   2. explore the manifests on the GPU; every measured job ends with its
