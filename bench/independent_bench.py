@@ -147,26 +147,25 @@ def make_launch(drv: Driver, pkg: str, k: dict, v: dict, tensors: list[torch.Ten
     return launch
 
 
-def reference_fn(k: dict):
-    """The operator's PyTorch reference (kernels/<family>.py, inputs by name), the
-    same module the catalog's checks used -- a definition of the operator, not
-    Kiln's timing."""
+def template_module(k: dict):
+    """The operator's template module (kernels/<family>.py, by kernels/operators.yaml)."""
     import yaml
     with open(os.path.join(ROOT, "kernels", "operators.yaml")) as f:
-        ops = yaml.safe_load(f)
-    entry = ops["operators"][k["operator"]] if "operators" in ops else ops[k["operator"]]
-    mod = __import__(f"kernels.{entry['module'] if isinstance(entry, dict) else entry}",
-                     fromlist=["reference"])
+        entry = yaml.safe_load(f)["operators"][k["operator"]]
+    return __import__(f"kernels.{entry['module']}", fromlist=["reference"])
+
+
+def reference_fn(k: dict):
+    """The operator's PyTorch reference (inputs by name), the same module the
+    catalog's checks used -- a definition of the operator, not Kiln's timing."""
+    mod = template_module(k)
     return lambda ins: mod.reference(k["operator"], ins, k.get("params") or {})
 
 
 def eager_fn(k: dict):
     """What a PyTorch user calls: the template's `eager` hook (SDPA for
     attention), else its reference."""
-    import yaml
-    with open(os.path.join(ROOT, "kernels", "operators.yaml")) as f:
-        entry = yaml.safe_load(f)["operators"][k["operator"]]
-    mod = __import__(f"kernels.{entry['module']}", fromlist=["reference"])
+    mod = template_module(k)
     fn = getattr(mod, "eager", None) or mod.reference
     return lambda ins: fn(k["operator"], ins, k.get("params") or {})
 
