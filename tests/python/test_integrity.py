@@ -115,3 +115,38 @@ def test_the_evaluators_own_data_counts(snap):
         assert snap.changes() == ["kiln_worker.check.COMPARE_CHUNK was replaced"]
     finally:
         check.COMPARE_CHUNK = old
+
+
+def test_a_lazily_built_singleton_is_not_a_patch():
+    # Triton's first compile in the sandbox child calls tempfile, which builds
+    # tempfile._name_sequence (None until then): trusted lazy state
+    import tempfile
+    old = tempfile._name_sequence
+    tempfile._name_sequence = None
+    try:
+        gc.collect()
+        s = Snapshot.take()
+        tempfile.mkdtemp()
+        assert tempfile._name_sequence is not None
+        assert s.changes() == []
+    finally:
+        tempfile._name_sequence = old
+
+
+@pytest.mark.parametrize("kind", ["function", "new_class_instance", "class"])
+def test_a_none_global_given_behaviour_is_a_patch(kind):
+    import types
+    lib = types.ModuleType("kiln_test_lazy_lib")
+    lib.hook = None
+    sys.modules[lib.__name__] = lib
+    try:
+        gc.collect()
+        s = Snapshot.take()
+
+        class Made:  # defined after take(): its behaviour is not in the snapshot
+            pass
+
+        lib.hook = {"function": fake, "new_class_instance": Made(), "class": Made}[kind]
+        assert s.changes() == ["kiln_test_lazy_lib.hook was replaced"]
+    finally:
+        del sys.modules[lib.__name__]

@@ -25,8 +25,10 @@ records by identity:
 
 What counts as a change: in a class, any entry added, replaced or deleted; in
 a module, any entry replaced or deleted, and a callable added -- except a
-library's plain data (an int, str, None ... flag or counter, set lazily; the
-evaluator's own modules count every entry); in a module-level object, a
+library's plain data (an int, str, None ... flag or counter, set lazily) and a
+library global that was None and now holds a non-callable instance of a class
+that existed at take() (a singleton built lazily: ``tempfile._name_sequence``
+on Triton's first compile); the evaluator's own modules count every entry; in a module-level object, a
 callable replaced. ``Snapshot.changes()`` lists what differs, by name. The harness calls it after
 every phase in which untrusted code ran (import, ``ModelNew(...)``, each
 ``forward``, the benchmark) and again after each verdict is computed: a patch
@@ -127,6 +129,7 @@ class Snapshot:
         self.hooks: dict = {}
         self.threads: set = set()
         self.module_names: set[str] = set()
+        self.class_ids: set[int] = set()  # every class that existed at take()
 
     @classmethod
     def take(cls, skip: tuple = ()) -> "Snapshot":
@@ -162,6 +165,7 @@ class Snapshot:
                     if isinstance(d, dict):
                         instances.append((f"{name}.{k}", v))
         for c in _all_classes():
+            s.class_ids.add(id(c))
             owner = type.__dict__["__module__"].__get__(c) if "__module__" in type.__dict__ else "?"
             if isinstance(owner, str) and owner.startswith(skipped):
                 continue
@@ -180,6 +184,14 @@ class Snapshot:
         s.hooks = _hooks()
         s.threads = set(sys._current_frames())
         return s
+
+    def _lazy_instance(self, v) -> bool:
+        """v is plain data built by trusted code: an instance, not callable,
+        of a class that existed before the untrusted program ran (so its
+        behaviour is in the snapshot), not a class, module or function."""
+        t = type(v)
+        return id(t) in self.class_ids and not isinstance(v, (type, types.ModuleType)) \
+            and not callable(v)
 
     def changes(self, limit: int = 10) -> list[str]:
         """What differs from take(), by name (at most `limit`); [] when nothing."""
@@ -201,6 +213,9 @@ class Snapshot:
                     if kind == "module" and _plain(v) and _plain(cur) and \
                             not where.startswith("kiln_worker"):
                         continue  # a library's flag or counter (lazy state); the evaluator's own count
+                    if kind == "module" and v is None and self._lazy_instance(cur) and \
+                            not where.startswith("kiln_worker"):
+                        continue  # a lazily built singleton (tempfile._name_sequence on a first compile)
                     out.append(f"{where}.{k} was {'deleted' if cur is _MISSING else 'replaced'}")
             for k in now.keys() - before.keys():
                 if k in LAZY_NAMES:
