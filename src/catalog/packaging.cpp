@@ -171,9 +171,11 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
     if (j.basis == "measured") {
       j.measured_on = {{"device", j.device}, {"driver", nullptr}, {"uuid", nullptr}};
       if (result.is_object() && result.contains("latency") && result["latency"].is_object()) {
+        // the worker reports them in latency.device_identity (bench.device_identity)
         const json& l = result["latency"];
+        const json& id = l.contains("device_identity") && l["device_identity"].is_object() ? l["device_identity"] : l;
         for (const char* k : {"driver", "uuid"})
-          if (l.contains(k) && l[k].is_string()) j.measured_on[k] = l[k];
+          if (id.contains(k) && id[k].is_string()) j.measured_on[k] = id[k];
       }
     }
     jobs.push_back(std::move(j));

@@ -182,3 +182,30 @@ TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
   EXPECT_GT(ci.hi, 10.5);
   EXPECT_EQ(confirmed_summary(1.0, std::string(8, '\0'))["ci_low_ms"], nullptr);  // too few samples
 }
+
+TEST_F(PackagingTest, AMeasuredBestCarriesTheDriverAndUuidTheWorkerReported) {
+  // the worker's latency block names the device in latency.device_identity
+  CandidateRow c;
+  c.job_id = job_id;
+  c.generator = "template";
+  c.template_name = "softmax";
+  c.config = {{"BLOCK", 4096}};
+  const long long id = cat->add_candidate(c).id;
+  EvaluationIn e;
+  e.status = "ok";
+  e.result = {{"latency", {{"median_ms", 0.25},
+                           {"device_identity", {{"driver", "580.159.04"}, {"uuid", "GPU-6253"}, {"name", "X"}}}}}};
+  ArtifactIn a;
+  a.target = "MI300X";
+  a.arch = "gfx942";
+  a.kind = "hsaco";
+  a.kernel_name = "softmax_kernel";
+  a.bytes = "measured code object";
+  e.artifact = a;
+  cat->record_evaluation(id, e);
+  cat->set_best({job_id, id, "measured", 0.25, "AMD Instinct MI300X"});
+  auto jobs = package_jobs(*cat, "MI300X");
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].measured_on,
+            json({{"device", "AMD Instinct MI300X"}, {"driver", "580.159.04"}, {"uuid", "GPU-6253"}}));
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Estimate-only shortlist + `kiln-rt tune` against the exhaustive measured best
+# (docs/packaging.md "Estimated targets ship a shortlist"), on one NVIDIA H200.
+#
+# The H200 plays both parts. A copy of configs/targets/H200.yaml named
+# H200-est, which no device matches, makes its jobs estimate-only, exactly as
+# an AMD target is where Kiln runs on NVIDIA: candidates compiled and checked,
+# ranked by the static model, nothing timed. The same manifest's H200 jobs are
+# explored exhaustively and measured. Then:
+#   pkg-exh = kiln package --target H200      (rank 0: the exhaustive measured best)
+#   pkg-est = kiln package --target H200-est  (a shortlist of at most 8 per kernel)
+#   kiln-rt tune on both, in one process each, same timing code (device events,
+#   L2 flush, median of --reps): the tuned pick against the exhaustive best;
+#   kiln import-measurements brings the tuned picks back as `measured`.
+# Operators: the anchors (jobs/examples/anchors_h200.yaml) and the held-out
+# shapes of bench/holdout_ops.yaml, which tuned nothing.
+#   KILN_SKIP_BUILD=1 reuse build-gpu/;  REPS (default 100)
+# Prints a table; writes $OUT/shortlist.tgz (logs, measurements, table).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$PWD/out}
+W=/tmp/shortlist
+rm -rf "$W"; mkdir -p "$W/home/configs" "$OUT"
+export PYTHONUNBUFFERED=1
+if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
+  scripts/gpu/build_on_device.sh >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
+fi
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+K=$ROOT/build-gpu/kiln
+RT=$ROOT/build-gpu/kiln-rt
+# KILN_HOME: the tree, with one more target
+for d in db kernels worker; do ln -s "$ROOT/$d" "$W/home/$d"; done
+cp -r "$ROOT/configs/." "$W/home/configs/"
+sed -e 's/^name: H200$/name: H200-est/' -e 's/^aliases:.*/aliases: []/' \
+    -e 's/^device_match:.*/device_match: ["(no device: estimate only)"]/' \
+    "$ROOT/configs/targets/H200.yaml" >"$W/home/configs/targets/H200-est.yaml"
+export KILN_HOME=$W/home KILN_CATALOG=$W/kiln.db
+python3 - "$W/manifest.yaml" <<'PY'
+import sys, yaml
+a = yaml.safe_load(open("jobs/examples/anchors_h200.yaml"))
+h = yaml.safe_load(open("bench/holdout_ops.yaml"))
+m = {"name": "shortlist_h200", "targets": ["H200", "H200-est"], "defaults": a["defaults"],
+     "operators": a["operators"] + h["operators"]}
+yaml.safe_dump(m, open(sys.argv[1], "w"), sort_keys=False)
+PY
+$K submit "$W/manifest.yaml" >"$W/submit.log" 2>&1 || { cat "$W/submit.log"; exit 1; }
+t0=$(date +%s)
+timeout -s TERM "${KILN_RUN_TIMEOUT:-330}" $K run --device gpu >"$W/run.log" 2>&1
+echo "run: rc=$? $(( $(date +%s) - t0 )) s; $(tail -1 "$W/run.log" | cut -c1-200)"
+for t in H200:exh H200-est:est; do
+  tgt=${t%%:*}; n=${t##*:}
+  $K package --target "$tgt" --device gpu --out "$W/pkg-$n" >"$W/package-$n.log" 2>&1
+  echo "package $tgt: rc=$? $(tail -1 "$W/package-$n.log" | cut -c1-160)"
+done
+for n in exh est; do
+  "$RT" tune "$W/pkg-$n" --reps "${REPS:-100}" --out "$W/tune-$n.json" >"$W/tune-$n.txt" 2>&1
+  echo "kiln-rt tune pkg-$n: rc=$?"
+done
+$K import-measurements "$W/tune-est.json" >"$W/import.log" 2>&1
+echo "import-measurements: rc=$? $(tail -1 "$W/import.log" | cut -c1-200)"
+$K best --json >"$W/best.json" 2>"$W/best.err"
+python3 bench/shortlist_compare.py "$W" | tee "$W/table.md"
+tar czf "$OUT/shortlist.tgz" -C /tmp --exclude=shortlist/pkg-exh/objects --exclude=shortlist/pkg-est/objects \
+  --exclude='shortlist/kiln.db*' --exclude=shortlist/home shortlist
