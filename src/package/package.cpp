@@ -73,8 +73,11 @@ std::string target_id_of(const std::string& bytes, const Target& t, const json& 
   return t.arch;
 }
 
-unsigned long long verify_seed(const std::string& job_key, long long candidate_id) {
-  return std::stoull(sha256_hex(job_key + ":" + std::to_string(candidate_id)).substr(0, 8), nullptr, 16);
+// One seed per kernel instance and target (its job): the variants of a
+// shortlist are verified on the same inputs, so the evaluator builds that
+// data once, and they share one verify/ file.
+unsigned long long verify_seed(const std::string& job_key) {
+  return std::stoull(sha256_hex(job_key + ":verify").substr(0, 8), nullptr, 16);
 }
 
 struct VariantRef {
@@ -166,7 +169,7 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
         json res;
         try {
           res = info({{"method", "package_info"}, {"job", j.spec}, {"config", c.config}, {"artifact", c.metadata},
-                      {"neighbours", o.neighbours}, {"verify_seed", verify_seed(j.key, c.candidate_id)}});
+                      {"neighbours", o.neighbours}, {"verify_seed", verify_seed(j.key)}});
           check_info(res, what);
         } catch (const std::exception& e) {
           if (rank == 0) throw std::runtime_error("package_info for " + what + ": " + e.what());
@@ -178,11 +181,13 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
         const std::string obj_rel = "objects/" + base + "." + safe_component(c.kind);
         const fs::path obj = path_inside(tmp, obj_rel);
         if (written.insert(obj_rel).second) write_file(obj, c.bytes);
-        const std::string ver_rel = "verify/" + base + "-" + safe_component(t->name) + "-r" + std::to_string(rank) + ".json";
         json vdoc = res["verify"];
         if (!vdoc.contains("format")) vdoc["format"] = "kiln-verify/1";
-        write_file(path_inside(tmp, ver_rel), vdoc.dump(1) + "\n");
-        written.insert(ver_rel);
+        const std::string vtext = vdoc.dump(1) + "\n";
+        // named by content: the variants verified on the same data share the file
+        const std::string ver_rel = "verify/" + safe_component(j.op) + "-" + safe_component(shape_tag(j.shape)) + "-" +
+                                    safe_component(j.dtype) + "-" + sha256_hex(vtext).substr(0, 12) + ".json";
+        if (written.insert(ver_rel).second) write_file(path_inside(tmp, ver_rel), vtext);
 
         const std::string tid = target_id_of(c.bytes, *t, c.metadata);
         if (rank == 0 && tdoc["target_id"].is_null()) tdoc["target_id"] = tid;

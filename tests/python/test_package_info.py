@@ -539,3 +539,25 @@ def test_clamped_grids_are_exercised():
                     seen.add((op, "programs" if a < b else "work" if b < a else "equal"))
     for op in ("softmax", "layernorm", "row_sum", "matmul", "conv2d"):
         assert (op, "programs") in seen and (op, "work") in seen, (op, sorted(seen))
+
+
+def test_the_variants_of_a_kernel_share_one_build_of_their_verification_data():
+    from kiln_worker.package_info import VERIFY_CACHE_ENTRIES, verify_for
+
+    class Ev:
+        verify_cache: dict = {}
+    ev, calls = Ev(), []
+
+    def build(tag):
+        def make():
+            calls.append(tag)
+            return {"outputs": [{"samples": [[0, 1.0]]}], "tag": tag}
+        return make
+    a = verify_for(ev, ("softmax", "[64, 1000]", 1), build("a"))
+    a["outputs"][0]["samples"].append([1, 2.0])  # a caller's change stays its own
+    b = verify_for(ev, ("softmax", "[64, 1000]", 1), build("a2"))
+    assert calls == ["a"] and b["outputs"][0]["samples"] == [[0, 1.0]]
+    for i in range(VERIFY_CACHE_ENTRIES):
+        verify_for(ev, ("other", i), build(f"o{i}"))
+    verify_for(ev, ("softmax", "[64, 1000]", 1), build("a3"))  # evicted: built again
+    assert calls[-1] == "a3" and len(ev.verify_cache) == VERIFY_CACHE_ENTRIES

@@ -112,6 +112,9 @@ class Evaluation:
         if self.compiler is not None:
             self.compiler.start()  # imports torch/triton while the worker waits for requests
         self.inputs = _InputCache()
+        # package_info's verification data by (kernel instance, seed, tensors): the
+        # shortlist's variants of one kernel share one (package_info.verify_for)
+        self.verify_cache: dict = {}
         self._job = None  # the job of the check in progress (_check)
         self._setup_s = 0.0  # this evaluation's job set-up time (_check)
         self._preload_s = None  # its kernel load before the GPU lock (_check, GPU only)

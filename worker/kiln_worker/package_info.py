@@ -49,6 +49,7 @@ assume / range, verify/<file>.json):
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import re
 import sys
@@ -504,6 +505,24 @@ class _Context:
     pass
 
 
+VERIFY_CACHE_ENTRIES = 2
+
+
+def verify_for(evaluation, key: tuple, build):
+    """The verification data for `key`, built once per worker: the variants of
+    one kernel (a shortlist of up to 8) ask for the same inputs, seed and
+    tensors, and the float64 reference at full size is the dominant cost of
+    packaging them. The last VERIFY_CACHE_ENTRIES are kept."""
+    cache = getattr(evaluation, "verify_cache", None)
+    if cache is None:
+        return build()
+    if key not in cache:
+        while len(cache) >= VERIFY_CACHE_ENTRIES:
+            cache.pop(next(iter(cache)))
+        cache[key] = build()
+    return copy.deepcopy(cache[key])
+
+
 def run(lib, evaluation, dev, req: dict) -> dict:
     t0 = time.perf_counter()
     job = req.get("job")
@@ -565,8 +584,9 @@ def run(lib, evaluation, dev, req: dict) -> dict:
     if dev.is_gpu:
         from .bench import gpu_lock
         lock = gpu_lock(shared=True, kind="setup")  # the reference's GPU work, as a check's
-    verify = verify_data.build(mod, op, shape, dtype, params, job, L.tensors, shapes, seed,
-                               dev.torch_device if dev.is_gpu else "cpu", lock)
+    verify = verify_for(evaluation, (op, repr(shape), dtype, repr(params), seed, repr(L.tensors), repr(shapes)),
+                        lambda: verify_data.build(mod, op, shape, dtype, params, job, L.tensors, shapes, seed,
+                                                  dev.torch_device if dev.is_gpu else "cpu", lock))
     t3 = time.perf_counter()
     return {
         "tensors": [{"name": t["name"], "role": t["role"], "dtype": t["dtype"],
