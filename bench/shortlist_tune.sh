@@ -50,16 +50,21 @@ timeout -s TERM "${KILN_RUN_TIMEOUT:-330}" $K run --device gpu >"$W/run.log" 2>&
 echo "run: rc=$? $(( $(date +%s) - t0 )) s; $(tail -1 "$W/run.log" | cut -c1-200)"
 for t in H200:exh H200-est:est; do
   tgt=${t%%:*}; n=${t##*:}
-  $K package --target "$tgt" --device gpu --out "$W/pkg-$n" >"$W/package-$n.log" 2>&1
-  echo "package $tgt: rc=$? $(tail -1 "$W/package-$n.log" | cut -c1-160)"
+  t0=$(date +%s)
+  # --no-neighbours: the shortlist is tuned at the job's shape only
+  timeout "${PACKAGE_TIMEOUT:-240}" $K package --target "$tgt" --device gpu --no-neighbours --out "$W/pkg-$n" \
+    >"$W/package-$n.log" 2>&1
+  echo "package $tgt: rc=$? $(( $(date +%s) - t0 )) s; $(tail -1 "$W/package-$n.log" | cut -c1-160)"
 done
 for n in exh est; do
-  "$RT" tune "$W/pkg-$n" --reps "${REPS:-100}" --out "$W/tune-$n.json" >"$W/tune-$n.txt" 2>&1
-  echo "kiln-rt tune pkg-$n: rc=$?"
+  t0=$(date +%s)
+  timeout 180 "$RT" tune "$W/pkg-$n" --reps "${REPS:-100}" --out "$W/tune-$n.json" >"$W/tune-$n.txt" 2>&1
+  echo "kiln-rt tune pkg-$n: rc=$? $(( $(date +%s) - t0 )) s"
 done
 $K import-measurements "$W/tune-est.json" >"$W/import.log" 2>&1
 echo "import-measurements: rc=$? $(tail -1 "$W/import.log" | cut -c1-200)"
 $K best --json >"$W/best.json" 2>"$W/best.err"
 python3 bench/shortlist_compare.py "$W" | tee "$W/table.md"
+grep -h "" "$W"/tune-*.txt >"$W/tune-all.txt" 2>/dev/null
 tar czf "$OUT/shortlist.tgz" -C /tmp --exclude=shortlist/pkg-exh/objects --exclude=shortlist/pkg-est/objects \
   --exclude='shortlist/kiln.db*' --exclude=shortlist/home shortlist
