@@ -1,6 +1,7 @@
 #include "tools.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "error.h"
 #include "integrity.h"
@@ -46,7 +47,42 @@ Buffers make_buffers(Package& p, const Kernel& kern) {
 
 }  // namespace
 
-std::string verify_on_device(Package& p, size_t k, size_t v) {
+const std::vector<unsigned char>& InputCache::get(const std::string& verify, uint64_t seed, int tensor, double lo,
+                                                   double hi, const std::string& dtype, size_t numel, size_t bytes) {
+  if (verify != file_) {
+    inputs_.clear();
+    file_ = verify;
+  }
+  char key[160];
+  std::snprintf(key, sizeof key, "%d:%llu:%.17g:%.17g:%s:%zu:%zu", tensor, (unsigned long long)seed, lo, hi,
+                dtype.c_str(), numel, bytes);
+  auto [it, fresh] = inputs_.try_emplace(key);
+  if (fresh) {
+    it->second.resize(bytes);
+    fill_inputs(seed, tensor, lo, hi, dtype, it->second.data(), numel);
+  }
+  return it->second;
+}
+
+namespace {
+
+// Writes the verify file's inputs into the kernel's buffers.
+void load_inputs(Package& p, const KernelSpec& ks, const std::string& verify, const VerifySpec& vs, Kernel& kern,
+                 Buffers& buf, InputCache* cache) {
+  InputCache local;
+  InputCache& c = cache ? *cache : local;
+  for (const auto& in : vs.inputs) {
+    if (in.tensor < 0 || in.tensor >= int(ks.tensors.size()))
+      throw Error(KILN_E_FORMAT, verify + ": input tensor index out of range");
+    const auto& host = c.get(verify, vs.seed, in.tensor, in.lo, in.hi, ks.tensors[in.tensor].dtype,
+                             kern.numel()[in.tensor], buf.bytes[in.tensor]);
+    p.backend()->to_device(buf.ptrs[in.tensor], host.data(), host.size());
+  }
+}
+
+}  // namespace
+
+std::string verify_on_device(Package& p, size_t k, size_t v, InputCache* cache) {
   const KernelSpec& ks = p.manifest().kernels[k];
   const Variant& var = ks.variants[v];
   if (var.verify.empty()) throw Error(KILN_E_FORMAT, ks.label() + ": the variant has no verify data");
@@ -55,12 +91,7 @@ std::string verify_on_device(Package& p, size_t k, size_t v) {
   Buffers buf = make_buffers(p, kern);
   Backend* b = p.backend();
   for (size_t t = 0; t < ks.tensors.size(); ++t) b->fill(buf.ptrs[t], 0, buf.bytes[t]);
-  for (const auto& in : vs.inputs) {
-    if (in.tensor < 0 || in.tensor >= int(ks.tensors.size())) throw Error(KILN_E_FORMAT, var.verify + ": input tensor index out of range");
-    std::vector<unsigned char> host(buf.bytes[in.tensor]);
-    fill_inputs(vs.seed, in.tensor, in.lo, in.hi, ks.tensors[in.tensor].dtype, host.data(), kern.numel()[in.tensor]);
-    b->to_device(buf.ptrs[in.tensor], host.data(), host.size());
-  }
+  load_inputs(p, ks, var.verify, vs, kern, buf, cache);
   for (const auto& out : vs.outputs) {
     if (out.tensor < 0 || out.tensor >= int(ks.tensors.size())) throw Error(KILN_E_FORMAT, var.verify + ": output tensor index out of range");
     b->fill(buf.ptrs[out.tensor], 0xFF, buf.bytes[out.tensor]);  // NaN in every float dtype
@@ -76,7 +107,7 @@ std::string verify_on_device(Package& p, size_t k, size_t v) {
   return {};
 }
 
-Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup) {
+Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, InputCache* cache) {
   const KernelSpec& ks = p.manifest().kernels[k];
   Kernel kern(p, k, v, ks.shape);
   Buffers buf = make_buffers(p, kern);
@@ -85,11 +116,7 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup) {
   const Variant& var = ks.variants[v];
   if (!var.verify.empty()) {  // realistic values (a kernel's speed may depend on them)
     VerifySpec vs = VerifySpec::parse(read_file(p.dir() / var.verify), var.verify);
-    for (const auto& in : vs.inputs) {
-      std::vector<unsigned char> host(buf.bytes[in.tensor]);
-      fill_inputs(vs.seed, in.tensor, in.lo, in.hi, ks.tensors[in.tensor].dtype, host.data(), kern.numel()[in.tensor]);
-      b->to_device(buf.ptrs[in.tensor], host.data(), host.size());
-    }
+    load_inputs(p, ks, var.verify, vs, kern, buf, cache);
   }
   size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);
   void* flush = b->alloc(flush_bytes);

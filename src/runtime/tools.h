@@ -2,6 +2,8 @@
 // on-device verification of docs/package-format.md "verify", and timing with
 // an L2 flush. Each uses the package's backend from the calling thread.
 #pragma once
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,10 +14,28 @@ namespace kiln::rt {
 // Every variant's static problems, as "kernel label / target rank N: problem".
 std::vector<std::string> static_problems(const Package& p);
 
+// Host copies of one verify file's inputs (SplitMix64 at full size is the
+// slow part of verifying and timing a large kernel), kept for the next call
+// with the same file: the variants of a shortlist share their verify file,
+// and a variant is verified, then timed. Holds one file's inputs at a time.
+// Not thread-safe: one per thread.
+class InputCache {
+ public:
+  // The bytes of input `tensor` of verify file `verify` (seed, range and dtype
+  // as given), `numel` elements in `bytes` bytes.
+  const std::vector<unsigned char>& get(const std::string& verify, uint64_t seed, int tensor, double lo, double hi,
+                                        const std::string& dtype, size_t numel, size_t bytes);
+
+ private:
+  std::string file_;
+  std::map<std::string, std::vector<unsigned char>> inputs_;  // by tensor, seed, range, dtype, size
+};
+
 // Launches variant v of kernel k at its own shape on the verify data's inputs
 // (SplitMix64, outputs NaN-poisoned) and checks the outputs. "" when it passes.
 // Throws Error when the package carries no verify data for it or a launch fails.
-std::string verify_on_device(Package& p, size_t k, size_t v);
+// `cache` (optional, not owned) keeps the inputs for the next call.
+std::string verify_on_device(Package& p, size_t k, size_t v, InputCache* cache = nullptr);
 
 struct Timing {
   double median_ms = 0;
@@ -23,6 +43,6 @@ struct Timing {
 };
 // Device-event timing of `reps` launches, each after writing a buffer larger
 // than the L2 cache (so every run starts cold), after `warmup` launches.
-Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3);
+Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3, InputCache* cache = nullptr);
 
 }  // namespace kiln::rt

@@ -13,6 +13,7 @@
 #include "error.h"
 #include "runtime_test_util.h"
 #include "target_id.h"
+#include "tools.h"
 #include "verify_data.h"
 
 using namespace kiln::rt;
@@ -217,4 +218,21 @@ TEST(RuntimeCompat, LimitsNameBothSides) {
   why = check_against(persistent, hsaco, cus, mi300.file);
   EXPECT_NE(why.find("228"), std::string::npos) << why;
   EXPECT_NE(why.find("304"), std::string::npos) << why;
+}
+
+TEST(InputCache, GivesFillInputsBytesOncePerVerifyFile) {
+  InputCache cache;
+  std::vector<unsigned char> want(2 * 3000);
+  fill_inputs(42, 1, -2, 2, "bf16", want.data(), 3000);
+  const auto& a = cache.get("verify/x.json", 42, 1, -2, 2, "bf16", 3000, want.size());
+  EXPECT_EQ(a, want);
+  const unsigned char* first = a.data();
+  // the same file and input again: the same bytes, not generated again
+  EXPECT_EQ(cache.get("verify/x.json", 42, 1, -2, 2, "bf16", 3000, want.size()).data(), first);
+  // another seed in the same file is another input
+  std::vector<unsigned char> other(want.size());
+  fill_inputs(43, 1, -2, 2, "bf16", other.data(), 3000);
+  EXPECT_EQ(cache.get("verify/x.json", 43, 1, -2, 2, "bf16", 3000, want.size()), other);
+  // another file: the first file's inputs are dropped, the values are its own
+  EXPECT_EQ(cache.get("verify/y.json", 42, 1, -2, 2, "bf16", 3000, want.size()), want);
 }

@@ -111,6 +111,7 @@ int cmd_info(const Args& a) {
 int cmd_verify(const Args& a) {
   std::string no_device;
   auto p = open_pkg(a, true, &no_device);
+  InputCache inputs;  // the variants of a kernel share their verify inputs
   const Manifest& m = p->manifest();
   std::printf("integrity: SHA256SUMS ok%s\n", a.pubkey.empty() ? "" : ", signature ok");
   auto problems = static_problems(*p);
@@ -134,7 +135,7 @@ int cmd_verify(const Args& a) {
       ++runs;
       std::string why;
       try {
-        why = verify_on_device(*p, k, v);
+        why = verify_on_device(*p, k, v, &inputs);
       } catch (const Error& e) {
         why = e.what();
       }
@@ -151,6 +152,7 @@ int cmd_verify(const Args& a) {
 int cmd_bench(const Args& a) {
   std::string dummy;
   auto p = open_pkg(a, false, &dummy);
+  InputCache inputs;
   const Manifest& m = p->manifest();
   int slow = 0;
   std::printf("%-40s %-8s %10s %10s %8s\n", "kernel", "target", "median_ms", "recorded", "ratio");
@@ -158,7 +160,7 @@ int cmd_bench(const Args& a) {
     for (size_t v = 0; v < m.kernels[k].variants.size(); ++v) {
       const Variant& var = m.kernels[k].variants[v];
       if (!p->runs_here(k, v) || var.rank != 0) continue;
-      Timing t = time_on_device(*p, k, v, a.reps);
+      Timing t = time_on_device(*p, k, v, a.reps, 3, &inputs);
       double ref = var.confirmed_median_ms.value_or(var.value_ms);
       double ratio = ref > 0 ? t.median_ms / ref : 0;
       bool flag = ref > 0 && ratio > 1.03;
@@ -174,6 +176,7 @@ int cmd_tune(const Args& a) {
   if (a.out.empty()) return kUsage;
   std::string dummy;
   auto p = open_pkg(a, false, &dummy);
+  InputCache inputs;
   const Manifest& m = p->manifest();
   const DeviceProps* d = p->device();
   nlohmann::json out = {{"format", "kiln-measurements/1"}, {"device", d->name}, {"driver", d->driver},
@@ -187,8 +190,8 @@ int cmd_tune(const Args& a) {
       Timing t;
       std::string why;
       try {
-        why = verify_on_device(*p, k, v);
-        if (why.empty()) t = time_on_device(*p, k, v, a.reps);
+        why = verify_on_device(*p, k, v, &inputs);
+        if (why.empty()) t = time_on_device(*p, k, v, a.reps, 3, &inputs);
       } catch (const Error& e) {
         why = e.what();
       }
