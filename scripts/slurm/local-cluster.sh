@@ -16,8 +16,12 @@
 # The configuration is the one that works in containers without cgroups:
 # ProctrackType=proctrack/linuxproc, TaskPlugin=task/none,
 # SelectType=select/cons_tres (CR_CPU), NodeName=$(hostname -s) CPUs=$(nproc),
-# one partition `debug`; MinJobAge=2 so that `sbatch --wait` polls every 2 s
-# (it backs off up to 32 s when MinJobAge is larger). Ports: KILN_SLURM_PORT (slurmctld; slurmd uses the next
+# one partition `debug`; MinJobAge=4 so that `sbatch --wait` polls every 2 s
+# (it backs off, up to 32 s, only while its sleep is below MinJobAge/2) and a
+# finished job's record outlives one poll: when the record is purged before
+# sbatch sees the job finish, `sbatch --wait` prints "no longer found and exit
+# code not found" and exits 0, whatever the job's exit code (MinJobAge=2 let
+# that race happen). Ports: KILN_SLURM_PORT (slurmctld; slurmd uses the next
 # one), default: a free pair found at start.
 #
 # Exit codes: 0 ok · 1 a daemon did not come up (the log tail is printed) ·
@@ -124,7 +128,7 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=10
-MinJobAge=2
+MinJobAge=4
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF

@@ -106,6 +106,10 @@ class Sbatch:
             self.proc.wait()
             raise AssertionError(f"job {self.job_id} did not finish within {timeout} s (cancelled)")
         self.stderr = self.proc.stderr.read()
+        # the job record was purged before sbatch saw the job end: sbatch exits 0
+        # whatever the job's exit code (scripts/slurm/local-cluster.sh, MinJobAge)
+        assert "no longer found and exit code not found" not in self.stderr, \
+            f"sbatch --wait lost job {self.job_id}'s exit code: {self.stderr}"
         return rc
 
 
