@@ -5,7 +5,7 @@
 1. **screen** the source (``screen.py``): a SyntaxError is ``compile_error``
    (rule ``syntax``); a violation is ``rejected`` with the rule, line and reason.
    Nothing has run yet.
-2. **run** it in a sandbox child (``sandbox_child.py``, mode ``run``): the
+2. **run** it in a sandbox child (``child.py``, mode ``run``): the
    reference module and the program are imported there, never in the worker;
    correctness on ``validation.seeds`` seeds (at least two calls) with the dynamic
    checks, the launches of ModelNew's kernels captured; on a GPU also the
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from . import reference_module as rm
-from . import sandbox
-from .jsonsafe import json_safe
+from . import confine
+from ..service.jsonsafe import json_safe
 from .screen import screen
 
 STARTUP_TIMEOUT_S = 180.0
@@ -59,7 +59,7 @@ def sandbox_cache_dir() -> str:
 def gpu_lock_files() -> list[str]:
     """bench.py's GPU lock file and turnstile (bench.lock_path: keyed by the
     physical GPU, which the child resolves the same way)."""
-    from .bench import lock_path
+    from ..processes.gpulock import lock_path
     path = lock_path()
     return [path, path + ".turn"]
 
@@ -73,10 +73,10 @@ class Child:
         self.tmpdir = tempfile.mkdtemp(prefix=f"kiln-sbx-{mode}-", dir=base)
         self.buf = b""
         self.ready: dict | None = None
-        pkg_parent = str(Path(__file__).resolve().parent.parent)
+        pkg_parent = str(Path(__file__).resolve().parents[2])
         cache = sandbox_cache_dir()
         os.makedirs(cache, exist_ok=True)
-        env = sandbox.child_env(os.environ, {
+        env = confine.child_env(os.environ, {
             "PYTHONPATH": pkg_parent,
             "TRITON_INTERPRET": "1" if (interpret and mode == "run") else "0",
             "TRITON_CACHE_DIR": cache,
@@ -91,7 +91,7 @@ class Child:
         self._err = open(self.stderr_path, "wb")
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kiln_worker.sandbox_child", mode], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "kiln_worker.sandbox.child", mode], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._err, env=env, cwd=self.tmpdir, process_group=0)
         os.set_blocking(self.proc.stdout.fileno(), False)
 
@@ -186,7 +186,7 @@ class Pool:
 
 def _relocate(ans: dict, child_dir: str, artifact_dir: str | None) -> None:
     """Moves the code objects the child wrote into its temp dir to artifact_dir."""
-    from .targetcompile import write_artifact
+    from ..codeobject.targetcompile import write_artifact
     arts = [a for a in (ans.get("artifacts") or []) if isinstance(a, dict)]
     if isinstance(ans.get("artifact"), dict):  # a separate copy after JSON decoding
         arts.append(ans["artifact"])
@@ -251,7 +251,7 @@ def run_in_child(pool: Pool, mode: str, request: dict, timeout_s: float, cpu_s=N
             except subprocess.TimeoutExpired:
                 child.kill()
                 rc = child.proc.wait()
-            status, msg = sandbox.describe_exit(rc, cpu_s)
+            status, msg = confine.describe_exit(rc, cpu_s)
             res = {"status": status, "message": msg + _tail_note(child),
                    "sandbox": {"network": ready.get("network"), "files": ready.get("files")}}
             if status == "timeout":
@@ -316,7 +316,7 @@ class GeneratedEvaluator:
             lim["timeout_s"] = float(env_t)
         for src in (job.get("limits"), req.get("limits")):
             if isinstance(src, dict):
-                lim.update({k: v for k, v in src.items() if k in sandbox.DEFAULT_LIMITS})
+                lim.update({k: v for k, v in src.items() if k in confine.DEFAULT_LIMITS})
         return lim
 
     @staticmethod
@@ -355,7 +355,7 @@ class GeneratedEvaluator:
             return json_safe(res)
 
         limits = self._limits(req, job)
-        timeout = float(limits.get("timeout_s") or sandbox.DEFAULT_LIMITS["timeout_s"])
+        timeout = float(limits.get("timeout_s") or confine.DEFAULT_LIMITS["timeout_s"])
         cpu_s = limits.get("cpu_s") if limits.get("cpu_s") is not None else 2 * timeout + 10
         request = {"task": "evaluate", "reference": spec, "source": source,
                    "job": self._child_job(job), "limits": limits, "artifact_dir": artifact_dir,
@@ -390,7 +390,7 @@ class GeneratedEvaluator:
                         except OSError:
                             pass
         if not self.dev.is_gpu:
-            from .launches import untimed
+            from ..codeobject.launches import untimed
             untimed(res.get("artifacts") or [])
             if isinstance(res.get("artifact"), dict):
                 untimed([res["artifact"]])
@@ -398,7 +398,7 @@ class GeneratedEvaluator:
         return json_safe(res)
 
     def _compile(self, source, launches, target, artifact_dir, limits) -> dict:
-        timeout = float(limits.get("timeout_s") or sandbox.DEFAULT_LIMITS["timeout_s"])
+        timeout = float(limits.get("timeout_s") or confine.DEFAULT_LIMITS["timeout_s"])
         request = {"task": "compile", "source": source, "launches": launches, "target": target,
                    "artifact_dir": artifact_dir, "limits": limits}
         return run_in_child(self.pool, "compile", request, timeout)
@@ -419,7 +419,7 @@ class GeneratedEvaluator:
     def reference_info(self, req: dict) -> dict:
         job, spec = self._job(req)
         limits = self._limits(req, job)
-        timeout = float(limits.get("timeout_s") or sandbox.DEFAULT_LIMITS["timeout_s"])
+        timeout = float(limits.get("timeout_s") or confine.DEFAULT_LIMITS["timeout_s"])
         request = {"task": "reference_info", "reference": spec, "job": self._child_job(job),
                    "limits": limits}
         ans = run_in_child(self.pool, "run", request, timeout)

@@ -56,7 +56,7 @@ import time
 from typing import Any
 
 from . import launch_exprs, verify_data
-from .evaluate import BadRequest, job_fields
+from ..evaluation.evaluate import BadRequest, job_fields
 
 # CUtensorMapSwizzle (Triton's tensordesc_meta["swizzle"]) -> bytes
 _SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}
@@ -536,7 +536,7 @@ def run(lib, evaluation, dev, req: dict) -> dict:
     values = {name: value for name, _, value in spec_args}
     art_args = artifact.get("args")
     if not art_args:
-        from .targetcompile import kernel_args
+        from ..codeobject.targetcompile import kernel_args
         meta = artifact.get("metadata") or {}
         art_args = kernel_args(ctx.spec, None, meta.get("tensordesc_meta"))
     if artifact.get("grid") and [int(g) for g in artifact["grid"]] != [e.eval(shape) for e in L.grid]:
@@ -563,7 +563,7 @@ def run(lib, evaluation, dev, req: dict) -> dict:
     shapes = tensor_shapes(L, shape)
     lock = None
     if dev.is_gpu:
-        from .bench import gpu_lock
+        from ..processes.gpulock import gpu_lock
         lock = gpu_lock(shared=True, kind="setup")  # the reference's GPU work, as a check's
     verify = verify_data.build(mod, op, shape, dtype, params, job, L.tensors, shapes, seed,
                                dev.torch_device if dev.is_gpu else "cpu", lock)

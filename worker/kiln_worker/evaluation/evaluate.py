@@ -4,17 +4,19 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import traceback
 from typing import Any
 
-from . import bench, check
-from .bench import benchmark, gpu_lock
-from .compile_child import CompileChildDied, CompileClient
-from .device import Device, install_scratch_allocator
-from .jsonsafe import json_safe
-from .launches import TimedBinaries, match_timed, untimed
+from . import check
+from .timing import benchmark
+from ..processes import gpulock
+from ..processes.gpulock import gpu_lock
+from ..processes.compile_child import CompileChildDied, CompileClient
+from ..processes.device import Device, install_scratch_allocator
+from ..service.jsonsafe import json_safe
+from ..codeobject.launches import TimedBinaries, match_timed, untimed
 from .preload import preload
-from .targetcompile import compile_stage, describe_exception, is_resource_error, trim_message
+from ..codeobject.targetcompile import compile_stage, describe_exception
+from .outcome import classify
 from .templates import Library, TemplateError
 
 
@@ -94,12 +96,6 @@ def space_hints(mod, op, shape, dtype, params, configs, target) -> list | None:
         return None
 
 
-def _traceback_tail(exc: BaseException, lines: int = 25) -> str:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    tail = "\n".join(text.rstrip().splitlines()[-lines:])
-    return trim_message(tail)
-
-
 class Evaluation:
     def __init__(self, lib: Library, dev: Device, warm=None):
         self.lib = lib
@@ -119,7 +115,7 @@ class Evaluation:
             install_scratch_allocator(dev.torch_device)
 
     def run(self, job: Any, config: Any, artifact_dir: Any) -> dict:
-        bench.take_spans()
+        gpulock.take_spans()
         try:
             res = self._attempt(job, config, artifact_dir)
         except _OutOfMemory:
@@ -130,7 +126,7 @@ class Evaluation:
             # exclusively (no other worker's check allocates meanwhile).
             self._free_gpu_memory()
             try:
-                with bench.gpu_lock():
+                with gpu_lock():
                     res = self._attempt(job, config, artifact_dir)
             except _OutOfMemory as oom:
                 self._free_gpu_memory()
@@ -142,8 +138,8 @@ class Evaluation:
                        "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
         # On a GPU: time this evaluation held the GPU (benchmark exclusively,
         # checks shared), and the spans, for the engine's GPU busy fraction.
-        spans = bench.take_spans()
-        waits = bench.take_lock_waits()
+        spans = gpulock.take_spans()
+        waits = gpulock.take_lock_waits()
         timings = res.get("timings")
         if self.dev.is_gpu and isinstance(timings, dict):
             timings["gpu_s"] = sum(b - a for a, b, _ in spans)
@@ -286,7 +282,7 @@ class Evaluation:
             torch.cuda.synchronize()
 
     def _shared_gpu_lock(self, kind: str):
-        """On a GPU the GPU lock held shared (bench.gpu_lock), recorded as `kind`;
+        """On a GPU the GPU lock held shared (gpulock.gpu_lock), recorded as `kind`;
         on the CPU nothing to hold."""
         return gpu_lock(shared=True, kind=kind) if self.dev.is_gpu else contextlib.nullcontext()
 
@@ -300,20 +296,10 @@ class Evaluation:
     def _classify(self, exc: BaseException) -> tuple[str, str]:
         if _is_out_of_memory(exc):
             raise _OutOfMemory(describe_exception(exc)) from exc
-        try:
-            from triton.compiler.errors import CompilationError
-        except Exception:  # pragma: no cover
-            CompilationError = ()  # type: ignore
-        try:
-            from triton.runtime.errors import PTXASError
-        except Exception:  # pragma: no cover
-            PTXASError = ()  # type: ignore
-        if is_resource_error(exc):
-            return "resource_error", f"on {self.dev.name}: {describe_exception(exc)}"
-        if isinstance(exc, (CompilationError, PTXASError)):
-            return "compile_error", f"on {self.dev.name}: {describe_exception(exc)}"
-        self._probe_device()
-        return "crash", _traceback_tail(exc)
+        status, message = classify(exc, self.dev.name)
+        if status == "crash":
+            self._probe_device()
+        return status, message
 
     def _probe_device(self):
         if not self.dev.is_gpu:
@@ -374,11 +360,11 @@ class Evaluation:
         drawn and its reference computed -- in a thread of its own, started
         before the candidate compiles: a worker's first candidate of a job then
         does not wait for it after its compile (about 4% of the workers' time
-        in an exploration, docs/performance.md). None when there is nothing to
+        in an exploration, docs/performance-journal.md). None when there is nothing to
         prepare: on the CPU, set up already, inside the out-of-memory retry
         (which holds the GPU lock whole), or a job whose tolerances or seeds
         are bad (the check reports those)."""
-        if not self.dev.is_gpu or bench.held() is not None:
+        if not self.dev.is_gpu or gpulock.held() is not None:
             return None
         try:
             seeds = check.seed_list(job, check.candidate_id(config))

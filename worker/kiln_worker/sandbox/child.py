@@ -1,6 +1,6 @@
 """The sandbox child: evaluates one generated program (or describes a reference).
 
-``python -m kiln_worker.sandbox_child run|compile`` -- started by the worker
+``python -m kiln_worker.sandbox.child run|compile`` -- started by the worker
 (``generated.py``), possibly ahead of time (pre-warmed: torch and Triton are
 imported, the GPU context and Triton's driver are up, the network namespace is
 already empty). It reads **one** JSON request line on stdin, answers one JSON
@@ -42,7 +42,8 @@ import json
 import os
 import sys
 import time
-import traceback
+
+from ..evaluation.outcome import traceback_tail
 
 GEN_MODULE = "kiln_generated"
 # The checked timing protocol (Harness._checked_benchmark): probe calls per
@@ -78,12 +79,6 @@ class Stop(Exception):
         self.result = result
 
 
-def _tail(exc: BaseException, lines: int = 25) -> str:
-    from .targetcompile import trim_message
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return trim_message("\n".join(text.rstrip().splitlines()[-lines:]))
-
-
 def restricted_builtins() -> dict:
     """The generated module's builtins: without open/eval/exec/compile and the reflection
     functions (defence in depth behind the screen). ``__import__`` stays the real one:
@@ -110,21 +105,21 @@ class Harness:
         self.tmpdir = os.environ.get("KILN_SANDBOX_TMP") or os.getcwd()
         self.gen_files: set[str] = set()
         self.timings: dict = {}
-        from . import sandbox
-        self.sandbox = sandbox
+        from . import confine
+        self.sandbox = confine
         limits = dict(req.get("limits") or {})
         self.enforced = {"network": network, "files": files,
-                         "rlimits": sandbox.apply_limits(limits, self.gpu),
+                         "rlimits": confine.apply_limits(limits, self.gpu),
                          "audit_hook": True, "process": "child of the worker, own process group"}
         cache = os.environ.get("TRITON_CACHE_DIR")
         extra = []
         spec = (req.get("reference") or {})
         if spec.get("path"):
             extra.append(os.path.dirname(os.path.abspath(spec["path"])))
-        self.guard = sandbox.Guard(self.tmpdir, cache, lambda: self.gen_files, extra_read=extra)
+        self.guard = confine.Guard(self.tmpdir, cache, lambda: self.gen_files, extra_read=extra)
         self.guard.install()
         self.stream = torch.cuda.Stream() if self.gpu else None
-        from .launches import Capture
+        from ..codeobject.launches import Capture
         self.capture = Capture({GEN_MODULE},
                                expected_stream=(lambda: self.stream.cuda_stream) if self.gpu else None)
         self.capture.install()
@@ -230,7 +225,7 @@ class Harness:
         except BaseException as exc:
             self.check_violations()
             raise Stop({"status": "compile_error", "message":
-                        "the generated module failed to import: " + _tail(exc, 12)})
+                        "the generated module failed to import: " + traceback_tail(exc, 12)})
         finally:
             self.timings["import_s"] = time.perf_counter() - t0
         self.check_violations()
@@ -268,24 +263,14 @@ class Harness:
                         "message": f"at run time: {self.capture.stream_violations[0]}"})
 
     def classify(self, exc: BaseException) -> dict:
-        from .targetcompile import describe_exception, is_resource_error
-        try:
-            from triton.compiler.errors import CompilationError
-        except Exception:  # pragma: no cover
-            CompilationError = ()  # type: ignore
-        try:
-            from triton.runtime.errors import PTXASError
-        except Exception:  # pragma: no cover
-            PTXASError = ()  # type: ignore
+        """The exception's status and message (evaluation/outcome.py), with the
+        launch that failed when one was running."""
+        from ..evaluation.outcome import classify
         res: dict = {}
         if self.capture.current is not None:
             res["failed_launch"] = self.capture.current
-        if is_resource_error(exc):
-            res.update(status="resource_error", message=f"on {self.dev_name}: {describe_exception(exc)}")
-        elif isinstance(exc, (CompilationError, PTXASError)):
-            res.update(status="compile_error", message=f"on {self.dev_name}: {describe_exception(exc)}")
-        else:
-            res.update(status="crash", message=_tail(exc))
+        status, message = classify(exc, self.dev_name)
+        res.update(status=status, message=message)
         return res
 
     def untrusted_call(self, fn, *args, what: str = "forward", monitor: bool = True):
@@ -333,11 +318,11 @@ class Harness:
             if isinstance(exc, ReferenceError_):
                 res = {"status": "reference_error", "message": str(exc)}
             else:
-                res = {"status": "crash", "message": "evaluator: " + _tail(exc)}
+                res = {"status": "crash", "message": "evaluator: " + traceback_tail(exc)}
         res.setdefault("timings", {}).update(self.timings)
-        try:  # GPU lock spans (bench.take_spans), for the engine's GPU busy fraction
-            from . import bench
-            spans = bench.take_spans() if hasattr(bench, "take_spans") else []
+        try:  # GPU lock spans (gpulock.take_spans), for the engine's GPU busy fraction
+            from ..processes import gpulock
+            spans = gpulock.take_spans()
         except Exception:
             spans = []
         if spans:
@@ -405,7 +390,7 @@ class Harness:
         upcast copies; in the job's dtype when the reference cannot run
         upcast), and the outputs' expected dtypes and shapes (the reference run
         in the job's dtype on the first seed's inputs)."""
-        from . import check
+        from ..evaluation import check
         from . import reference_module as rm
         torch = self.torch
         cases, ref_dtype = [], rm.dtype_name(updt)
@@ -437,7 +422,7 @@ class Harness:
         return cases, expect, ref_dtype
 
     def evaluate(self) -> dict:
-        from . import check
+        from ..evaluation import check
         from . import reference_module as rm
         from .integrity import Snapshot
         torch = self.torch
@@ -491,7 +476,7 @@ class Harness:
             runs, warmup = min(runs, CPU_BENCH_RUNS), min(warmup, 1)
         target = job.get("target") or None
         if self.gpu and target and req.get("compile_target", True):
-            from .launches import compile_launches
+            from ..codeobject.launches import compile_launches
             t1 = time.perf_counter()
             comp = compile_launches(gen, res["launches"], target, self.artifact_dir(),
                                     untrusted=self.guard.untrusted)
@@ -522,7 +507,7 @@ class Harness:
                 if self.gpu:
                     res["latency"] = lat
                     if res.get("artifacts"):
-                        from .launches import match_timed
+                        from ..codeobject.launches import match_timed
                         mismatch = match_timed(res["artifacts"], lat, target, self.gpu_arch())
                         if mismatch:
                             res.update(status="incorrect", rule="timed_binary", message=mismatch)
@@ -533,7 +518,7 @@ class Harness:
         the integrity snapshot: whatever its first run sets lazily (the fused
         comparison kernel's JIT cache on a GPU, torch's lazy state) is then in
         the snapshot and not taken for the program's doing."""
-        from . import check
+        from ..evaluation import check
         torch = self.torch
         for k, r in enumerate(case["refs"]):
             dt = expect[k][0] if k < len(expect) else r.dtype
@@ -559,12 +544,12 @@ class Harness:
 
     def _check_lock(self):
         """On a GPU the correctness run holds the GPU lock shared, like the template path
-        (evaluate.py): no benchmark of another worker is timing meanwhile."""
+        (evaluation/evaluate.py): no benchmark of another worker is timing meanwhile."""
         import contextlib
-        from . import bench
+        from ..processes import gpulock
         if not self.gpu:
             return contextlib.nullcontext()
-        return bench.gpu_lock(shared=True)
+        return gpulock.gpu_lock(shared=True)
 
     def _call(self, new_model, inputs, what: str):
         """One call of forward (its launches captured)."""
@@ -614,7 +599,7 @@ class Harness:
 
     def _check_call(self, i, seed, inputs, pristine, out, ref_outs, prev_ref, earlier, atol, rtol,
                     acc, expect) -> dict | None:
-        from . import check
+        from ..evaluation import check
         torch = self.torch
         inputs = [torch.Tensor.detach(v) if type(v) is torch.Tensor else v for v in inputs]
         changed = check.modified_inputs({f"arg{j}": v for j, v in enumerate(pristine)},
@@ -688,7 +673,7 @@ class Harness:
         same protocol runs a few calls with a wall clock and no latency is
         reported (bench_check)."""
         import random
-        from . import bench
+        from ..evaluation import timing
         torch = self.torch
         rng = random.Random(os.urandom(16))
         total = max(1, warmup) + max(1, runs)
@@ -724,13 +709,13 @@ class Harness:
         with torch.no_grad(), (torch.cuda.stream(self.stream) if self.gpu else _nullcontext()):
             before()
             if self.gpu:
-                from .launches import TimedBinaries
+                from ..codeobject.launches import TimedBinaries
                 with TimedBinaries({GEN_MODULE}) as timed:
-                    lat = bench.benchmark(fn, warmup, runs, self.dev_name, target, api=api,
+                    lat = timing.benchmark(fn, warmup, runs, self.dev_name, target, api=api,
                                           before=before)
                 lat.update(timed.describe())
             else:
-                lat = bench._benchmark(fn, warmup, runs, self.dev_name, target, api=api, before=before)
+                lat = timing._benchmark(fn, warmup, runs, self.dev_name, target, api=api, before=before)
             if self.gpu:
                 self.stream.synchronize()
         self.check_violations()
@@ -759,7 +744,7 @@ class Harness:
         return lat
 
     def reference_info(self) -> dict:
-        from . import check
+        from ..evaluation import check
         from . import reference_module as rm
         torch = self.torch
         job = self.req.get("job") or {}
@@ -790,7 +775,7 @@ class Harness:
         runs = int(bcfg.get("runs") if bcfg.get("runs") is not None else 100)
         warmup = int(bcfg.get("warmup") if bcfg.get("warmup") is not None else 25)
         if self.gpu and runs > 0:
-            from .bench import benchmark
+            from ..evaluation.timing import benchmark
             t1 = time.perf_counter()
             with torch.no_grad():
                 res["latency"] = benchmark(lambda: model(*inputs), warmup, runs, self.dev_name,
@@ -799,7 +784,7 @@ class Harness:
         return res
 
     def compile_task(self) -> dict:
-        from .launches import compile_launches
+        from ..codeobject.launches import compile_launches
         gen = self.load_generated(self.req["source"])
         t0 = time.perf_counter()
         res = compile_launches(gen, self.req.get("launches") or [], self.req["target"],
@@ -849,7 +834,7 @@ def _trusted_outputs(torch, value) -> list | None:
 
 
 class _WallClock:
-    """bench._benchmark's device API on the CPU (the interpreter): no L2 to
+    """timing._benchmark's device API on the CPU (the interpreter): no L2 to
     flush, host clock events; what it measures is not a latency (bench_check)."""
 
     class _Buffer:
@@ -903,18 +888,19 @@ def _overlap(a, b) -> bool:
 
 def main(argv: list[str]) -> int:
     mode = argv[1] if len(argv) > 1 else "run"
-    from . import sandbox
-    sandbox.die_with_parent(int(os.environ["KILN_SANDBOX_PARENT"])
+    from . import confine
+    from ..processes.lifetime import die_with_parent
+    die_with_parent(int(os.environ["KILN_SANDBOX_PARENT"])
                             if os.environ.get("KILN_SANDBOX_PARENT", "").isdigit() else None)
-    sandbox.no_new_privs()
-    network = sandbox.isolate_network() if os.environ.get("KILN_SANDBOX_NETNS", "1") != "0" \
+    confine.no_new_privs()
+    network = confine.isolate_network() if os.environ.get("KILN_SANDBOX_NETNS", "1") != "0" \
         else "audit-only: disabled by KILN_SANDBOX_NETNS=0"
     roots = [p for p in (os.environ.get("KILN_SANDBOX_TMP"), os.environ.get("TRITON_CACHE_DIR")) if p]
     roots += [p for p in os.environ.get("KILN_SANDBOX_WRITE_FILES", "").split(os.pathsep)
               if p and os.path.isfile(p)]  # the GPU lock files (they must exist already)
-    files = sandbox.restrict_writes(roots) if os.environ.get("KILN_SANDBOX_LANDLOCK", "1") != "0" \
+    files = confine.restrict_writes(roots) if os.environ.get("KILN_SANDBOX_LANDLOCK", "1") != "0" \
         else "audit-only: disabled by KILN_SANDBOX_LANDLOCK=0"
-    from .server import protect_stdout
+    from ..service.server import protect_stdout
     out = protect_stdout()
     if mode == "compile":
         os.environ["TRITON_INTERPRET"] = "0"
@@ -931,7 +917,7 @@ def main(argv: list[str]) -> int:
             driver.active.get_current_stream(0)
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-            from .device import install_scratch_allocator
+            from ..processes.device import install_scratch_allocator
             install_scratch_allocator("cuda")
         torch.set_float32_matmul_precision("highest")
 
@@ -952,10 +938,10 @@ def main(argv: list[str]) -> int:
     try:
         res = Harness(req, mode, network, files).run()
     except BaseException as exc:
-        res = {"status": "crash", "message": "evaluator: " + _tail(exc)}
+        res = {"status": "crash", "message": "evaluator: " + traceback_tail(exc)}
     res.setdefault("timings", {})["child_s"] = time.perf_counter() - t0
     res["nonce"] = req.get("nonce")
-    from .jsonsafe import json_safe
+    from ..service.jsonsafe import json_safe
     try:
         text = json.dumps(json_safe(res), allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:

@@ -13,6 +13,7 @@ compile_child.py); each process imports the library once.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -29,7 +30,7 @@ def home_dir() -> Path:
     env = os.environ.get("KILN_HOME")
     if env:
         return Path(env).resolve()
-    return Path(__file__).resolve().parent.parent.parent
+    return Path(__file__).resolve().parents[3]
 
 
 def kernels_dir() -> Path:
@@ -89,10 +90,17 @@ class Library:
         return seen
 
     def template_hashes(self) -> dict[str, str]:
-        """{module: sha256 of <kernels>/<module>.py + the shared common.py}.
+        """{module: sha256 of <kernels>/<module>.py, the shared common.py and
+        every other module of the kernels directory it imports}.
 
-        The shared helpers change what every template compiles to, so they are
-        part of each template's version (and so of every job key).
+        What a template imports from the directory (common.py's helpers,
+        attention.py's attention_tiles.py and attention_wgmma.py, gemm_epilogue's
+        matmul.py), directly or through another module, at module level or
+        inside a function, changes what it compiles to, so it is part of the
+        template's version (and so of every job key). The digest is the
+        module's bytes, then common.py's, then each other imported module's in
+        name order (a template that imports only common.py hashes as it did
+        before imports were followed).
         """
         common = self.dir / "common.py"
         shared = common.read_bytes() if common.is_file() else b""
@@ -102,8 +110,50 @@ class Library:
             if path.is_file():
                 h = hashlib.sha256(path.read_bytes())
                 h.update(b"\0common.py\0" + shared)
+                for dep in sorted(self.imported_modules(mod) - {mod, "common"}):
+                    h.update(b"\0" + f"{dep}.py".encode() + b"\0" + (self.dir / f"{dep}.py").read_bytes())
                 out[mod] = h.hexdigest()
         return out
+
+    def imported_modules(self, mod: str) -> set[str]:
+        """The modules of the kernels directory that <mod>.py imports, directly or
+        through each other (relative imports, ``from <package> import x``,
+        ``import <package>.x``; found by reading the source, nothing is run)."""
+        seen: set[str] = set()
+        todo = [mod]
+        while todo:
+            name = todo.pop()
+            path = self.dir / f"{name}.py"
+            if name in seen or not path.is_file():
+                continue
+            seen.add(name)
+            try:
+                tree = ast.parse(path.read_bytes(), filename=str(path))
+            except SyntaxError as exc:
+                raise TemplateError(f"cannot parse {path}: {exc}") from None
+            todo.extend(self._local_names(tree))
+        seen.discard(mod)
+        return seen
+
+    def _local_names(self, tree: ast.AST) -> list[str]:
+        names = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                parts = (node.module or "").split(".") if node.module else []
+                if node.level == 0:
+                    if not parts or parts[0] != self.package:
+                        continue
+                    parts = parts[1:]
+                if parts:
+                    names.append(parts[0])
+                else:  # from . import a, b / from <package> import a, b
+                    names.extend(a.name for a in node.names)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    parts = a.name.split(".")
+                    if parts[0] == self.package and len(parts) > 1:
+                        names.append(parts[1])
+        return [n for n in names if (self.dir / f"{n}.py").is_file()]
 
     # -- importing ----------------------------------------------------------
     def _ensure_package(self) -> None:

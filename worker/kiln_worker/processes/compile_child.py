@@ -26,33 +26,16 @@ import threading
 import traceback
 from pathlib import Path
 
+from .lifetime import die_with_parent
 
-PR_SET_PDEATHSIG = 1
+
 PARENT_ENV = "KILN_COMPILE_PARENT"  # the worker's pid, set by CompileClient
-
-
-def die_with_parent(parent_pid: int | None) -> bool:
-    """Asks the kernel for SIGKILL when the worker dies (prctl PR_SET_PDEATHSIG):
-    a ``kill -9`` of the engine kills the worker's group, and this child (in
-    that group too, but mid-compile for seconds otherwise) goes with it at once.
-    Then checks the worker is still alive: if it died before the prctl, exits.
-    Returns whether the signal was set (False off Linux)."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(0)  # the worker is already gone
-    return True
 
 
 def child_main() -> int:
     parent = os.environ.get(PARENT_ENV, "")
     die_with_parent(int(parent) if parent.isdigit() else None)
-    from .server import protect_stdout
+    from ..service.server import protect_stdout
     out = protect_stdout()
     os.environ["TRITON_INTERPRET"] = "0"
     try:
@@ -61,9 +44,9 @@ def child_main() -> int:
     except Exception as exc:
         sys.stderr.write(f"kiln_worker compile child: cannot import torch/triton: {exc}\n")
         return 3
-    from .targetcompile import compile_stage
-    from .jsonsafe import json_safe
-    from .templates import Library
+    from ..codeobject.targetcompile import compile_stage
+    from ..service.jsonsafe import json_safe
+    from ..evaluation.templates import Library
     lib = Library()
     for raw in sys.stdin.buffer:
         try:
@@ -98,14 +81,14 @@ class CompileClient:
     def _start(self) -> None:
         env = dict(os.environ)
         env["TRITON_INTERPRET"] = "0"
-        pkg_parent = str(Path(__file__).resolve().parent.parent)
+        pkg_parent = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env[PARENT_ENV] = str(os.getpid())
         # The child's PR_SET_PDEATHSIG fires when the *thread* that started it
         # exits: start it from the worker's main thread (Evaluation.__init__,
         # compile()), never from a short-lived thread.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kiln_worker.compile_child"], stdin=subprocess.PIPE,
+            [sys.executable, "-m", "kiln_worker.processes.compile_child"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=None, env=env)
 
     def start(self) -> None:

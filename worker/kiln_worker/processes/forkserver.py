@@ -6,12 +6,12 @@ the imports compete for the cores. This process imports them once and forks a
 worker per request, in milliseconds; the forked worker then runs as if started
 with ``python3 ARGS`` (``-m kiln_worker``, or a script for the tests).
 
-The engine starts it as ``python3 [FLAGS] -m kiln_worker.forkserver
+The engine starts it as ``python3 [FLAGS] -m kiln_worker.processes.forkserver
 [--preload MODULES]`` with a SOCK_SEQPACKET socket on fds 0 and 1 (its stderr
 is the engine's), and speaks in messages, one JSON object each
 (src/evaluate/fork_server.cpp):
 
-  server -> engine  {"hello": "kiln_worker.forkserver", "pid": PID}  first, before
+  server -> engine  {"hello": "kiln_worker.processes.forkserver", "pid": PID}  first, before
                     the preload (the engine gives up on a server that does not
                     greet it within seconds)
   engine -> server  {"seq": N, "args": [...], "env": {...}, "cwd": "..."}, with
@@ -48,7 +48,7 @@ import sys
 import time
 import warnings
 
-from .sandbox import die_with_parent
+from .lifetime import die_with_parent
 
 MAX_MESSAGE = 1 << 20
 # The worker's preload: what kiln_worker's main imports before it touches the
@@ -56,8 +56,9 @@ MAX_MESSAGE = 1 << 20
 # kernels at import (their decoration depends on TRITON_INTERPRET, which the
 # worker sets after choosing its device).
 DEFAULT_PRELOAD = ("yaml", "numpy", "torch", "triton", "triton.language", "triton.compiler",
-                   "triton.backends.compiler", "kiln_worker.server", "kiln_worker.evaluate",
-                   "kiln_worker.templates", "kiln_worker.device", "kiln_worker.check")
+                   "triton.backends.compiler", "kiln_worker.service.server", "kiln_worker.evaluation.evaluate",
+                   "kiln_worker.evaluation.templates", "kiln_worker.processes.device",
+                   "kiln_worker.evaluation.check")
 # Variables the interpreter reads when it starts: a worker whose values differ
 # from the server's would not get what it asks for.
 INTERPRETER_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",
@@ -149,7 +150,7 @@ def run_child(args: list[str], env: dict, cwd: str | None) -> None:
         import runpy
         if args and args[0] == "-m":
             if len(args) < 2:
-                raise SystemExit("kiln_worker.forkserver: -m needs a module")
+                raise SystemExit("kiln_worker.processes.forkserver: -m needs a module")
             sys.argv = ["-m"] + args[2:]
             sys.path[0] = os.getcwd()
             runpy.run_module(args[1], run_name="__main__", alter_sys=True)
@@ -301,7 +302,7 @@ class Server:
 
 def main(argv: list[str] | None = None) -> int:
     global preload_s, triton_interpret
-    p = argparse.ArgumentParser(prog="python3 -m kiln_worker.forkserver")
+    p = argparse.ArgumentParser(prog="python3 -m kiln_worker.processes.forkserver")
     p.add_argument("--preload", default=None,
                    help="comma-separated modules to import before forking (default: the worker's)")
     a = p.parse_args(argv)
@@ -309,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     # preloaded modules print can reach the engine as a message.
     sock = socket.socket(fileno=os.dup(0))
     if sock.type != socket.SOCK_SEQPACKET:
-        sys.stderr.write("kiln_worker.forkserver: fd 0 must be a SOCK_SEQPACKET socket (the engine starts this)\n")
+        sys.stderr.write("kiln_worker.processes.forkserver: fd 0 must be a SOCK_SEQPACKET socket (the engine starts this)\n")
         return 2
-    sock.send(json.dumps({"hello": "kiln_worker.forkserver", "pid": os.getpid()}).encode())
+    sock.send(json.dumps({"hello": "kiln_worker.processes.forkserver", "pid": os.getpid()}).encode())
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
@@ -331,12 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         preload_s, failed = preload([m for m in a.preload.split(",") if m])
     if failed:
-        sys.stderr.write("kiln_worker.forkserver: not preloaded (the workers import them): "
+        sys.stderr.write("kiln_worker.processes.forkserver: not preloaded (the workers import them): "
                          + "; ".join(failed) + "\n")
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         # A preloaded module touched the GPU: forked workers could not use it.
-        sys.stderr.write("kiln_worker.forkserver: the preload initialised CUDA; not forking "
+        sys.stderr.write("kiln_worker.processes.forkserver: the preload initialised CUDA; not forking "
                          "(the engine starts the workers itself)\n")
         return 3
     # A thread of a preloaded library (OpenBLAS's pool) makes Python warn at
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as kiln_worker.forkserver, not __main__, so a forked worker finds
-    # preload_s where it looks (sys.modules["kiln_worker.forkserver"]).
-    from kiln_worker import forkserver as _self
+    # Run as kiln_worker.processes.forkserver, not __main__, so a forked worker finds
+    # preload_s where it looks (sys.modules["kiln_worker.processes.forkserver"]).
+    from kiln_worker.processes import forkserver as _self
     sys.exit(_self.main())

@@ -8,8 +8,8 @@ import sys
 import traceback
 from typing import Any, BinaryIO, TextIO
 
-from . import __version__
-from .device import Device
+from .. import __version__
+from ..processes.device import Device
 from .jsonsafe import json_safe
 
 EXIT_DEVICE_LOST = 4
@@ -32,8 +32,8 @@ def log(msg: str) -> None:
 
 class Server:
     def __init__(self, dev: Device, out: TextIO, startup: dict | None = None, warm=None):
-        from .evaluate import Evaluation
-        from .templates import Library
+        from ..evaluation.evaluate import Evaluation
+        from ..evaluation.templates import Library
         self.dev = dev
         self.out = out
         self.startup = startup if startup is not None else {}  # seconds per start-up step (main)
@@ -98,11 +98,11 @@ class Server:
                 return EXIT_DEVICE_LOST
 
     def describe_failure(self, exc: BaseException) -> str:
-        from .evaluate import BadRequest
-        from .generated import BadGeneratedRequest
-        from .reference_module import ReferenceError_
-        from .package_info import PackageInfoError
-        from .templates import TemplateError
+        from ..evaluation.evaluate import BadRequest
+        from ..sandbox.generated import BadGeneratedRequest
+        from ..sandbox.reference_module import ReferenceError_
+        from ..packaging.package_info import PackageInfoError
+        from ..evaluation.templates import TemplateError
         if isinstance(exc, PackageInfoError):
             return f"package_info: {exc}"
         if isinstance(exc, (BadRequest, BadGeneratedRequest)):
@@ -142,7 +142,7 @@ class Server:
 
     def space(self, req: dict) -> dict:
         self.require_device()
-        from .evaluate import space
+        from ..evaluation.evaluate import space
         return space(self.lib, req.get("job"))
 
     def traffic(self, req: dict) -> dict:
@@ -150,10 +150,10 @@ class Server:
         config space (null for one the library cannot size: a reference
         module, a bad spec); for the engine's claim order, so it never fails
         as a whole."""
-        from .evaluate import job_fields
+        from ..evaluation.evaluate import job_fields
         jobs = req.get("jobs")
         if not isinstance(jobs, list):
-            from .evaluate import BadRequest
+            from ..evaluation.evaluate import BadRequest
             raise BadRequest("traffic: 'jobs' must be a list")
         traffic, spaces = [], []
         for job in jobs:
@@ -176,7 +176,7 @@ class Server:
 
     def generated(self):
         if self._generated is None:
-            from .generated import GeneratedEvaluator
+            from ..sandbox.generated import GeneratedEvaluator
             self._generated = GeneratedEvaluator(self.dev)
         return self._generated
 
@@ -195,14 +195,14 @@ class Server:
         """What `kiln package` writes for one variant (package_info.py)."""
         self.require_device()
         self.wait_warm()
-        from . import package_info
+        from ..packaging import package_info
         return package_info.run(self.lib, self.evaluation, self.dev, req)
 
     def confirm(self, req: dict) -> dict:
         """A job's finalists and baselines timed again, interleaved (confirm.py)."""
         self.require_device()
         self.wait_warm()
-        from . import confirm
+        from ..evaluation import confirm
         return confirm.run(self.lib, self.dev, req)
 
     def reference_info(self, req: dict) -> dict:
@@ -218,11 +218,11 @@ class Server:
 def main() -> int:
     import time
     out = protect_stdout()
-    from .device import WarmUp, describe_steps, process_age_s, select_device
+    from ..processes.device import WarmUp, describe_steps, process_age_s, select_device
     # How long each step of the start took (seconds), answered in hello: the
     # engine logs them, and a slow start shows where it went.
     startup = {"process_s": process_age_s()}  # interpreter start and imports before main()
-    forkserver = sys.modules.get("kiln_worker.forkserver")
+    forkserver = sys.modules.get("kiln_worker.processes.forkserver")
     if forkserver is not None and forkserver.child_args is not None and forkserver.preload_s is not None:
         # Forked by the fork server: its imports, done once for all workers.
         startup["preload_s"] = forkserver.preload_s

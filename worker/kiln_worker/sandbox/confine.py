@@ -1,7 +1,7 @@
 """Process-level sandbox for generated code (standard library only).
 
 The generated program runs in a child process of the worker
-(``sandbox_child.py``), never in the worker itself. The child applies, in this
+(``child.py``), never in the worker itself. The child applies, in this
 order:
 
 1. ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (dies with the worker) and
@@ -64,11 +64,11 @@ import signal
 import sys
 import sysconfig
 import threading
+from pathlib import Path
 from typing import Callable
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
-PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 
 DEFAULT_LIMITS = {
@@ -105,15 +105,6 @@ def child_env(base: dict, extra: dict | None = None) -> dict:
 # ---------------------------------------------------------------------------
 # process hygiene and network
 # ---------------------------------------------------------------------------
-
-def die_with_parent(parent_pid: int | None = None) -> None:
-    try:
-        _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except Exception:
-        return
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(0)  # the parent is already gone
-
 
 def no_new_privs() -> bool:
     try:
@@ -365,7 +356,7 @@ class Guard:
         read = {sys.prefix, sys.base_prefix, sys.exec_prefix, "/usr", "/lib", "/lib32", "/lib64",
                 "/opt", "/etc", "/sys", "/dev", "/proc/self", "/proc/thread-self", "/proc/cpuinfo",
                 "/proc/meminfo", "/proc/stat", "/proc/driver", "/proc/sys", "/proc/filesystems",
-                "/proc/mounts", tmpdir, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+                "/proc/mounts", tmpdir, str(Path(__file__).resolve().parents[2])}
         for p in list(sys.path) + list(extra_read or []):
             if p and os.path.isdir(p) and ("site-packages" in p or "dist-packages" in p):
                 read.add(p)

@@ -132,7 +132,7 @@ def warm_up(dev: Device) -> dict:
     libraries its set-up and check call (cuRAND's generator, cuBLAS, the
     reductions of the comparison) -- 1.5-2 s of its first input draw and check
     on an H200 with 12 workers starting at once, all of it holding the GPU lock,
-    where it delays the benchmarks queued behind (docs/performance.md, "Two GPUs
+    where it delays the benchmarks queued behind (docs/performance-journal.md, "Two GPUs
     against one, 2026-12-01"). Here the context is created outside the lock (no
     kernel runs), then a few tiny kernels of each kind run holding it shared
     (kind "warmup"), as the evaluations' own GPU work does, so that a worker
@@ -146,8 +146,8 @@ def warm_up(dev: Device) -> dict:
 
     import torch
 
-    from . import compare_kernel
-    from .bench import gpu_lock
+    from ..evaluation import compare_kernel
+    from .gpulock import gpu_lock
     phases = {}
     t = time.perf_counter()
 
@@ -170,7 +170,7 @@ def warm_up(dev: Device) -> dict:
             (b - a.float()).abs().max()
         torch.zeros(1024, device=dev.torch_device).zero_()  # the benchmark's L2 flush
         torch.cuda.Event(enable_timing=True).record()
-        sleep = getattr(torch.cuda, "_sleep", None)  # the benchmark's spin (bench._Cuda.sleep)
+        sleep = getattr(torch.cuda, "_sleep", None)  # the benchmark's spin (timing._Cuda.sleep)
         if sleep is not None:
             sleep(1000)
         torch.cuda.synchronize()
@@ -217,8 +217,8 @@ class WarmUp:
             # Its lock span and wait belong to no evaluation. Dropped here,
             # before anyone waiting goes on: no other thread of the worker
             # holds the lock yet, so no other span can be in the list.
-            from . import bench
-            bench.forget("warmup")
+            from . import gpulock
+            gpulock.forget("warmup")
             self._done.set()
 
     def done(self) -> bool:

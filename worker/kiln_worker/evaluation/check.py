@@ -28,7 +28,7 @@ large ones, say -- can widen the allowance of the others. (Before 2026-12, atol
 was scaled by rms(ref), which a few large reference outputs inflated.)
 
 The output must have the reference's shape (and, for generated code, dtype:
-sandbox_child.py); the comparison reads both through their strides (a strided
+sandbox/child.py); the comparison reads both through their strides (a strided
 view is compared element by element in its logical order, never by its
 storage's prefix).
 

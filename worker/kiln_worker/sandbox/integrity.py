@@ -1,7 +1,7 @@
 """Run-time integrity of the interpreter the verdicts are computed in.
 
 Generated code runs in the sandbox child next to the code that judges it
-(sandbox_child.py): the comparison with the reference (check.compare), the
+(child.py): the comparison with the reference (check.compare), the
 launch capture, the benchmark. Static screening refuses the spellings of
 monkey-patching it knows (``x.attr = v`` on anything but ``self``), but a
 spelling it does not know -- a function whose parameter is named ``self``,

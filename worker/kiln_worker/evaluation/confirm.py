@@ -10,7 +10,7 @@ on the job's native-dtype inputs), then all of them are timed in `rounds` rounds
 in an order that rotates by one entry per round, `reps` timed calls per entry
 and round:
 
-- every call starts cold: the L2 flush and the GPU spin of ``bench._benchmark``
+- every call starts cold: the L2 flush and the GPU spin of ``timing._benchmark``
   (the host's launch overhead stays out), device events around the call;
 - each round uses the next of a few input sets drawn for the job (rotating), so
   no entry is timed on inputs it has seen in the previous round;
@@ -20,7 +20,7 @@ and round:
   pynvml) at the start and end of each round; a round whose SM clock fell by
   more than 5% is flagged (``clock_drop``).
 
-Every timed round holds the GPU lock exclusively (``bench.gpu_lock``), so no
+Every timed round holds the GPU lock exclusively (``gpulock.gpu_lock``), so no
 other worker's kernels run meanwhile; set-up holds it shared, as checks do.
 
 On the CPU (Triton interpreter) the calls are timed with ``time.perf_counter``
@@ -29,7 +29,7 @@ pipeline, never mixed with device timings.
 
 Request: ``{"job": JOB, "entries": [{"id": candidate_id, "config": CONFIG} |
 {"baseline": "eager" | "compile"}], "rounds": R, "reps": N}``. An entry may add
-``"inject_ms"`` (benchmarks of the regression test only, bench/aa_nightly.py):
+``"inject_ms"`` (benchmarks of the regression test only, bench/trust/aa_nightly.py):
 a GPU sleep kernel of about that length (a CPU spin on the CPU) inside each of
 its timed calls: a kernel really that much slower.
 """
@@ -39,7 +39,8 @@ import platform
 import time
 from typing import Any
 
-from . import bench, check
+from . import check, timing
+from ..processes import gpulock
 from .evaluate import BadRequest, job_fields
 
 INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
@@ -203,8 +204,8 @@ class _Clock:
     def __init__(self, dev, target: dict | None, api=None):
         self.gpu = dev.is_gpu or api is not None
         if self.gpu:
-            self.api = api or bench._Cuda()  # a fake one in the tests
-            self.cache = self.api.buffer(bench.flush_bytes(target))
+            self.api = api or timing._Cuda()  # a fake one in the tests
+            self.cache = self.api.buffer(timing.flush_bytes(target))
             self.cycles_per_ms = None
 
     def calibrate_sleep(self) -> float:
@@ -222,7 +223,7 @@ class _Clock:
         return self.cycles_per_ms
 
     def host_cycles(self, fn) -> int:
-        """The spin that covers the host's enqueue (bench._benchmark's rule)."""
+        """The spin that covers the host's enqueue (timing._benchmark's rule)."""
         host = []
         for _ in range(3):
             self.cache.zero_()
@@ -262,7 +263,7 @@ class _Clock:
 
 def _lock(dev, shared: bool, kind: str):
     import contextlib
-    return bench.gpu_lock(shared=shared, kind=kind) if dev.is_gpu else contextlib.nullcontext()
+    return gpulock.gpu_lock(shared=shared, kind=kind) if dev.is_gpu else contextlib.nullcontext()
 
 
 def run(lib, dev, req: dict) -> dict:
@@ -277,7 +278,7 @@ def run(lib, dev, req: dict) -> dict:
     atol, rtol = check.resolve_tolerances(job, mod, op, shape, params)
     updt = check.upcast_dtype(dtype)
     tdev = dev.torch_device
-    bench.take_spans()
+    gpulock.take_spans()
     t_setup = time.perf_counter()
 
     # Input sets, each with its reference (upcast, as the check computes it).
@@ -374,17 +375,17 @@ def run(lib, dev, req: dict) -> dict:
                 c["check"] = {"passed": False, "round": r, "message": inc.message}
     time_s = time.perf_counter() - t_time
 
-    spans = bench.take_spans()
-    bench.take_lock_waits()
+    spans = gpulock.take_spans()
+    gpulock.take_lock_waits()
     conditions = {"identity": device_identity(dev), "rounds": round_conditions,
                   "clock_drop": any(rc["clock_drop"] for rc in round_conditions),
                   "input_sets": len(sets), "order": "rotating", "reps": reps,
                   "timer": "device events" if dev.is_gpu else "time.perf_counter",
-                  "l2_flush_bytes": bench.flush_bytes(target) if dev.is_gpu else 0}
+                  "l2_flush_bytes": timing.flush_bytes(target) if dev.is_gpu else 0}
     out_entries = []
     for c, xs in zip(calls, samples):
         e = c["entry"]
-        item: dict[str, Any] = {"samples_ms": xs, "median_ms": bench.stats_ms(xs)["median_ms"]}
+        item: dict[str, Any] = {"samples_ms": xs, "median_ms": timing.stats_ms(xs)["median_ms"]}
         if "baseline" in e:
             item["baseline"] = e["baseline"]
         else:

@@ -172,7 +172,7 @@ def _expected(mod, op, shape, dtype, params, job, tensors, tensor_shapes, seed, 
     """build's outputs: the reference on float64 copies of the inputs on `device`."""
     import torch
 
-    from . import check
+    from ..evaluation import check
     inputs = {k: v.to(device).to(torch.float64) for k, v in host.items()}
     with torch.no_grad():
         ref = mod.reference(op, inputs, params)

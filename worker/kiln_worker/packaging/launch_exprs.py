@@ -218,7 +218,7 @@ def launch(lib, op: str, rank: int, dtype: str, params: dict, config: dict, targ
     fn = _BY_MODULE.get(module)
     if fn is None:
         raise UnknownTemplate(f"no launch expressions for template module {module!r} (operator {op!r}); "
-                              "add them to worker/kiln_worker/launch_exprs.py")
+                              "add them to worker/kiln_worker/packaging/launch_exprs.py")
     return fn(lib, op, rank, dtype, params, config, target)
 
 

@@ -9,7 +9,7 @@ job carries ``"reference": {"path": "/abs/path.py"}`` or ``{"source": "..."}``.
 The reference is trusted (it comes from the manifest, like the template library),
 but it is only ever imported in a sandbox child, next to the generated code.
 
-Conventions used by the evaluator (``sandbox_child.py``):
+Conventions used by the evaluator (``child.py``):
 
 * inputs for seed ``s``: ``torch.manual_seed(s); get_inputs()``, then moved to the
   device; if the job has a ``dtype``, floating-point tensors are cast to it (else

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 from . import resources
-from .jsonsafe import json_safe
+from ..service.jsonsafe import json_safe
 
 MAX_MESSAGE = 4000
 
