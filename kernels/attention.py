@@ -71,18 +71,18 @@ softmax chains per program were not pursued. The schedule Triton cannot
 express is written by hand in Gluon in kernels/attention_wgmma.py
 (FlashAttention-3's warp-specialised layout): the `ws` configs, 0.89-0.91x
 this kernel's best on the anchor case and 0.76-0.82x on longer or non-causal
-ones (docs/performance.md, "Attention in Gluon").
+ones (docs/performance-journal.md, "Attention in Gluon").
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import triton
 import triton.language as tl
 
 from . import common
+from . import attention_tiles
+from .attention_tiles import tile_order
 
 OPERATORS = ("attention",)
 
@@ -146,20 +146,6 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, q
         k_ptrs += BLOCK_N * HEAD_DIM
         v_ptrs += BLOCK_N * HEAD_DIM
     return acc, l_i, m_i
-
-
-@common.jit_helper
-def tile_order(pid, BH, S, BLOCK_M: tl.constexpr, GROUP_H: tl.constexpr):
-    # program -> (query block, head): head groups of GROUP_H, in each the query
-    # blocks heaviest first, the heads inside (module docstring). Also called by
-    # kernels/attention_wgmma.py's Gluon kernel (scalar code inlines there too).
-    num_m = tl.cdiv(S, BLOCK_M)
-    per_group = GROUP_H * num_m
-    group = pid // per_group
-    first_bh = group * GROUP_H
-    group_size = tl.minimum(BH - first_bh, GROUP_H)
-    r = pid - group * per_group
-    return num_m - 1 - r // group_size, first_bh + r % group_size
 
 
 @triton.jit
@@ -238,32 +224,9 @@ def _check(op, dtype=None):
         raise ValueError(f"attention: dtype must be fp16 or bf16, not {dtype!r}")
 
 
-def _check_shape(shape):
-    B, H, S, D = (int(s) for s in shape)
-    if min(B, H, S) < 1:
-        raise ValueError(f"attention: empty shape {list(shape)}")
-    if not common.is_pow2(D) or not 16 <= D <= 256:
-        raise ValueError(f"attention: head dim D must be a power of two in 16..256, not {D}")
-    return B, H, S, D
-
-
-def _causal(params) -> bool:
-    c = (params or {}).get("causal", True)
-    if isinstance(c, str):
-        c = c.lower() in ("1", "true", "yes")
-    return bool(c)
-
-
-def _sm_scale(params, D) -> float:
-    s = float((params or {}).get("sm_scale", 0.0) or 0.0)
-    if s < 0:
-        raise ValueError("attention: sm_scale must be >= 0 (0 = 1/sqrt(D))")
-    return s if s > 0 else 1.0 / math.sqrt(D)
-
-
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op, dtype)
-    B, H, S, D = _check_shape(shape)
+    B, H, S, D = attention_tiles.check_shape(shape)
     g = common.generator(seed, device)
     return {name: common.randn([B, H, S, D], dtype, seed, device, generator=g) for name in ("q", "k", "v")}
 
@@ -278,10 +241,10 @@ def reference(op, inputs, params):
     lead = q.shape[:-2]
     qf, kf, vf = (t.reshape(-1, S, D) for t in (q, k, v))
     out = torch.empty_like(qf)
-    keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril() if _causal(params) else None
+    keep = torch.ones(S, S, dtype=torch.bool, device=q.device).tril() if attention_tiles.causal(params) else None
     step = max(1, (256 << 20) // (S * S * qf.element_size()))
     for i in range(0, qf.shape[0], step):
-        scores = (qf[i:i + step] @ kf[i:i + step].transpose(-1, -2)) * _sm_scale(params, D)
+        scores = (qf[i:i + step] @ kf[i:i + step].transpose(-1, -2)) * attention_tiles.sm_scale(params, D)
         if keep is not None:
             scores = scores.masked_fill(~keep, float("-inf"))
         out[i:i + step] = torch.softmax(scores, dim=-1) @ vf[i:i + step]
@@ -296,7 +259,7 @@ def eager(op, inputs, params):
     _check(op)
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     return torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=_causal(params), scale=_sm_scale(params, q.shape[-1]))
+        q, k, v, is_causal=attention_tiles.causal(params), scale=attention_tiles.sm_scale(params, q.shape[-1]))
 
 def output_like(op, inputs, params):
     _check(op)
@@ -309,7 +272,7 @@ def shared_estimate(config, dtype, D, target) -> int:
     memory) -- exactly Triton 3.6's metadata.shared on sm_90. AMD: K and V times
     num_stages - 1 (at least one; Q stays in registers) plus a BLOCK_M x BLOCK_N
     tile for P's layout change -- an upper bound of what gfx942 reports.
-    (tests/python/test_kernels_more.py compares both with the compiler.) Not
+    (tests/python/test_attention.py compares both with the compiler.) Not
     named `shared_bytes`: the worker's space hints call shared_bytes(config,
     dtype, target), and this estimate needs the head dim D too."""
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
@@ -334,7 +297,7 @@ def config_space(op, shape, dtype, params, target):
     where this process has an sm_90 GPU, also the Gluon kernel's `ws` tiles
     (_with_ws)."""
     _check(op, dtype)
-    B, H, S, D = _check_shape(shape)
+    B, H, S, D = attention_tiles.check_shape(shape)
     hip = common.is_hip(target)
     ws = common.warp_size(target)
     limit = common.shared_limit(target)
@@ -390,13 +353,13 @@ def _with_ws(base, S):
     """The sm_90 space with the warp-specialised Gluon kernel's tiles first
     (D = 128, offered only where this process has an sm_90 GPU: nothing else
     can run or check them). Measured on an H200 (2026-12-01, host-side TMA
-    descriptors; bench/attention_wgmma.py and `kiln run` over the whole space,
+    descriptors; bench/speed/attention_wgmma.py and `kiln run` over the whole space,
     bench/results/h200-2026-12-01-hostdesc/): the best `ws` tile against the
     plain kernel's best config 0.89x at 2k causal (0.2914 against 0.3270 ms),
     0.83x at 2k non-causal, 0.76x at 8k causal; `pair` won at 2k causal and
     non-causal and at 16k causal, 128 x 128 / 3 stages at 8k. So `pair` leads
     short sequences and comes second on long ones."""
-    tiles = [(bn, st, pair) for bn, st, pair in WS_TILES if not pair or ws_pairs_fit(S)]
+    tiles = [(bn, st, pair) for bn, st, pair in WS_TILES if not pair or attention_tiles.ws_pairs_fit(S)]
     if S < 4096:
         tiles = [t for t in tiles if t[2]] + [t for t in tiles if not t[2]]
     return [ws_config(bn, st, pair) for bn, st, pair in tiles] + base
@@ -410,12 +373,6 @@ def ws_config(bn: int, stages: int, pair: int = 0) -> dict:
     if pair:
         c["pair"] = 1
     return c
-
-
-def ws_pairs_fit(S: int) -> bool:
-    """Whether a `ws` config can take `pair` (two query tiles per program): an
-    even number of 128-row query blocks."""
-    return triton.cdiv(S, 128) % 2 == 0
 
 
 def _nvidia_order(base, D, sm90):
@@ -473,7 +430,7 @@ def _options(config, backend, shape, params):
     maxnreg = int(config.get("maxnreg", 0) or 0)
     if maxnreg and backend == "cuda":
         opts["maxnreg"] = maxnreg
-    consts = dict(consts, HEAD_DIM=D, CAUSAL=_causal(params), EVEN_N=S % consts["BLOCK_N"] == 0,
+    consts = dict(consts, HEAD_DIM=D, CAUSAL=attention_tiles.causal(params), EVEN_N=S % consts["BLOCK_N"] == 0,
                   Q_REGS=bool(config.get("q_regs", 0)), TMA=bool(config.get("tma", 0)))
     return opts, consts
 
@@ -483,15 +440,17 @@ def launch(op, inputs, out, config, params):
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     assert all(t.is_contiguous() for t in (q, k, v, out)), "attention: contiguous [B, H, S, D]"
     assert q.shape == k.shape == v.shape == out.shape, "attention: q, k, v, out of one shape"
-    B, H, S, D = _check_shape(q.shape)
+    B, H, S, D = attention_tiles.check_shape(q.shape)
     _check_config(config)
     if config.get("ws"):
         if common.device_backend(out) != "cuda":
             raise ValueError("attention: the `ws` configs (Gluon, warp-specialised) run on an sm_90 GPU only")
         from . import attention_wgmma
-        return attention_wgmma.launch_ws(q, k, v, out, _sm_scale(params, D), _causal(params), config)
+        return attention_wgmma.launch_ws(q, k, v, out, attention_tiles.sm_scale(params, D),
+                                         attention_tiles.causal(params), config)
     opts, consts = _options(config, common.device_backend(out), q.shape, params)
-    attention_fwd_kernel[_grid(q.shape, config)](q, k, v, out, B * H, S, _sm_scale(params, D), **consts, **opts)
+    attention_fwd_kernel[_grid(q.shape, config)](q, k, v, out, B * H, S, attention_tiles.sm_scale(params, D),
+                                                 **consts, **opts)
     return out
 
 
@@ -509,33 +468,22 @@ def _check_config(config):
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op, dtype)
-    _check_shape(shape)
+    attention_tiles.check_shape(shape)
     _check_config(config)
     if config.get("ws"):
         from . import attention_wgmma
-        return attention_wgmma.compile_spec(shape, dtype, _causal(params), config, target)
+        return attention_wgmma.compile_spec(shape, dtype, attention_tiles.causal(params), config, target)
     opts, consts = _options(config, common.backend(target), shape, params)
-    return common.spec(attention_fwd_kernel, kernel_args(shape, dtype, params), consts, opts,
+    return common.spec(attention_fwd_kernel, attention_tiles.kernel_args(shape, dtype, params), consts, opts,
                        _grid(shape, config), target)
-
-
-def kernel_args(shape, dtype, params) -> list:
-    """`common.spec`'s runtime arguments of this module's kernel; the last
-    four (out_ptr, BH, S, sm_scale) are attention_wgmma's too, after its three
-    TMA descriptors."""
-    B, H, S, D = _check_shape(shape)
-    ptr = common.pointer_type(dtype)
-    size = common.numel(shape) * common.element_bytes(dtype)  # each of q, k, v, out
-    return [("q_ptr", ptr, size), ("k_ptr", ptr, size), ("v_ptr", ptr, size), ("out_ptr", ptr, size),
-            ("BH", "i32", B * H), ("S", "i32", S), ("sm_scale", "fp32", _sm_scale(params, D))]
 
 
 def traffic(op, shape, dtype, params):
     _check(op, dtype)
-    B, H, S, D = _check_shape(shape)
+    B, H, S, D = attention_tiles.check_shape(shape)
     # q, k, v read once, out written once; two GEMMs over the visible (query, key)
     # pairs: S * S, or S * (S + 1) / 2 when causal.
-    pairs = S * (S + 1) // 2 if _causal(params) else S * S
+    pairs = S * (S + 1) // 2 if attention_tiles.causal(params) else S * S
     return {"bytes": 4 * B * H * S * D * common.element_bytes(dtype),
             "flops": 4 * B * H * pairs * D}
 
@@ -550,9 +498,9 @@ def hints(op, shape, dtype, params, config, target) -> dict:
     the running max / sum and the loop (calibrated on the sm_90 cubins: 177 at
     64 x 64 / 4 warps, 195 with q_regs). With the generic figure the model put
     every 128-row, 8-warp tile ahead of the 64-row ones on wave occupancy,
-    which the H200 measured the other way round (docs/performance.md)."""
+    which the H200 measured the other way round (docs/performance-journal.md)."""
     _check(op, dtype)
-    B, H, S, D = _check_shape(shape)
+    B, H, S, D = attention_tiles.check_shape(shape)
     if config.get("ws"):
         return {"registers": 168}  # ptxas for the whole kernel (consumers 240, producer 24 by setmaxnreg)
     threads = config["num_warps"] * common.warp_size(target)

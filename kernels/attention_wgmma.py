@@ -4,7 +4,7 @@ as FlashAttention-3: a producer warp and two consumer warpgroups.
 The attention template (kernels/attention.py) owns the contract, the
 reference, the inputs and the space; this module is the kernel, its launch and
 its compile spec, used through the template's `ws` configs (sm_90, D = 128,
-where the worker has an sm_90 GPU). `bench/attention_wgmma.py` checks and
+where the worker has an sm_90 GPU). `bench/speed/attention_wgmma.py` checks and
 times it alone.
 
 Same contract as kernels/attention.py: contiguous [B, H, S, D] q, k, v, out,
@@ -43,7 +43,7 @@ program, as this kernel first did, they cost 11% at the anchor shape: one
 program per SM (384 threads, 160 KiB of shared memory) and 2048 short
 programs, so every program's prologue is exposed.
 
-Measured on one H200 (2026-12-01; bench/attention_wgmma.py and `kiln run` of
+Measured on one H200 (2026-12-01; bench/speed/attention_wgmma.py and `kiln run` of
 jobs/examples/anchors_h200.yaml + attention_h200.yaml,
 bench/results/h200-2026-12-01-hostdesc/):
 
@@ -66,7 +66,7 @@ ping-pong between the two consumers (each issues its round of wgmma in turn,
 mbarrier-ordered): no change; a persistent grid (one program per SM, Q
 double-buffered, tiles dealt heaviest first in a snake order): slower
 (0.377-0.380); releasing K and V together: slower at 2 stages (0.438).
-Nsight Compute (bench/attention_profile.py) against cuDNN's kernel, which is
+Nsight Compute (bench/speed/attention_profile.py) against cuDNN's kernel, which is
 the same design (132 persistent programs of 384 threads, 168 registers), with
 device-side descriptors: tensor pipe active 47% against 64%, and 4.9 cycles
 per issued instruction stalled at barriers against 1.8 -- Gluon puts a
@@ -89,7 +89,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import mangle_type
 
-from . import attention, common
+from . import attention_tiles, common
 
 
 @gluon.jit
@@ -147,7 +147,7 @@ def _tile(t, BH, S, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_H: gl.co
         else:
             start_m = r // group_size
     else:
-        start_m, bh = attention.tile_order(gl.program_id(0), BH, S, BLOCK_M, GROUP_H)
+        start_m, bh = attention_tiles.tile_order(gl.program_id(0), BH, S, BLOCK_M, GROUP_H)
     q_lo = start_m * BLOCK_M
     if CAUSAL:
         n = gl.cdiv(gl.minimum(q_lo + BLOCK_M, S), BLOCK_N)
@@ -289,7 +289,7 @@ def _grid(shape, config) -> tuple:
     B, H, S, _ = shape
     tiles = B * H * triton.cdiv(S, 128)
     if config.get("pair"):
-        if not attention.ws_pairs_fit(S):
+        if not attention_tiles.ws_pairs_fit(S):
             raise ValueError(f"attention_wgmma: `pair` needs an even number of 128-row query blocks (S = {S})")
         return (tiles // 2, )
     return (tiles, )
@@ -333,6 +333,6 @@ def compile_spec(shape, dtype: str, causal: bool, config: dict, target: dict) ->
     rows = torch.empty(B * H * S, D, dtype=common.torch_dtype(dtype), device="meta")
     descs = _descriptors(rows, rows, rows, dtype, config)
     args = [(name, mangle_type(d), None) for name, d in zip(("q_desc", "k_desc", "v_desc"), descs)]
-    args += attention.kernel_args(shape, dtype, {"causal": causal})[3:]  # out_ptr, BH, S, sm_scale
+    args += attention_tiles.kernel_args(shape, dtype, {"causal": causal})[3:]  # out_ptr, BH, S, sm_scale
     return common.spec(attention_fwd_ws_kernel, args, _constexprs(D, causal, config), {"num_warps": 4},
                        _grid(shape, config), target)

@@ -321,13 +321,6 @@ def out_shape(shape, params):
     return [N, oc, OH, OW]
 
 
-def _gemm_dims(shape, params):
-    N, C, H, W = shape
-    _, oc, OH, OW = out_shape(shape, params)
-    ks = _params(params)[1]
-    return N * OH * OW, oc, C * ks * ks
-
-
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
     N, C, H, W = shape
@@ -592,7 +585,7 @@ def hints(op, shape, dtype, params, config, target) -> dict:
       BLOCK_K, which for BLOCK_P (pixels per program, walked in BLOCK_M chunks,
       not held at once) is wrong. Not capped at 255: above that the config
       spills, and the model counts it (the seed-shape calibration under-counts
-      configs whose K takes several steps by 30-100%, docs/performance.md).
+      configs whose K takes several steps by 30-100%, docs/performance-journal.md).
     store_run_bytes: contiguous output bytes one program writes per out channel
       before it moves on (BLOCK_P, or BLOCK_M for a persistent program).
     programs_per_sm: for a persistent grid, the resident programs per SM it

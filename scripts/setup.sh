@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine for Kiln and builds it: apt packages, Python
-# packages, CMake build in ./build. Idempotent and quiet when everything is there.
+# packages, CMake build in ./build. Idempotent: one line per step that does
+# something, nothing at all when everything is there and built. What apt, pip and
+# the compiler say goes to the log ($BUILD/setup.log); a failing step says so and
+# points at it.
 #   KILN_SKIP_APT=1   do not touch apt (packages installed by other means)
 #   KILN_BUILD_DIR    build directory (default: build)
+#   KILN_SETUP_LOG    the log (default: $KILN_BUILD_DIR/setup.log)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +20,30 @@ APT_PACKAGES=(build-essential cmake pkg-config git
   prometheus                  # promtool: tests check the metrics (kiln run --metrics) and configs/prometheus rules
 )
 
+BUILD=${KILN_BUILD_DIR:-build}
+mkdir -p "$BUILD"
+LOG=${KILN_SETUP_LOG:-$BUILD/setup.log}
+: >"$LOG"
+
 say() { echo "[setup] $*" >&2; }
+
+# run WHAT CMD...: CMD's output into the log; on failure, its error lines (else
+# its last lines) and where the rest is, then exit.
+run() {
+  local what=$1 rc=0 from
+  shift
+  echo "== $what: $*" >>"$LOG"
+  from=$(wc -l <"$LOG")
+  "$@" >>"$LOG" 2>&1 || rc=$?
+  if ((rc)); then
+    say "$what failed (exit $rc); all of its output is in $LOG"
+    local lines
+    lines=$(tail -n +"$((from + 1))" "$LOG" | grep -iE "error|fatal" | head -n 20 || true)
+    [[ -n $lines ]] || lines=$(tail -n 20 "$LOG")
+    sed 's/^/  | /' <<<"$lines" >&2
+    exit 1
+  fi
+}
 
 if [[ "${KILN_SKIP_APT:-0}" != 1 ]]; then
   missing=()
@@ -24,31 +51,40 @@ if [[ "${KILN_SKIP_APT:-0}" != 1 ]]; then
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
-    SUDO=""
-    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-    say "installing apt packages: ${missing[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    SUDO=()
+    [[ $(id -u) -ne 0 ]] && SUDO=(sudo)
+    say "apt: installing ${missing[*]}"
+    run "apt-get update" "${SUDO[@]}" apt-get update
+    run "apt-get install" "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y --no-install-recommends "${missing[@]}"
   fi
 fi
 
 PY=${KILN_PYTHON:-python3}
+# pip's advice (running as root, script locations, a newer pip) is not trouble:
+# keep it out of the log's way too.
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
 # torch first, pinned: with no torch installed, an unpinned `torch` pulls a CUDA
 # build of several GB; 2.13.0 is the CPU build this project tests with (install the
 # build for your accelerator from pytorch.org instead on a GPU machine).
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  say "installing torch ${KILN_TORCH_VERSION:-2.13.0}"
-  "$PY" -m pip install -q --disable-pip-version-check "torch==${KILN_TORCH_VERSION:-2.13.0}"
+  say "pip: installing torch ${KILN_TORCH_VERSION:-2.13.0}"
+  run "pip install torch" "$PY" -m pip install "torch==${KILN_TORCH_VERSION:-2.13.0}"
 fi
 if ! "$PY" -c "import triton, yaml, pytest, xdist, msgpack, numpy, sys; sys.exit(triton.__version__ != '3.6.0')" 2>/dev/null; then
-  say "installing Python packages (worker/requirements.txt)"
-  "$PY" -m pip install -q --disable-pip-version-check -r worker/requirements.txt
+  say "pip: installing worker/requirements.txt"
+  run "pip install -r worker/requirements.txt" "$PY" -m pip install -r worker/requirements.txt
 fi
 
-BUILD=${KILN_BUILD_DIR:-build}
 if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
-  cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  say "cmake: configuring $BUILD/ and building (the first build takes minutes)"
+  run "cmake configure" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
-cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -E "error|warning: unused" || true
-test -x "$BUILD/kiln" || { say "build failed"; cmake --build "$BUILD" -j1; exit 1; }
-say "ready: $BUILD/kiln"
+before=$(wc -l <"$LOG")
+run "cmake --build" cmake --build "$BUILD" -j"$(nproc)"
+# Makefiles and Ninja both say "Linking" for every target they relink.
+linked=$(tail -n +"$((before + 1))" "$LOG" | grep -c "Linking" || true)
+if ((linked)); then
+  say "cmake: built $BUILD/ ($linked targets relinked)"
+fi
+test -x "$BUILD/kiln" || { say "no $BUILD/kiln after the build; see $LOG"; exit 1; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run ON THE GPU MACHINE (Ubuntu 24.04, no registry): unpacks the carried .deps/
+# On a GPU node without a package registry (Ubuntu 24.04): unpacks .deps/ (fetch_deps.sh)
 # into /tmp/deps and builds Kiln into build-gpu/ against them: kiln, kiln-mpi
 # where CMake finds an MPI, and any targets given as arguments (kiln-replay).
 # Boost 1.74's Asio lacks an #include <utility> that GCC 13 needs: CXXFLAGS adds it.

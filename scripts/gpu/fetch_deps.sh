@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run HERE (a Debian 12 machine with a registry): downloads the .deb files the GPU
-# machine lacks (Boost 1.74 with compiled Program_options, SQLite headers) into
-# .deps/, which is git-ignored and carried to the device machine.
+# On a Debian 12 machine with a package registry: downloads the .deb files a GPU
+# node without one lacks (Boost 1.74 with compiled Program_options, SQLite
+# headers) into .deps/ (git-ignored); copy it to the GPU node's checkout.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .deps && cd .deps

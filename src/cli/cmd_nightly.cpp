@@ -571,7 +571,7 @@ int cmd_nightly(const Args& args) {
 // kiln decide: {"pairs": [{"previous": [ms...], "now": [ms...]}, ...]} on stdin
 // -> {"decisions": [{verdict, p, median_ratio, ratio_ci95, n_previous, n_now}, ...]}:
 // kiln nightly's decision (stats/regression.h) for tools that time outside a
-// catalog (bench/aa_nightly.py's A/A and injected-slowdown counts).
+// catalog (bench/trust/aa_nightly.py's A/A and injected-slowdown counts).
 int cmd_decide(const Args& args) {
   return guarded("decide", [&] {
     po::options_description d("kiln decide options");

@@ -56,7 +56,7 @@ std::shared_ptr<ForkServer> ForkServer::start(const std::vector<std::string>& wo
   if (!n) throw std::invalid_argument("ForkServer: the workers' command runs no module or script");
   std::vector<std::string> prefix(worker_argv.begin(), worker_argv.begin() + static_cast<std::ptrdiff_t>(*n));
   std::vector<std::string> argv = prefix;
-  argv.insert(argv.end(), {"-m", "kiln_worker.forkserver"});
+  argv.insert(argv.end(), {"-m", "kiln_worker.processes.forkserver"});
   if (preload) {
     std::string list;
     for (const auto& m : *preload) list += (list.empty() ? "" : ",") + m;
@@ -125,7 +125,7 @@ bool ForkServer::read_one(milliseconds wait) {
   buf.resize(static_cast<size_t>(got));
   const json m = json::parse(buf, nullptr, /*allow_exceptions=*/false);
   if (!m.is_object()) return true;
-  if (m.value("hello", std::string()) == "kiln_worker.forkserver") {
+  if (m.value("hello", std::string()) == "kiln_worker.processes.forkserver") {
     greeted_ = true;
   } else if (m.contains("exited") && m["exited"].is_number_integer()) {
     exits_[m["exited"].get<pid_t>()] = m.value("status", 0);
@@ -150,7 +150,7 @@ pid_t ForkServer::spawn(const std::vector<std::string>& args, const std::map<std
     const auto left = std::chrono::duration_cast<milliseconds>(started_ + kGreeting - Clock::now());
     if (left.count() <= 0) {
       fail("it did not greet the engine within " + seconds(kGreeting) + " (" + prefix_.front() +
-           " -m kiln_worker.forkserver is not a fork server); killed");
+           " -m kiln_worker.processes.forkserver is not a fork server); killed");
       break;
     }
     read_one(left);

@@ -1,7 +1,7 @@
-// The engine's side of worker/kiln_worker/forkserver.py: one Python process
+// The engine's side of worker/kiln_worker/processes/forkserver.py: one Python process
 // that imports torch and Triton once and forks each evaluator worker, instead
-// of every worker importing them itself (about 4 s each on the H200 node,
-// longer when many start at once and compete for the cores).
+// of every worker importing them itself (seconds each, longer when many start
+// at once and compete for the cores; docs/performance-journal.md, "The fork server").
 //
 // The server is our child; the workers are its children, each in its own
 // process group: the engine kills a worker's group as it would a worker it
@@ -27,7 +27,7 @@ namespace kiln {
 
 class ForkServer {
  public:
-  // Starts `INTERPRETER [FLAGS] -m kiln_worker.forkserver` for workers started
+  // Starts `INTERPRETER [FLAGS] -m kiln_worker.processes.forkserver` for workers started
   // as `worker_argv` = INTERPRETER [FLAGS] ARGS (FLAGS: the arguments before
   // "-m" or the first one not starting with '-'), with the workers' common
   // environment `env` (our environment plus these). `preload`: the modules to
@@ -94,15 +94,9 @@ class ForkServer {
 // Whether the engine starts its evaluator workers through a fork server, for
 // `workers` of them on a node of `cores`. KILN_FORK_SERVER=1: always; 0:
 // never; unset (auto): when the workers outnumber the cores, so their imports
-// would compete for them. Measured (docs/performance.md, "The fork server"):
-// 6 CPU workers on 2 cores finished a small batch 5-6 s sooner (20.5, 19.3 s
-// -> 14.5, 14.7 s); 24 GPU workers on the H200 node's 16 cores 0.8 s sooner in
-// the median of five small batches and 5 s sooner on cluster_h200 (one pair).
-// With no more workers than cores it gained nothing: 12 parallel imports take
-// about as long as one (4.1 s against 3.3-3.6 s), and 12 GPU workers forked at
-// one instant then wait longer for their CUDA contexts (the driver creates a
-// node's contexts one at a time: all 12 are ready after 1.8 s) than workers
-// whose imports end spread out: they began evaluating 1.3-2.2 s later.
+// would compete for them (with no more workers than cores the server gains
+// nothing: docs/performance-journal.md, "The fork server"). Reads the environment;
+// thread-safe.
 bool want_fork_server(int workers, unsigned cores);
 
 }  // namespace kiln

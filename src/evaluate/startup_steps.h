@@ -1,5 +1,5 @@
 // The steps of an evaluator worker's start, as its hello answers them
-// ("startup": seconds per step, worker/kiln_worker/server.py main): preload
+// ("startup": seconds per step, worker/kiln_worker/service/server.py main): preload
 // (a forked worker: the fork server's imports, done once for all), process
 // (the interpreter and the imports before main; a forked worker: since the fork), imports (torch, triton, the
 // device query), and on a GPU context (the CUDA/HIP context), compile (the

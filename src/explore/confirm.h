@@ -1,6 +1,6 @@
 // The confirmation round: after a job's exploration, its finalists and its
 // baselines are timed again together by one worker (method `confirm`,
-// worker/kiln_worker/confirm.py), and the best is chosen by the confirmed
+// worker/kiln_worker/evaluation/confirm.py), and the best is chosen by the confirmed
 // medians. The scheduler (scheduler.h) sends the request and records the
 // answer through these functions, so every executor (kiln run, kiln-mpi) gets
 // the stage. Pure functions over the catalog's rows and the worker's JSON.

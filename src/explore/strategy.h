@@ -31,7 +31,7 @@
 //
 // next_round() is a pure function of (space, principles, settings, history): the
 // template generator calls it each time the scheduler asks for a round, and
-// bench/replay.cpp calls it against recorded measurements.
+// bench/search/replay.cpp calls it against recorded measurements.
 #pragma once
 #include <optional>
 #include <string>

@@ -1,4 +1,4 @@
-// WorkerProcess with a ForkServer: worker/kiln_worker/forkserver.py forking
+// WorkerProcess with a ForkServer: worker/kiln_worker/processes/forkserver.py forking
 // tests/fixtures/fake_worker.py (preloading only `json`, so the tests stay
 // fast; the real preload is exercised by the end-to-end tests).
 #include <utility>

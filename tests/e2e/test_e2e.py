@@ -13,30 +13,17 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+from conftest import KILN, ROOT, kiln  # noqa: E402
+
 QUICKSTART = ROOT / "jobs" / "quickstart.yaml"
 
 AMD_MACHINE = 224
-
-
-def kiln(*args, catalog, check=True, timeout=900, env=None):
-    e = dict(os.environ, KILN_CATALOG=str(catalog))
-    if env:
-        e.update(env)
-    r = subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, env=e)
-    if check and r.returncode != 0:
-        raise AssertionError(f"kiln {' '.join(map(str, args))} exited {r.returncode}\n"
-                             f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-    return r
 
 
 def db_rows(catalog, sql):

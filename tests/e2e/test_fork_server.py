@@ -1,5 +1,5 @@
 """kiln run with its evaluator workers forked by the fork server
-(worker/kiln_worker/forkserver.py): the batch completes with correct results,
+(worker/kiln_worker/processes/forkserver.py): the batch completes with correct results,
 the workers report the server's preload, KILN_FORK_SERVER turns it on and off
 (unset: on when the workers outnumber the cores), and kill -9 of the engine
 leaves neither the server nor a worker behind."""

@@ -14,27 +14,26 @@ the job fails with that message, and no candidate rows are written.
 KILN_BIN names the binary (default: build/kiln).
 """
 import json
-import os
 import socket
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+from conftest import KILN, ROOT  # noqa: E402
+from conftest import kiln as run_kiln  # noqa: E402
+
 DATA = ROOT / "tests" / "data" / "reference" / "llm_e2e"
 SERVER = ROOT / "tests" / "fixtures" / "scripted_llm.py"
 
 
+LLM_VARS = ("KILN_LLM_BASE_URL", "KILN_LLM_MODEL", "KILN_LLM_API_KEY")
+
+
 def kiln(*args, catalog, env=None, timeout=900):
-    e = dict(os.environ, KILN_CATALOG=str(catalog))
-    for k in ("KILN_LLM_BASE_URL", "KILN_LLM_MODEL", "KILN_LLM_API_KEY"):
-        e.pop(k, None)
-    e.update(env or {})
-    return subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e)
+    """conftest.kiln without our LLM endpoint settings, not checked."""
+    return run_kiln(*args, catalog=catalog, env=env, timeout=timeout, unset=LLM_VARS, check=False)
 
 
 def ok(r):

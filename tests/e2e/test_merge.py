@@ -7,29 +7,15 @@ id % N == I, and the shard catalogs are merged into one.
 KILN_BIN names the binary (default: build/kiln).
 """
 import json
-import os
 import shutil
 import sqlite3
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+from conftest import KILN, ROOT, kiln  # noqa: E402
+
 MANIFEST = ROOT / "tests" / "data" / "manifests" / "slurm_small.yaml"
 SHARDS = 2
-
-
-def kiln(*args, catalog=None, check=True, timeout=900, env=None):
-    e = dict(os.environ, **(env or {}))
-    if catalog:
-        e["KILN_CATALOG"] = str(catalog)
-    r = subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e)
-    if check and r.returncode != 0:
-        raise AssertionError(f"kiln {' '.join(map(str, args))} exited {r.returncode}\n"
-                             f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-    return r
 
 
 def rows(catalog, sql, params=()):

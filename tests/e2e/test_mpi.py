@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+from conftest import KILN, ROOT  # noqa: E402
+from conftest import kiln as run_kiln  # noqa: E402
+
 KILN_MPI = KILN.parent / "kiln-mpi"
 KILN_MPIRUN = KILN.parent / "kiln-mpirun"
 SMALL = ROOT / "tests" / "data" / "manifests" / "mpi_small.yaml"
@@ -48,11 +49,7 @@ def mpi_env(catalog, **extra):
 
 
 def kiln(*args, catalog, check=True, timeout=300):
-    r = subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                       env=mpi_env(catalog))
-    if check and r.returncode != 0:
-        raise AssertionError(f"kiln {' '.join(map(str, args))} exited {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
+    return run_kiln(*args, check=check, timeout=timeout, base_env=mpi_env(catalog))
 
 
 def longer_manifest(tmp, softmax_shapes="[[4, 64], [8, 64], [4, 128]]"):

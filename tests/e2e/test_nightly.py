@@ -7,7 +7,6 @@ hidden `--report-only` mode (no submit, no run: the report step alone).
 KILN_BIN names the binary (default: build/kiln).
 """
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -15,19 +14,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+from conftest import KILN, ROOT, kiln  # noqa: E402
+
 MANIFEST = ROOT / "tests" / "data" / "manifests" / "slurm_small.yaml"
 EXIT_REGRESSION = 4
-
-
-def kiln(*args, catalog, check=True, timeout=900):
-    e = dict(os.environ, KILN_CATALOG=str(catalog))
-    r = subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e)
-    if check and r.returncode != 0:
-        raise AssertionError(f"kiln {' '.join(map(str, args))} exited {r.returncode}\n"
-                             f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-    return r
 
 
 def rows(catalog, sql, params=()):

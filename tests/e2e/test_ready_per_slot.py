@@ -1,6 +1,6 @@
 """kiln run --ready-per-slot: the option reaches the scheduler (its effect,
 which jobs an idle slot takes up, is unit-tested in tests/cpp/dispatch_test.cpp
-and measured on the H200 pair in docs/performance.md), and a bad value is a
+and measured on the H200 pair in docs/performance-journal.md), and a bad value is a
 usage error."""
 import pytest
 

@@ -1,28 +1,28 @@
 """Search quality on recorded H200 measurements, as a regression test.
 
-bench/results/h200-2026-11-30-evening/anchors-slim.db holds an exhaustive run of
+tests/data/search/h200-2026-11-30-evening/anchors-slim.db holds an exhaustive run of
 the anchor cases on an H200 (every config measured). Replaying Kiln's own
-strategy code over it (kiln-replay, driven by bench/search_efficiency.py with
+strategy code over it (kiln-replay, driven by bench/search/search_efficiency.py with
 the worker's space hints, as in a live run) is deterministic for a seed, so the
 goal of issue 3 -- halving within 3% of the exhaustive best with at least 5x
 fewer evaluations on the matmul and conv2d spaces -- can be checked on every
 change to the config model or the strategy. (It says nothing about a new GPU
-run; bench/h200_conv2d_search.sh and bench/h200_run.sh do.)
+run; bench/search/h200_conv2d_search.sh and bench/speed/h200_run.sh do.)
 
-bench/results/h200-2026-11-30-night/conv2d-32x64x56x56-exhaustive-slim.db is a
+tests/data/search/h200-2026-11-30-night/conv2d-32x64x56x56-exhaustive-slim.db is a
 second conv2d shape (64 input channels: K in several steps), measured live
 after the config model had been tuned on the seed shape. Halving missed it by
 1.90x until round 0 gave half its picks to tile shapes no other pick had
 (strategy.h `tiles`); that change was made with this catalog in view, so the
 test guards it rather than proving it on unseen data.
 
-bench/results/h200-2026-12-01/holdout2/kiln-h200-search-slim.db holds eight
+tests/data/search/h200-2026-12-01/holdout2/kiln-h200-search-slim.db holds eight
 shapes recorded after halving's priors (src/explore/priors.h) were fixed; the
 priors come from the catalogs recorded before it (leave-one-out: a job of the
 replayed shape never counts). The model alone misses most of its conv2d jobs;
 with priors, every seed of seven of the eight jobs lands within 3% at a budget
-of a fifth of the space (docs/performance.md, "Halving with priors").
-bench/results/h200-2026-12-01/holdout3/ holds eight more, chosen after the
+of a fifth of the space (docs/performance-journal.md, "Halving with priors").
+tests/data/search/h200-2026-12-01/holdout3/ holds eight more, chosen after the
 priors took the places of model picks in round 0: there every job meets the goal.
 """
 import json
@@ -34,11 +34,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CATALOG = ROOT / "bench" / "results" / "h200-2026-11-30-evening" / "anchors-slim.db"
-CONV_64_CHANNELS = ROOT / "bench" / "results" / "h200-2026-11-30-night" / "conv2d-32x64x56x56-exhaustive-slim.db"
-HOLDOUT2 = ROOT / "bench" / "results" / "h200-2026-12-01" / "holdout2" / "kiln-h200-search-slim.db"
-HOLDOUT3 = ROOT / "bench" / "results" / "h200-2026-12-01" / "holdout3" / "kiln-h200-search-slim.db"
-EARLIER = sorted(str(p) for p in (ROOT / "bench" / "results").glob("h200-2026-11-30*/**/*slim.db"))
+# Slim catalogs of exhaustive H200 runs (bench/search/slim_catalog.py): the replays' fixtures.
+SEARCH_DATA = ROOT / "tests" / "data" / "search"
+CATALOG = SEARCH_DATA / "h200-2026-11-30-evening" / "anchors-slim.db"
+CONV_64_CHANNELS = SEARCH_DATA / "h200-2026-11-30-night" / "conv2d-32x64x56x56-exhaustive-slim.db"
+HOLDOUT2 = SEARCH_DATA / "h200-2026-12-01" / "holdout2" / "kiln-h200-search-slim.db"
+HOLDOUT3 = SEARCH_DATA / "h200-2026-12-01" / "holdout3" / "kiln-h200-search-slim.db"
+EARLIER = sorted(str(p) for p in SEARCH_DATA.glob("h200-2026-11-30*/**/*slim.db"))
 REPLAY = Path(os.environ.get("KILN_REPLAY", ROOT / "build" / "kiln-replay"))
 
 
@@ -46,7 +48,7 @@ REPLAY = Path(os.environ.get("KILN_REPLAY", ROOT / "build" / "kiln-replay"))
 def replayed():
     if not REPLAY.exists():
         pytest.fail(f"{REPLAY} is missing: build it (cmake --build build --target kiln-replay)")
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search_efficiency.py"), str(CATALOG),
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search" / "search_efficiency.py"), str(CATALOG),
                         "--replay", str(REPLAY), "--seeds", "30", "--jobs", "6,7,9,10", "--json"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -75,7 +77,7 @@ def test_halving_beats_random_at_the_same_budget(replayed):
 
 
 def test_conv2d_search_holds_with_64_input_channels():
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search_efficiency.py"), str(CONV_64_CHANNELS),
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search" / "search_efficiency.py"), str(CONV_64_CHANNELS),
                         "--replay", str(REPLAY), "--seeds", "30", "--json"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -89,7 +91,7 @@ def test_conv2d_search_holds_with_64_input_channels():
 def replay_with_priors(catalog, priors_from):
     """{(op, shape): {strategy: row}} of search_efficiency.py with --priors-from;
     the capped rows' budget suffix becomes "@" ("halving+priors@")."""
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search_efficiency.py"), str(catalog),
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "search" / "search_efficiency.py"), str(catalog),
                         "--replay", str(REPLAY), "--seeds", "20", "--json", "--priors-from", ",".join(priors_from)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

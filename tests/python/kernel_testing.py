@@ -1,7 +1,8 @@
-"""What test_kernels.py and test_kernels_more.py share: the operator registry,
-the test targets, running a case under the interpreter, ELF headers, and the
-rules every template's config space keeps whatever the operator (each file adds
-its operators' own). Imported after the test module has chosen the interpreter
+"""What the template tests (test_kernels.py, test_template_contract.py and the
+per-family files) share: the operator registry, the test targets, running a case
+under the interpreter, comparing with the reference, ELF headers, and the rules
+every template's config space keeps whatever the operator (each file adds its
+operators' own). Imported after the test module has chosen the interpreter
 (TRITON_INTERPRET=1) and put the repository on sys.path."""
 
 import importlib
@@ -97,3 +98,48 @@ def checked_space(mod, op, shape, dtype, params, tg, target):
             if target == "gfx950":
                 assert c.get("kpack", 1) == 1
     return space
+
+
+# -- shared by test_template_contract.py and the per-family files --------------
+
+NEW_OPS = ["rmsnorm", "row_sum", "row_mean", "row_max", "gemm_bias_act", "attention"]
+
+
+# Anchor shapes (the H200 anchor cases, jobs/examples/anchors_h200.yaml): spaces and compiles only, never run here.
+ANCHORS = {
+    "rmsnorm": ([16384, 4096], "bf16", {}),
+    "row_sum": ([16384, 4096], "fp32", {}),
+    "row_mean": ([16384, 4096], "bf16", {}),
+    "row_max": ([16384, 4096], "fp16", {}),
+    "gemm_bias_act": ([8192, 4096, 4096], "bf16", {"activation": "gelu"}),
+    "attention": ([4, 32, 2048, 128], "bf16", {"causal": True}),
+}
+
+
+def check_close(op, out, ref, dtype):
+    tol = _common().tolerance(dtype)
+    assert out.shape == ref.shape, (op, out.shape, ref.shape)
+    assert not torch.isnan(out).any(), f"{op}: NaN in output (unwritten elements?)"
+    # the worker scales atol by the output's rms once it exceeds 1 (sums of many terms)
+    atol = tol["atol"] * max(1.0, float(ref.double().pow(2).mean().sqrt()))
+    torch.testing.assert_close(out.to(ref.dtype), ref, atol=atol, rtol=tol["rtol"])
+
+
+def pick(configs, pred=None):
+    """First, middle and last config (of those matching pred)."""
+    if pred is not None:
+        configs = [c for c in configs if pred(c)]
+    assert configs, "no config of the requested kind"
+    idx = sorted({0, len(configs) // 2, len(configs) - 1})
+    return [configs[i] for i in idx]
+
+
+# An H200 target with the specs of configs/targets/H200.yaml that the row,
+# matmul and GEMM spaces read (TARGETS["sm_90"] has only the arch).
+H200_FULL = dict(TARGETS["sm_90"], compute_units=132, simds_per_cu=4, max_waves_per_simd=16,
+                 lds_bytes_per_cu=233472, max_shared_per_block=232448, registers_per_cu=65536)
+
+
+def _common():
+    from kernels import common
+    return common

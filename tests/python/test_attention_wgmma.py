@@ -7,7 +7,7 @@ templates' cubins) and checks what the schedule relies on: a producer warp
 and two consumer warpgroups (12 warps with the padding), shared memory of
 exactly Q + the K and V rings + barriers, no register spills, and that ptxas
 did not serialise the wgmmas. On an sm_90 GPU the kernel is also run against
-the fp32 reference on odd shapes (the same checks bench/attention_wgmma.py
+the fp32 reference on odd shapes (the same checks bench/speed/attention_wgmma.py
 makes before it times anything).
 
     python3 -m pytest tests/python/test_attention_wgmma.py -q
@@ -24,7 +24,7 @@ sys.path[:0] = [p for p in (os.path.join(ROOT, "worker"), ROOT) if p not in sys.
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import attention, attention_wgmma, common  # noqa: E402
+from kernels import attention, attention_tiles, attention_wgmma, common  # noqa: E402
 from kernel_testing import TARGETS  # noqa: E402
 
 H200 = TARGETS["sm_90"]
@@ -122,7 +122,7 @@ def test_ws_tiles_are_offered_only_where_an_sm90_gpu_can_check_them(monkeypatch)
 def test_a_ws_config_compiles_through_the_template_and_the_worker():
     # the path of the worker's compile stage: the template's compile_spec, then
     # targetcompile (which must hand a Gluon kernel to GluonASTSource)
-    from kiln_worker import targetcompile
+    from kiln_worker.codeobject import targetcompile
     c = {"BLOCK_M": 128, "BLOCK_N": 128, "GROUP_H": 8, "num_warps": 12, "num_stages": 2, "ws": 1}
     spec = attention.compile_spec("attention", [2, 4, 1000, 128], "bf16", {"causal": True}, c, H200)
     assert spec["grid"] == (2 * 4 * 8, 1, 1)
@@ -141,7 +141,7 @@ def test_a_ws_config_compiles_through_the_template_and_the_worker():
     assert q_desc["type"] == "nvTmaDesc" and q_desc["dtype"] == "bf16" and q_desc["block_shape"] == [64, 128]
     assert q_desc["tensormap"]["block_size"] == [64, 64]  # 128-byte swizzle: the box is 64 elements wide
     assert [a["type"] for a in art["args"][1:5]] == ["i32", "i32", "i64", "i64"]
-    from kiln_worker import resources
+    from kiln_worker.codeobject import resources
     params = resources.cubin_report(compiled.asm["cubin"], compiled.metadata.name, run_ptxas=False)
     assert params["num_kernel_args"] == len(art["args"])  # the cubin's parameters, the hidden scratch pointers last
     assert sum(1 for a in art["args"] if a.get("hidden")) == 2
@@ -179,7 +179,7 @@ def test_matches_the_reference_on_gpu(shape, dtype, causal, bn, stages, pair):
     p = {"causal": causal}
     inputs = attention.make_inputs("attention", shape, dtype, p, 3, torch.device("cuda"))
     out = attention.output_like("attention", inputs, p).fill_(float("nan"))
-    attention_wgmma.launch_ws(inputs["q"], inputs["k"], inputs["v"], out, attention._sm_scale(p, shape[3]), causal,
+    attention_wgmma.launch_ws(inputs["q"], inputs["k"], inputs["v"], out, attention_tiles.sm_scale(p, shape[3]), causal,
                               _cfg(bn=bn, stages=stages, pair=pair))
     ref = attention.reference("attention", {k: v.float() for k, v in inputs.items()}, p)
     torch.testing.assert_close(out.float(), ref, **common.tolerance(dtype))

@@ -1,4 +1,4 @@
-"""The one-pass comparison kernel (worker/kiln_worker/compare_kernel.py) gives
+"""The one-pass comparison kernel (worker/kiln_worker/evaluation/compare_kernel.py) gives
 exactly check.torch_stats' statistics -- counts, maxima, ratios -- on the
 dtype pairs a check meets, under the Triton interpreter (on a GPU too, where
 one is present), and check.compare takes it only where it applies."""
@@ -14,7 +14,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
 
-from kiln_worker import check, compare_kernel  # noqa: E402
+from kiln_worker.evaluation import check, compare_kernel  # noqa: E402
 
 PAIRS = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32), (torch.float32, torch.float64)]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") == "0" else [])
@@ -102,7 +102,7 @@ def test_strided_views_read_in_logical_order():
     # issue 17: the kernel read raw pointers of a reshape(-1) that can be a
     # strided view: a wrong output equal to the reference storage's prefix
     # passed, a correct strided output failed
-    from kiln_worker import compare_kernel
+    from kiln_worker.evaluation import compare_kernel
     # the kernel's device: a GPU where Triton compiles for one, else the interpreter's CPU
     dev = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
     base = torch.randn(74, dtype=torch.float32, device=dev)

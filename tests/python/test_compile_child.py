@@ -18,7 +18,7 @@ WORKER = HOME / "worker"
 # prints its pid, then waits to be killed.
 STAND_IN = """
 import sys, time
-from kiln_worker.compile_child import CompileClient
+from kiln_worker.processes.compile_child import CompileClient
 c = CompileClient()
 c.start()
 print(c.proc.pid, flush=True)
@@ -57,7 +57,7 @@ def test_child_dies_with_a_killed_worker():
 
 def test_child_of_a_gone_worker_exits_at_once():
     # die_with_parent with a pid that is not our parent: the "parent" is gone
-    code = ("from kiln_worker.compile_child import die_with_parent\n"
+    code = ("from kiln_worker.processes.lifetime import die_with_parent\n"
             "die_with_parent(1 if __import__('os').getppid() != 1 else 2)\nprint('survived')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(WORKER)))
@@ -65,7 +65,7 @@ def test_child_of_a_gone_worker_exits_at_once():
 
 
 def test_child_with_its_worker_alive_keeps_running():
-    code = ("import os\nfrom kiln_worker.compile_child import die_with_parent\n"
+    code = ("import os\nfrom kiln_worker.processes.lifetime import die_with_parent\n"
             "assert die_with_parent(os.getppid())\nprint('survived')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(WORKER)))

@@ -92,7 +92,7 @@ def test_bad_requests_are_refused(worker):
 
 def test_clock_drop_rule():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
-    from kiln_worker.confirm import clock_dropped
+    from kiln_worker.evaluation.confirm import clock_dropped
     assert clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1800}) is True
     assert clock_dropped({"sm_clock_mhz": 1980}, {"sm_clock_mhz": 1900}) is False
     assert clock_dropped({}, {"sm_clock_mhz": 1}) is False
@@ -103,7 +103,7 @@ def test_gpu_timing_loop_with_a_fake_device():
     spin, start event, the injected sleep, the call, end event; the spin stays
     outside the timed region, the injected delay inside it."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
-    from kiln_worker.confirm import _Clock
+    from kiln_worker.evaluation.confirm import _Clock
     log, clock = [], [0.0]
 
     class Buf:

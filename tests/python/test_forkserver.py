@@ -1,4 +1,4 @@
-"""kiln_worker.forkserver as the engine uses it: a real server process on a
+"""kiln_worker.processes.forkserver as the engine uses it: a real server process on a
 SOCK_SEQPACKET socket, forking real workers that answer the worker protocol
 (CPU / Triton interpreter, the fixture template library).
 
@@ -25,7 +25,7 @@ from worker_client import HOME, TARGET_MI300X, worker_env  # noqa: E402
 class Server:
     def __init__(self, env: dict):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = subprocess.Popen([sys.executable, "-m", "kiln_worker.forkserver"], stdin=theirs,
+        self.proc = subprocess.Popen([sys.executable, "-m", "kiln_worker.processes.forkserver"], stdin=theirs,
                                      stdout=theirs, stderr=subprocess.PIPE, env=env, cwd=str(HOME))
         theirs.close()
         self.seq = 0
@@ -178,7 +178,7 @@ def test_a_different_pythonpath_is_refused(cpu_env):
         socket.send_fds(server.sock, [json.dumps({"seq": 1, "args": ["-m", "kiln_worker"],
                                                   "env": env}).encode()], w.child_fds())
         w.close_child_fds()
-        assert server.message()["hello"] == "kiln_worker.forkserver"  # first, before the preload
+        assert server.message()["hello"] == "kiln_worker.processes.forkserver"  # first, before the preload
         m = server.message()
         assert m == {"seq": 1, "error": "PYTHONPATH differs from the fork server's"}
     finally:

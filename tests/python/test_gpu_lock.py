@@ -14,19 +14,20 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
 
-from kiln_worker import bench  # noqa: E402
+from kiln_worker.evaluation import timing  # noqa: E402
+from kiln_worker.processes import gpulock  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def lock_file(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_GPU_LOCK", str(tmp_path / "gpu.lock"))
-    bench.take_spans()
-    bench.take_lock_waits()
+    gpulock.take_spans()
+    gpulock.take_lock_waits()
     yield
 
 
 def _hold(shared: bool, seconds: float, q) -> None:
-    with bench.gpu_lock(shared=shared):
+    with gpulock.gpu_lock(shared=shared):
         q.put(("in", shared, time.time()))
         time.sleep(seconds)
         q.put(("out", shared, time.time()))
@@ -42,17 +43,17 @@ def _events(procs, q):
 
 
 def test_spans_record_what_held_the_lock():
-    with bench.gpu_lock(shared=True):
+    with gpulock.gpu_lock(shared=True):
         time.sleep(0.01)
-    with bench.gpu_lock():
+    with gpulock.gpu_lock():
         time.sleep(0.01)
-    with bench.gpu_lock(shared=True, kind="setup"):
+    with gpulock.gpu_lock(shared=True, kind="setup"):
         time.sleep(0.01)
-    spans = bench.take_spans()
+    spans = gpulock.take_spans()
     assert [k for _, _, k in spans] == ["check", "bench", "setup"]
     assert all(b - a >= 0.009 for a, b, _ in spans)
-    assert bench.take_spans() == []
-    assert set(bench.take_lock_waits()) == {"check", "bench", "setup"}
+    assert gpulock.take_spans() == []
+    assert set(gpulock.take_lock_waits()) == {"check", "bench", "setup"}
 
 
 def test_lock_waits_count_the_queueing_per_kind():
@@ -61,15 +62,15 @@ def test_lock_waits_count_the_queueing_per_kind():
     holder = ctx.Process(target=_hold, args=(False, 0.5, q))
     holder.start()
     assert q.get(timeout=10)[0] == "in"
-    with bench.gpu_lock(shared=True):  # waits for the holder's benchmark
+    with gpulock.gpu_lock(shared=True):  # waits for the holder's benchmark
         pass
-    with bench.gpu_lock():             # free by now
+    with gpulock.gpu_lock():             # free by now
         pass
     holder.join(10)
-    waits = bench.take_lock_waits()
+    waits = gpulock.take_lock_waits()
     assert 0.3 <= waits["check"] < 5
     assert 0 <= waits["bench"] < 0.2
-    assert bench.take_lock_waits() == {}
+    assert gpulock.take_lock_waits() == {}
 
 
 def test_checks_share_the_gpu_and_benchmarks_exclude_them():
@@ -108,15 +109,15 @@ def test_a_waiting_benchmark_goes_before_later_checks():
 
 def test_the_holder_runs_at_the_lock_niceness_and_gets_its_own_back(monkeypatch):
     calls = []
-    monkeypatch.setattr(bench.os, "getpriority", lambda which, who: 3)
-    monkeypatch.setattr(bench.os, "setpriority", lambda which, who, prio: calls.append(prio))
+    monkeypatch.setattr(gpulock.os, "getpriority", lambda which, who: 3)
+    monkeypatch.setattr(gpulock.os, "setpriority", lambda which, who, prio: calls.append(prio))
     monkeypatch.setenv("KILN_GPU_LOCK_NICE", "-5")
-    with bench.gpu_lock():
+    with gpulock.gpu_lock():
         assert calls == [-5]
     assert calls == [-5, 3]
     # Unset: the priority is left alone.
     monkeypatch.delenv("KILN_GPU_LOCK_NICE")
-    with bench.gpu_lock(shared=True):
+    with gpulock.gpu_lock(shared=True):
         pass
     assert calls == [-5, 3]
 
@@ -126,25 +127,25 @@ def test_a_lock_niceness_that_is_not_permitted_changes_nothing(monkeypatch):
 
     def refuse(which, who, prio):
         raise PermissionError(1, "Operation not permitted")
-    monkeypatch.setattr(bench.os, "setpriority", refuse)
+    monkeypatch.setattr(gpulock.os, "setpriority", refuse)
     monkeypatch.setenv("KILN_GPU_LOCK_NICE", "-20")
-    with bench.gpu_lock():
+    with gpulock.gpu_lock():
         held = True
     assert held
     # For real, at this thread's own niceness (always permitted): it has it
     # inside and after.
-    monkeypatch.setattr(bench.os, "setpriority", real)
+    monkeypatch.setattr(gpulock.os, "setpriority", real)
     before = os.getpriority(os.PRIO_PROCESS, 0)
     monkeypatch.setenv("KILN_GPU_LOCK_NICE", str(before))
-    with bench.gpu_lock():
+    with gpulock.gpu_lock():
         assert os.getpriority(os.PRIO_PROCESS, 0) == before
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
 
 
 def test_space_answer_has_grid_hints():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from kiln_worker.evaluate import space
-    from kiln_worker.templates import Library
+    from kiln_worker.evaluation.evaluate import space
+    from kiln_worker.evaluation.templates import Library
     target = {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32,
               "max_shared_per_block": 232448}
     r = space(Library(), {"op": "matmul", "shape": [256, 256, 256], "dtype": "fp16", "target": target})
@@ -155,13 +156,13 @@ def test_space_answer_has_grid_hints():
 
 
 def test_a_lock_nested_in_an_exclusive_one_is_a_no_op():
-    with bench.gpu_lock():
-        assert bench.held() == "exclusive"
-        with bench.gpu_lock(shared=True):   # would deadlock on a second flock
-            with bench.gpu_lock():
+    with gpulock.gpu_lock():
+        assert gpulock.held() == "exclusive"
+        with gpulock.gpu_lock(shared=True):   # would deadlock on a second flock
+            with gpulock.gpu_lock():
                 pass
-    assert bench.held() is None
-    kinds = [k for _, _, k in bench.take_spans()]
+    assert gpulock.held() is None
+    kinds = [k for _, _, k in gpulock.take_spans()]
     assert kinds == ["bench"]               # one span: the outer lock's
 
 
@@ -171,16 +172,16 @@ def test_out_of_memory_is_retried_alone_with_memory_freed(monkeypatch):
     lock exclusively; a second OOM is reported as such, not as a bad kernel."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
-    from kiln_worker import evaluate
-    from kiln_worker.device import select_device
-    from kiln_worker.templates import Library
+    from kiln_worker.evaluation import evaluate
+    from kiln_worker.processes.device import select_device
+    from kiln_worker.evaluation.templates import Library
     ev = evaluate.Evaluation(Library(), select_device())
     ev.inputs.entries[("x", 0)] = {"pristine": None, "ref": None}
     ev.inputs.jobs.append(("x",))
     seen = []
 
     def flaky(job, config, artifact_dir):
-        seen.append(bench.held())
+        seen.append(gpulock.held())
         if len(seen) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return {"status": "ok", "timings": {}}
@@ -199,8 +200,8 @@ def test_out_of_memory_is_retried_alone_with_memory_freed(monkeypatch):
 
 def test_space_answer_carries_a_templates_own_hints():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from kiln_worker.evaluate import space
-    from kiln_worker.templates import Library
+    from kiln_worker.evaluation.evaluate import space
+    from kiln_worker.evaluation.templates import Library
     target = {"name": "H200", "backend": "cuda", "arch": "sm_90", "warp_size": 32, "compute_units": 132,
               "max_shared_per_block": 232448}
     r = space(Library(), {"op": "conv2d", "shape": [2, 3, 16, 16], "dtype": "fp16",
@@ -214,9 +215,9 @@ def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
     # the job's input draws (set-up), the checks and the benchmark each hold
     # the lock; the kernel is loaded before the checks take it (preload.py)
     import yaml
-    from kiln_worker.device import select_device
-    from kiln_worker.evaluate import Evaluation
-    from kiln_worker.templates import Library
+    from kiln_worker.processes.device import select_device
+    from kiln_worker.evaluation.evaluate import Evaluation
+    from kiln_worker.evaluation.templates import Library
 
     ev = Evaluation(Library(), select_device())
     target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
@@ -245,37 +246,37 @@ def test_on_a_gpu_every_kernel_of_an_evaluation_runs_holding_the_lock():
 
 
 def test_warm_up_off_a_gpu_does_nothing():
-    from kiln_worker.device import Device, warm_up
+    from kiln_worker.processes.device import Device, warm_up
     assert warm_up(Device("cpu", "cpu", "cpu", None)) == {}
-    assert bench.take_spans() == []  # no lock taken
+    assert gpulock.take_spans() == []  # no lock taken
 
 
 def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     # The warm-up's kernels run holding the lock shared (kind "warmup"): a
     # benchmark holding it excludes them. Stand-ins for torch record what runs
     # when, so this runs without a GPU.
-    from kiln_worker import device
+    from kiln_worker.processes import device
     order = []
 
     class FakeCuda:
         @staticmethod
         def synchronize():
-            order.append(("sync", bench.held()))
+            order.append(("sync", gpulock.held()))
 
         @staticmethod
         def _sleep(cycles):
-            order.append(("sleep", bench.held()))
+            order.append(("sleep", gpulock.held()))
 
         class Event:
             def __init__(self, enable_timing=False):
                 pass
 
             def record(self):
-                order.append(("event", bench.held()))
+                order.append(("event", gpulock.held()))
 
     class FakeTensor:
         def __matmul__(self, other):
-            order.append(("matmul", bench.held()))
+            order.append(("matmul", gpulock.held()))
             return self
 
         def float(self):
@@ -302,7 +303,7 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
 
         @staticmethod
         def empty(*a, **k):
-            order.append(("context", bench.held()))
+            order.append(("context", gpulock.held()))
             return FakeTensor()
 
         @staticmethod
@@ -315,9 +316,9 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
         def isfinite(t):
             return t
 
-    from kiln_worker import compare_kernel
-    monkeypatch.setattr(compare_kernel, "precompile", lambda d: order.append(("compile", bench.held())))
-    monkeypatch.setattr(compare_kernel, "warm", lambda d: order.append(("compare", bench.held())))
+    from kiln_worker.evaluation import compare_kernel
+    monkeypatch.setattr(compare_kernel, "precompile", lambda d: order.append(("compile", gpulock.held())))
+    monkeypatch.setattr(compare_kernel, "warm", lambda d: order.append(("compare", gpulock.held())))
     monkeypatch.setitem(sys.modules, "torch", FakeTorch)
     dev = device.Device("cuda", "stand-in GPU", "cuda", "sm_90")
     q = mp.get_context("fork").Queue()
@@ -335,7 +336,7 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     assert order[:2] == [("context", None), ("compile", None)]
     assert {held for what, held in order[2:]} == {"shared"} and ("compare", "shared") in order
     assert [what for what, _ in order].count("matmul") == 3  # fp32, bf16, fp16
-    assert [k for _, _, k in bench.take_spans()] == ["warmup"]
+    assert [k for _, _, k in gpulock.take_spans()] == ["warmup"]
 
 
 def test_warm_up_in_its_own_thread_is_waited_for_once(monkeypatch):
@@ -343,17 +344,17 @@ def test_warm_up_in_its_own_thread_is_waited_for_once(monkeypatch):
     # blocks until it is done, reports its phases and the wait once, and drops
     # its lock span and wait, which belong to no evaluation.
     import threading
-    from kiln_worker import device
+    from kiln_worker.processes import device
     release = threading.Event()
     logged = []
 
     def fake_warm_up(dev):
-        with bench.gpu_lock(shared=True, kind="warmup"):
+        with gpulock.gpu_lock(shared=True, kind="warmup"):
             release.wait(10)
         return {"context_s": 0.1, "compile_s": 0.2, "kernels_s": 0.3}
 
     monkeypatch.setattr(device, "warm_up", fake_warm_up)
-    with bench.gpu_lock(shared=True, kind="check"):  # (an evaluation's span, kept)
+    with gpulock.gpu_lock(shared=True, kind="check"):  # (an evaluation's span, kept)
         pass
     t0 = time.perf_counter()
     w = device.WarmUp(device.Device("cuda", "stand-in GPU", "cuda", "sm_90"), logged.append)
@@ -363,13 +364,13 @@ def test_warm_up_in_its_own_thread_is_waited_for_once(monkeypatch):
     assert w.done() and got["wait_s"] >= 0.2
     assert {k: got[k] for k in ("context_s", "compile_s", "kernels_s")} == w.phases
     assert w.wait() is None  # reported once
-    assert [k for _, _, k in bench.take_spans()] == ["check"]
-    assert "warmup" not in bench.take_lock_waits()
+    assert [k for _, _, k in gpulock.take_spans()] == ["check"]
+    assert "warmup" not in gpulock.take_lock_waits()
     assert logged and logged[0].startswith("warmed up: context 0.10 s")
 
 
 def test_warm_up_off_a_gpu_or_failing_is_not_waited_for(monkeypatch):
-    from kiln_worker import device
+    from kiln_worker.processes import device
     w = device.WarmUp(device.Device("cpu", "cpu", "cpu", None))
     assert w.done() and w.wait() is None
 
@@ -392,18 +393,18 @@ def test_two_threads_of_one_process_exclude_each_other():
     inside = threading.Event()
 
     def checker():
-        with bench.gpu_lock(shared=True):
-            events.append(("check in", bench.held()))
+        with gpulock.gpu_lock(shared=True):
+            events.append(("check in", gpulock.held()))
             inside.set()
             time.sleep(0.3)
-            events.append(("check out", bench.held()))
+            events.append(("check out", gpulock.held()))
 
     t = threading.Thread(target=checker)
     t.start()
     assert inside.wait(10)
-    assert bench.held() is None  # the other thread's hold is not this one's
-    with bench.gpu_lock():
-        events.append(("bench in", bench.held()))
+    assert gpulock.held() is None  # the other thread's hold is not this one's
+    with gpulock.gpu_lock():
+        events.append(("bench in", gpulock.held()))
     t.join()
     assert events == [("check in", "shared"), ("check out", "shared"), ("bench in", "exclusive")]
 
@@ -411,9 +412,9 @@ def test_two_threads_of_one_process_exclude_each_other():
 def _stand_in_gpu_evaluation():
     # An Evaluation that takes a CPU for a GPU: its set-up path runs (threads,
     # lock, input cache), its tensors stay on the CPU.
-    from kiln_worker.device import Device
-    from kiln_worker.evaluate import Evaluation
-    from kiln_worker.templates import Library
+    from kiln_worker.processes.device import Device
+    from kiln_worker.evaluation.evaluate import Evaluation
+    from kiln_worker.evaluation.templates import Library
     lib = Library()
     ev = Evaluation(lib, Device("cpu", "cpu", "cpu", None))
     ev.dev = Device("cuda", "stand-in GPU", "cpu", "sm_90")
@@ -424,20 +425,20 @@ def _stand_in_gpu_evaluation():
 def test_a_jobs_set_up_runs_in_a_thread_and_the_check_finds_it_done():
     ev, mod = _stand_in_gpu_evaluation()
     job = {"validation": {"seeds": 2}}
-    bench.take_spans()
+    gpulock.take_spans()
     setup = ev._start_setup(mod, "add", [64], "fp32", {}, job)
     assert setup is not None
     setup.join()
-    assert [k for _, _, k in bench.take_spans()] == ["setup"] * 4  # two draws, two references
+    assert [k for _, _, k in gpulock.take_spans()] == ["setup"] * 4  # two draws, two references
     entries = list(ev.inputs.entries.values())
     assert len(entries) == 2 and all(e["ref"] is not None for e in entries)
     assert ev._setup_s > 0
     # set up already: nothing to start; the check's own draw finds the entry
     assert ev._start_setup(mod, "add", [64], "fp32", {}, job) is None
-    from kiln_worker import check
+    from kiln_worker.evaluation import check
     assert ev._entry(mod, "add", [64], "fp32", {}, check.seed_list(job)[0], "cpu") is entries[0]
     # another job: another set-up; holding the lock (the out-of-memory retry): none
-    with bench.gpu_lock():
+    with gpulock.gpu_lock():
         assert ev._start_setup(mod, "add", [128], "fp32", {}, job) is None
 
 
@@ -469,7 +470,7 @@ def test_the_lock_is_keyed_by_the_physical_gpu(monkeypatch):
     monkeypatch.delenv("KILN_GPU_LOCK", raising=False)
     ident = {"uuid": "GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc", "pci_bus_id": "0000:1b:00.0",
              "name": "NVIDIA H200", "driver": "570.1"}
-    monkeypatch.setitem(bench._IDENTITY, 0, ident)
+    monkeypatch.setitem(gpulock._IDENTITY, 0, ident)
     paths = set()
     for vis in (None, "0", "GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc", "3"):
         if vis is None:
@@ -477,20 +478,20 @@ def test_the_lock_is_keyed_by_the_physical_gpu(monkeypatch):
         else:
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", vis)
         monkeypatch.setenv("HIP_VISIBLE_DEVICES", "0")
-        paths.add(bench.lock_path())
+        paths.add(gpulock.lock_path())
     assert paths == {"/tmp/kiln-gpu-GPU-8d2c5b1e-0000-4a4a-9e9e-123456789abc.lock"}
     # no UUID (an older driver): the PCI bus id; neither: the visible devices
-    assert bench.lock_key({"uuid": None, "pci_bus_id": "0000:1b:00.0"}) == "0000_1b_00.0"
+    assert gpulock.lock_key({"uuid": None, "pci_bus_id": "0000:1b:00.0"}) == "0000_1b_00.0"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
-    assert bench.lock_key({}) == "1_2"
+    assert gpulock.lock_key({}) == "1_2"
     monkeypatch.setenv("KILN_GPU_LOCK", "/tmp/explicit.lock")
-    assert bench.lock_path() == "/tmp/explicit.lock"
+    assert gpulock.lock_path() == "/tmp/explicit.lock"
 
 
 def test_device_identity_off_a_gpu_is_empty(monkeypatch):
-    monkeypatch.delitem(bench._IDENTITY, 0, raising=False)
+    monkeypatch.delitem(gpulock._IDENTITY, 0, raising=False)
     if torch.cuda.is_available():
-        ident = bench.device_identity()
+        ident = gpulock.device_identity()
         assert ident["uuid"] or ident["pci_bus_id"]
     else:
-        assert bench.device_identity() == {}
+        assert gpulock.device_identity() == {}

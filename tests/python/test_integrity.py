@@ -14,8 +14,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
 
-from kiln_worker import check  # noqa: E402
-from kiln_worker.integrity import Snapshot  # noqa: E402
+from kiln_worker.evaluation import check  # noqa: E402
+from kiln_worker.sandbox.integrity import Snapshot  # noqa: E402
 
 
 def fake(*a, **k):
@@ -50,7 +50,7 @@ def _patch_gc_referents():
 
 
 def _patch_importlib():
-    importlib.import_module("kiln_worker.check").compare = fake
+    importlib.import_module("kiln_worker.evaluation.check").compare = fake
 
 
 def _patch_code():
@@ -61,8 +61,8 @@ SPELLINGS = {"self_param": (_patch_self_param, "torch.Tensor.tolist"),
              "for_target": (_patch_for_target, "torch.Tensor.tolist"),
              "type_setattr": (_patch_type_setattr, "torch.Tensor.tolist"),
              "gc_referents": (_patch_gc_referents, "torch.Tensor.tolist"),
-             "importlib": (_patch_importlib, "kiln_worker.check.compare"),
-             "code": (_patch_code, "kiln_worker.check.compare")}
+             "importlib": (_patch_importlib, "kiln_worker.evaluation.check.compare"),
+             "code": (_patch_code, "kiln_worker.evaluation.check.compare")}
 
 
 @pytest.mark.parametrize("name", sorted(SPELLINGS))
@@ -112,7 +112,7 @@ def test_the_evaluators_own_data_counts(snap):
     old = check.COMPARE_CHUNK
     check.COMPARE_CHUNK = 1
     try:
-        assert snap.changes() == ["kiln_worker.check.COMPARE_CHUNK was replaced"]
+        assert snap.changes() == ["kiln_worker.evaluation.check.COMPARE_CHUNK was replaced"]
     finally:
         check.COMPARE_CHUNK = old
 

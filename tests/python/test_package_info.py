@@ -1,4 +1,4 @@
-"""The worker's `package_info` method (worker/kiln_worker/package_info.py and
+"""The worker's `package_info` method (worker/kiln_worker/packaging/package_info.py and
 its parts: shape_expr, launch_exprs, verify_data), against the contract of
 docs/package-format.md.
 
@@ -35,10 +35,10 @@ for p in (str(HOME / "worker"), str(HOME), str(HOME / "tests" / "python" / "fixt
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kiln_worker import launch_exprs, package_info, verify_data  # noqa: E402
-from kiln_worker.shape_expr import ExprError, cdiv, dims, emin, evaluate, parse  # noqa: E402
-from kiln_worker.targetcompile import kernel_args  # noqa: E402
-from kiln_worker.templates import Library  # noqa: E402
+from kiln_worker.packaging import launch_exprs, package_info, verify_data  # noqa: E402
+from kiln_worker.packaging.shape_expr import ExprError, cdiv, dims, emin, evaluate, parse  # noqa: E402
+from kiln_worker.codeobject.targetcompile import kernel_args  # noqa: E402
+from kiln_worker.evaluation.templates import Library  # noqa: E402
 from worker_client import TARGET_H200, TARGET_MI300X, Worker, worker_env  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",

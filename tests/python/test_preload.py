@@ -14,7 +14,7 @@ sys.path[:0] = [str(ROOT / "worker"), str(ROOT)]
 
 from triton import knobs  # noqa: E402
 
-from kiln_worker import preload as pl  # noqa: E402
+from kiln_worker.evaluation import preload as pl  # noqa: E402
 
 
 def _module(launch):

@@ -1,4 +1,4 @@
-"""Static screening of generated code (worker/kiln_worker/screen.py); no worker, no GPU.
+"""Static screening of generated code (worker/kiln_worker/sandbox/screen.py); no worker, no GPU.
 
 The hostile corpus (tests/data/hostile/*.py) carries its expectations in header
 comments: ``# expect: <rule>``, ``# status: <status>``, ``# layer: static|dynamic``.
@@ -16,7 +16,7 @@ import pytest
 
 HOME = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(HOME / "worker"))
-from kiln_worker.screen import screen  # noqa: E402
+from kiln_worker.sandbox.screen import screen  # noqa: E402
 
 HOSTILE = sorted((HOME / "tests" / "data" / "hostile").glob("*.py"))
 SOLUTIONS = sorted((HOME / "tests" / "data" / "reference" / "solutions").glob("*.py"))

@@ -14,8 +14,10 @@ import torch
 HOME = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(HOME / "worker"))
 
-from kiln_worker import bench, check, resources, targetcompile  # noqa: E402
-from kiln_worker.jsonsafe import json_safe  # noqa: E402
+from kiln_worker.evaluation import timing, check  # noqa: E402
+from kiln_worker.processes import gpulock  # noqa: E402
+from kiln_worker.codeobject import resources, targetcompile  # noqa: E402
+from kiln_worker.service.jsonsafe import json_safe  # noqa: E402
 
 
 def _ref(shape=(8, 16), scale=1.0, seed=0):
@@ -256,7 +258,7 @@ def test_stats_ms_matches_numpy():
     rng = random.Random(3)
     for n in (1, 2, 7, 100, 1000):
         xs = [rng.lognormvariate(0, 0.3) for _ in range(n)]
-        s = bench.stats_ms(xs)
+        s = timing.stats_ms(xs)
         assert math.isclose(s["mean_ms"], float(np.mean(xs)), rel_tol=1e-12)
         assert math.isclose(s["median_ms"], float(np.median(xs)), rel_tol=1e-12)
         assert math.isclose(s["p99_ms"], float(np.percentile(xs, 99)), rel_tol=1e-12)
@@ -266,10 +268,10 @@ def test_stats_ms_matches_numpy():
 
 
 def test_flush_bytes():
-    assert bench.flush_bytes(None) == 256 * 2**20
-    assert bench.flush_bytes({"l2_bytes": 50 * 2**20}) == 256 * 2**20
-    assert bench.flush_bytes({"l2_bytes": 4 * 2**20, "infinity_cache_bytes": 256 * 2**20}) == 520 * 2**20
-    assert bench.flush_bytes({"infinity_cache_bytes": 10 * 2**30}) == 2**30
+    assert timing.flush_bytes(None) == 256 * 2**20
+    assert timing.flush_bytes({"l2_bytes": 50 * 2**20}) == 256 * 2**20
+    assert timing.flush_bytes({"l2_bytes": 4 * 2**20, "infinity_cache_bytes": 256 * 2**20}) == 520 * 2**20
+    assert timing.flush_bytes({"infinity_cache_bytes": 10 * 2**30}) == 2**30
 
 
 # -- occupancy / limits --------------------------------------------------------------
@@ -367,7 +369,7 @@ def test_json_safe():
 
 def test_compile_child_death_is_reported(monkeypatch):
     import subprocess
-    from kiln_worker import compile_child
+    from kiln_worker.processes import compile_child
 
     client = compile_child.CompileClient()
 
@@ -422,7 +424,7 @@ def test_benchmark_control_flow_with_fake_device():
         log.append("launch")
 
     target = {"l2_bytes": 4 * 2**20, "infinity_cache_bytes": 256 * 2**20}
-    r = bench.benchmark(launch, 3, 4, "Fake GPU", target, api=Api())
+    r = timing.benchmark(launch, 3, 4, "Fake GPU", target, api=Api())
     assert r["runs"] == 4 and r["warmup"] == 3 and r["device"] == "Fake GPU"
     assert r["mean_ms"] == 2.5 and r["median_ms"] == 2.5 and r["min_ms"] == 1.0 and r["max_ms"] == 4.0
     assert log[0] == ("buffer", 520 * 2**20)
@@ -472,18 +474,18 @@ def test_benchmark_cutoff_stops_a_slow_kernel_early(kernel_ms, cutoff, stops):
         clock[0] += kernel_ms
         log.append("launch")
 
-    r = bench._benchmark(launch, 5, 100, "Fake GPU", {}, api=_fake_api(log, clock), cutoff_ms=cutoff)
+    r = timing._benchmark(launch, 5, 100, "Fake GPU", {}, api=_fake_api(log, clock), cutoff_ms=cutoff)
     assert r["median_ms"] == kernel_ms
     if stops:
-        assert r["runs"] == bench.CUTOFF_CHECK_RUNS and log.count("launch") == 5 + bench.CUTOFF_CHECK_RUNS
-        assert r["stopped_early"] == {"after_runs": bench.CUTOFF_CHECK_RUNS, "median_ms": kernel_ms,
+        assert r["runs"] == timing.CUTOFF_CHECK_RUNS and log.count("launch") == 5 + timing.CUTOFF_CHECK_RUNS
+        assert r["stopped_early"] == {"after_runs": timing.CUTOFF_CHECK_RUNS, "median_ms": kernel_ms,
                                       "cutoff_ms": cutoff}
     else:
         assert r["runs"] == 100 and log.count("launch") == 105 and "stopped_early" not in r
 
 
 def test_the_binary_timed_is_the_binary_shipped():
-    from kiln_worker.launches import match_timed, same_device, untimed
+    from kiln_worker.codeobject.launches import match_timed, same_device, untimed
     h200 = {"name": "H200", "backend": "cuda", "arch": "sm_90"}
     mi300 = {"name": "MI300X", "backend": "hip", "arch": "gfx942"}
     assert same_device(h200, "sm_90") and same_device({"arch": "90"}, "sm_90")

@@ -24,8 +24,8 @@ HERE = Path(__file__).resolve().parent
 HOME = HERE.parent.parent
 sys.path.insert(0, str(HOME / "worker"))
 
-from kiln_worker import msgpack_lite, resources  # noqa: E402
-from kiln_worker.elf import Elf, ElfError  # noqa: E402
+from kiln_worker.codeobject import msgpack_lite, resources  # noqa: E402
+from kiln_worker.codeobject.elf import Elf, ElfError  # noqa: E402
 
 GFX_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41}
 
@@ -331,7 +331,7 @@ def test_scratch_allocator_serves_triton_requests():
     size asked for on the given device; before, Triton's null allocator raises."""
     import torch
     from triton.runtime import _allocation
-    from kiln_worker.device import install_scratch_allocator
+    from kiln_worker.processes.device import install_scratch_allocator
 
     token = _allocation._allocator.set(_allocation._NULL_ALLOCATOR)
     try:

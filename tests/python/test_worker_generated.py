@@ -272,7 +272,7 @@ def test_cpu_limit_kills_a_busy_loop(worker):
 
 def _direct(source: str, timeout=120, limits=None) -> dict:
     """A sandbox child on a program that was NOT screened (the run-time layer alone)."""
-    from kiln_worker.generated import Pool, run_in_child
+    from kiln_worker.sandbox.generated import Pool, run_in_child
     pool = Pool(interpret=True)
     pool.prewarm = False
     try:
@@ -378,7 +378,7 @@ def _listening_port():
 NETNS_PROBE = textwrap.dedent("""
     import socket, sys
     sys.path.insert(0, sys.argv[2])
-    from kiln_worker.sandbox import isolate_network
+    from kiln_worker.sandbox.confine import isolate_network
     mode = isolate_network()
     try:
         socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2).close()
@@ -544,7 +544,7 @@ def test_gpu_dynamic_hostile(gpu_worker, name):
 @gpu
 def test_gpu_side_stream_launch_is_caught_at_run_time():
     # not screened: the launch on a side stream is seen by the launch capture
-    from kiln_worker.generated import Pool, run_in_child
+    from kiln_worker.sandbox.generated import Pool, run_in_child
     src = RELU_ADD.replace("        out = torch.empty_like(x)\n",
                            "        out = torch.empty_like(x)\n        s = torch.cuda.Stream()\n")
     src = src.replace("        relu_add_kernel[grid]", "        with torch.cuda.stream(s):\n"

@@ -1,6 +1,6 @@
 import sys
 
-from .server import main
+from .service.server import main
 
 if __name__ == "__main__":
     sys.exit(main())

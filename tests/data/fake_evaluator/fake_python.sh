@@ -3,7 +3,7 @@
 # (KILN_PYTHON): runs the scripted evaluator beside this file whatever the
 # arguments (-m kiln_worker), except the fork server's: this stand-in cannot
 # be one, and says so by exiting (the engine then starts each worker itself).
-if [ "$1" = "-m" ] && [ "$2" = "kiln_worker.forkserver" ]; then
+if [ "$1" = "-m" ] && [ "$2" = "kiln_worker.processes.forkserver" ]; then
   echo "fake_python.sh: not a fork server" >&2
   exit 2
 fi

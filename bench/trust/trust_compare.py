@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Two runs of bench/trust/h200_trust.sh compared, and the independent harness against
+the catalog: the tables of docs/performance.md's "Confirmed numbers" section,
+generated from the files the runs wrote (nothing typed).
+
+    python3 bench/trust/trust_compare.py RUN_A RUN_B
+
+RUN_A / RUN_B: folders with `best.json` (`kiln best --json`) and, for RUN_B,
+`independent.json` (bench/trust/independent_bench.py). Prints Markdown.
+
+Table 1 (reproducibility): per job on both runs, the confirmed median and 95%
+interval; "holds" when each run's median lies in the other's interval or the
+two are within 2% (issue 17's acceptance 1).
+Table 2 (independent harness, RUN_B): do_bench on the packaged cubin against
+the confirmed median ("within 3%"), and in the same harness Kiln's kernel
+against cuBLAS's GEMM (torch.matmul) where the operator is a GEMM.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def key(b: dict) -> tuple:
+    return (b["op"], "x".join(map(str, b["shape"])), b["dtype"], b["target"])
+
+
+def confirmed(b: dict):
+    c = b.get("confirmed") or {}
+    med = c.get("median_ms")
+    ci = c.get("ci95_ms") or [None, None]
+    return med, ci, bool((c.get("conditions") or {}).get("clock_drop"))
+
+
+def main() -> int:
+    a_dir, b_dir = Path(sys.argv[1]), Path(sys.argv[2])
+    A = {key(b): b for b in json.loads((a_dir / "best.json").read_text())}
+    B = {key(b): b for b in json.loads((b_dir / "best.json").read_text())}
+    print("| job | run A ms [95% CI] | run B ms [95% CI] | B / A | holds |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    held = total = 0
+    for k in sorted(set(A) & set(B)):
+        ma, ca, da = confirmed(A[k])
+        mb, cb, db = confirmed(B[k])
+        if ma is None or mb is None or None in ca or None in cb:
+            continue
+        total += 1
+        ok = (ca[0] <= mb <= ca[1]) or (cb[0] <= ma <= cb[1]) or abs(mb / ma - 1) <= 0.02
+        held += ok
+        flag = lambda d: " (clock drop)" if d else ""  # noqa: E731
+        print(f"| {k[0]} {k[1]} {k[2]} | {ma:.4f} [{ca[0]:.4f}, {ca[1]:.4f}]{flag(da)} | "
+              f"{mb:.4f} [{cb[0]:.4f}, {cb[1]:.4f}]{flag(db)} | {mb / ma:.3f} | {'yes' if ok else '**no**'} |")
+    print(f"\n{held} of {total} jobs hold.\n")
+    ind = json.loads((b_dir / "independent.json").read_text())
+    print(f"Independent harness ({ind['device']}, torch {ind['torch']}, Triton {ind['triton']}; "
+          "`triton.testing.do_bench`, median of 3 rounds):\n")
+    print("| job | correct | do_bench ms | confirmed ms | do_bench / confirmed | within 3% | cuBLAS GEMM ms | Kiln / cuBLAS |")
+    print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |")
+    within = n = 0
+    for r in ind["rows"]:
+        if "ms" not in r:
+            print(f"| {r['operator']} {'x'.join(map(str, r['shape']))} {r['dtype']} | error: {r.get('error')} | | | | | | |")
+            continue
+        n += 1
+        ratio = r["ms"] / r["catalog_ms"]
+        within += abs(ratio - 1) <= 0.03
+        cub = r.get("cublas_gemm_ms")
+        cub_ms = f"{cub:.4f}" if cub else ""
+        vs_cub = f"{r['ms'] / cub:.3f}" if cub else ""
+        print(f"| {r['operator']} {'x'.join(map(str, r['shape']))} {r['dtype']} | {'yes' if r['correct'] else '**no**'} | "
+              f"{r['ms']:.4f} | {r['catalog_ms']:.4f} | {ratio:.3f} | {'yes' if abs(ratio - 1) <= 0.03 else '**no**'} | "
+              f"{cub_ms} | {vs_cub} |")
+    print(f"\n{within} of {n} confirmed medians reproduced within 3% by the independent harness.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

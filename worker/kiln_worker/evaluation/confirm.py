@@ -1,0 +1,419 @@
+"""The confirm method: a job's finalists and baselines timed again, together.
+
+After a job's exploration the engine sends its finalists (the best and every
+candidate within the confirmation margin) and its baselines (the PyTorch eager
+reference; ``torch.compile(mode="max-autotune")`` of it where the manifest asks)
+in one request. Each entry is set up once (a template config launches as
+`evaluate` launches it; a baseline calls what a PyTorch user would: the template
+module's `eager` hook where it has one -- attention: SDPA -- else its `reference`,
+on the job's native-dtype inputs), then all of them are timed in `rounds` rounds,
+in an order that rotates by one entry per round, `reps` timed calls per entry
+and round:
+
+- every call starts cold: the L2 flush and the GPU spin of ``timing._benchmark``
+  (the host's launch overhead stays out), device events around the call;
+- each round uses the next of a few input sets drawn for the job (rotating), so
+  no entry is timed on inputs it has seen in the previous round;
+- a candidate's output is filled with NaN before its round and checked against
+  the reference after its timed calls: what was timed computed the right thing;
+- the device's clocks, temperature and power are read (NVML through torch, or
+  pynvml) at the start and end of each round; a round whose SM clock fell by
+  more than 5% is flagged (``clock_drop``).
+
+Every timed round holds the GPU lock exclusively (``gpulock.gpu_lock``), so no
+other worker's kernels run meanwhile; set-up holds it shared, as checks do.
+
+On the CPU (Triton interpreter) the calls are timed with ``time.perf_counter``
+and the result says ``basis: "cpu"``: such numbers are for tests of the
+pipeline, never mixed with device timings.
+
+Request: ``{"job": JOB, "entries": [{"id": candidate_id, "config": CONFIG} |
+{"baseline": "eager" | "compile"}], "rounds": R, "reps": N}``. An entry may add
+``"inject_ms"`` (benchmarks of the regression test only, bench/trust/aa_nightly.py):
+a GPU sleep kernel of about that length (a CPU spin on the CPU) inside each of
+its timed calls: a kernel really that much slower.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from typing import Any
+
+from . import check, timing
+from ..processes import gpulock
+from .evaluate import BadRequest, job_fields
+
+INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
+CLOCK_DROP = 0.05         # an SM clock that falls more than this share within a round
+MAX_ROUNDS, MAX_REPS = 1000, 100000
+SEED_BASE = 7919          # input sets' seeds: SEED_BASE + i (not the check's seeds)
+
+
+def parse_entries(entries: Any) -> list[dict]:
+    if not isinstance(entries, list) or not entries:
+        raise BadRequest("confirm: 'entries' must be a non-empty list")
+    out = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise BadRequest(f"confirm: entry {i} must be an object")
+        inject = e.get("inject_ms")
+        if inject is not None and (not isinstance(inject, (int, float)) or inject < 0):
+            raise BadRequest(f"confirm: entry {i}: inject_ms must be a non-negative number")
+        if "baseline" in e:
+            if e["baseline"] not in ("eager", "compile"):
+                raise BadRequest(f"confirm: entry {i}: baseline must be 'eager' or 'compile'")
+            out.append({"baseline": e["baseline"], "inject_ms": inject})
+        else:
+            cid, config = e.get("id"), e.get("config")
+            if not isinstance(cid, int) or isinstance(cid, bool) or not isinstance(config, dict):
+                raise BadRequest(f"confirm: entry {i} needs an integer 'id' and a 'config' object, "
+                                 "or a 'baseline'")
+            out.append({"id": cid, "config": config, "inject_ms": inject})
+    return out
+
+
+def _count(req: dict, key: str, default: int, limit: int) -> int:
+    v = req.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= limit:
+        raise BadRequest(f"confirm: '{key}' must be an integer in [1, {limit}]")
+    return v
+
+
+# -- conditions -----------------------------------------------------------------
+
+def device_identity(dev) -> dict:
+    import torch
+    import triton
+    ident: dict[str, Any] = {"name": dev.name, "kind": dev.kind, "torch": torch.__version__,
+                             "triton": triton.__version__, "python": platform.python_version()}
+    if not dev.is_gpu:
+        ident["host"] = platform.node()
+        ident["cpu"] = platform.processor() or platform.machine()
+        return ident
+    props = torch.cuda.get_device_properties(0)
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        ident["uuid"] = str(uuid)
+    for attr in ("pci_bus_id", "pci_device_id", "pci_domain_id"):
+        if hasattr(props, attr):
+            ident[attr] = getattr(props, attr)
+    ident["cuda"] = getattr(torch.version, "cuda", None)
+    ident["hip"] = getattr(torch.version, "hip", None)
+    nv = _pynvml()
+    if nv is not None:
+        try:
+            ident["driver"] = _text(nv.nvmlSystemGetDriverVersion())
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            h = _nvml_handle(nv)
+            ident["nvml_uuid"] = _text(nv.nvmlDeviceGetUUID(h))
+            ident["nvml_pci_bus_id"] = _text(nv.nvmlDeviceGetPciInfo(h).busId)
+        except Exception:  # noqa: BLE001
+            pass
+    if "driver" not in ident:
+        try:  # the CUDA driver API's version (e.g. 13000), without NVML
+            ident["driver"] = f"cuda driver api {torch._C._cuda_getDriverVersion()}"
+        except Exception:  # noqa: BLE001
+            ident["driver"] = None
+    return ident
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+_NVML: list = []
+
+
+def _pynvml():
+    """pynvml, initialised, or None (not installed, no driver)."""
+    if _NVML:
+        return _NVML[0]
+    mod = None
+    try:
+        import pynvml  # type: ignore
+        pynvml.nvmlInit()
+        mod = pynvml
+    except Exception:  # noqa: BLE001
+        mod = None
+    _NVML.append(mod)
+    return mod
+
+
+def _nvml_handle(nv):
+    """The NVML handle of torch's device 0, by its UUID or PCI bus id (NVML
+    numbers all GPUs, CUDA_VISIBLE_DEVICES renumbers them); never by index,
+    which could name another GPU."""
+    import torch
+    props = torch.cuda.get_device_properties(0)
+    uuid = str(getattr(props, "uuid", "") or "")
+    for u in ([uuid, "GPU-" + uuid] if uuid else []):
+        try:
+            return nv.nvmlDeviceGetHandleByUUID(u.encode())
+        except Exception:  # noqa: BLE001
+            pass
+    bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    return nv.nvmlDeviceGetHandleByPciBusId(bus.encode())
+
+
+def read_sensors(dev) -> dict:
+    """SM and memory clocks (MHz), temperature (C), power (W) now; what cannot be
+    read is left out, with `source` naming what answered (or why nothing did)."""
+    if not dev.is_gpu:
+        return {"source": "none (CPU)"}
+    out: dict[str, Any] = {}
+    nv = _pynvml()
+    if nv is not None:
+        try:
+            h = _nvml_handle(nv)
+            out["sm_clock_mhz"] = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)
+            out["mem_clock_mhz"] = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
+            out["temperature_c"] = nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)
+            out["power_w"] = nv.nvmlDeviceGetPowerUsage(h) / 1000.0
+            out["source"] = "pynvml"
+            return out
+        except Exception as exc:  # noqa: BLE001
+            out["nvml_error"] = str(exc)[:200]
+    import torch
+    for key, fn, scale in (("sm_clock_mhz", "clock_rate", 1), ("temperature_c", "temperature", 1),
+                           ("power_w", "power_draw", 1e-3)):
+        f = getattr(torch.cuda, fn, None)
+        if f is None:
+            continue
+        try:
+            out[key] = f() * scale
+            out["source"] = "torch.cuda"
+        except Exception as exc:  # noqa: BLE001
+            out.setdefault("errors", {})[key] = str(exc)[:120]
+    out.setdefault("source", "none (no NVML / amdsmi)")
+    return out
+
+
+def clock_dropped(start: dict, end: dict) -> bool:
+    a, b = start.get("sm_clock_mhz"), end.get("sm_clock_mhz")
+    return isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b < a * (1 - CLOCK_DROP)
+
+
+# -- timing ---------------------------------------------------------------------
+
+class _Clock:
+    """Per call: cold cache, spin, then the call between two marks. On a GPU
+    device events (read once per round), on the CPU perf_counter."""
+
+    def __init__(self, dev, target: dict | None, api=None):
+        self.gpu = dev.is_gpu or api is not None
+        if self.gpu:
+            self.api = api or timing._Cuda()  # a fake one in the tests
+            self.cache = self.api.buffer(timing.flush_bytes(target))
+            self.cycles_per_ms = None
+
+    def calibrate_sleep(self) -> float:
+        """GPU sleep cycles per millisecond on this device (for inject_ms)."""
+        if self.cycles_per_ms is None:
+            a, b = self.api.event(), self.api.event()
+            n = 2_000_000
+            self.api.sleep(n)  # first call loads the kernel
+            self.api.synchronize()
+            a.record()
+            self.api.sleep(n)
+            b.record()
+            self.api.synchronize()
+            self.cycles_per_ms = n / max(1e-6, a.elapsed_time(b))
+        return self.cycles_per_ms
+
+    def host_cycles(self, fn) -> int:
+        """The spin that covers the host's enqueue (timing._benchmark's rule)."""
+        host = []
+        for _ in range(3):
+            self.cache.zero_()
+            t0 = time.perf_counter()
+            fn()
+            host.append(time.perf_counter() - t0)
+        self.api.synchronize()
+        host_s = sorted(host)[1]
+        return int(min(5e7, max(2e4, 2.0 * host_s * 2.5e9)))
+
+    def time_calls(self, fn, reps: int, cycles: int, inject_ms: float | None) -> list[float]:
+        if not self.gpu:
+            out = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                if inject_ms:
+                    until = time.perf_counter() + inject_ms / 1e3
+                    while time.perf_counter() < until:
+                        pass
+                out.append((time.perf_counter() - t0) * 1e3)
+            return out
+        inject = int(inject_ms * self.calibrate_sleep()) if inject_ms else 0
+        starts = [self.api.event() for _ in range(reps)]
+        ends = [self.api.event() for _ in range(reps)]
+        for i in range(reps):
+            self.cache.zero_()
+            self.api.sleep(cycles)
+            starts[i].record()
+            if inject:
+                self.api.sleep(inject)
+            fn()
+            ends[i].record()
+        self.api.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _lock(dev, shared: bool, kind: str):
+    import contextlib
+    return gpulock.gpu_lock(shared=shared, kind=kind) if dev.is_gpu else contextlib.nullcontext()
+
+
+def run(lib, dev, req: dict) -> dict:
+    """The `confirm` method (module docstring)."""
+    import torch
+    op, shape, dtype, params, target = job_fields(lib, req.get("job"))
+    entries = parse_entries(req.get("entries"))
+    rounds = _count(req, "rounds", 5, MAX_ROUNDS)
+    reps = _count(req, "reps", 20, MAX_REPS)
+    mod = lib.launch_module(op)
+    job = req["job"]
+    atol, rtol = check.resolve_tolerances(job, mod, op, shape, params)
+    updt = check.upcast_dtype(dtype)
+    tdev = dev.torch_device
+    gpulock.take_spans()
+    t_setup = time.perf_counter()
+
+    # Input sets, each with its reference (upcast, as the check computes it).
+    sets = []
+    with _lock(dev, True, "setup"):
+        for i in range(min(INPUT_SETS, rounds)):
+            seed = SEED_BASE + i
+            torch.manual_seed(seed)
+            inputs = mod.make_inputs(op, shape, dtype, params, seed, tdev)
+            ref = mod.reference(op, check.upcast(inputs, updt), params)
+            sets.append({"seed": seed, "inputs": inputs, "ref": ref, "memo": {}})
+        if dev.is_gpu:
+            torch.cuda.synchronize()
+
+    # Each entry's call on input set s.
+    # The baselines call what a PyTorch user would: the template's `eager` hook
+    # where it has one (attention: SDPA), else its reference.
+    eager = getattr(mod, "eager", None) or mod.reference
+    calls = []
+    for e in entries:
+        if "baseline" in e:
+            if e["baseline"] == "eager":
+                fns = [(lambda s=s: eager(op, s["inputs"], params)) for s in sets]
+            else:
+                compiled = torch.compile(lambda inputs: eager(op, inputs, params),
+                                         mode="max-autotune")
+                fns = [(lambda s=s: compiled(s["inputs"])) for s in sets]
+            calls.append({"entry": e, "fns": fns, "out": None})
+        else:
+            # One output per finalist: poisoned before each round, checked after it.
+            out = mod.output_like(op, sets[0]["inputs"], params)
+            fns = [(lambda s=s, cfg=e["config"], out=out: mod.launch(op, s["inputs"], out, cfg, params))
+                   for s in sets]
+            calls.append({"entry": e, "fns": fns, "out": out, "check": None})
+
+    clock = _Clock(dev, target)
+    if dev.is_gpu:
+        # The finalists' kernels found in the JIT cache and loaded before the
+        # lock, as the check does (preload.py): host work, no GPU work.
+        from .preload import preload
+        for c in calls:
+            if c["out"] is not None:
+                preload(mod, op, sets[0]["inputs"], c["out"], c["entry"]["config"], params)
+    # Warm-up (JIT loads, torch.compile's autotuning) and the spin per entry.
+    with _lock(dev, True, "setup"):
+        for c in calls:
+            for fn in c["fns"]:
+                fn()
+            if dev.is_gpu:
+                torch.cuda.synchronize()
+                c["cycles"] = clock.host_cycles(c["fns"][0])
+            else:
+                c["cycles"] = 0
+    setup_s = time.perf_counter() - t_setup
+
+    t_time = time.perf_counter()
+    samples: list[list[float]] = [[] for _ in calls]
+    round_conditions = []
+    n = len(calls)
+    for r in range(rounds):
+        s_idx = r % len(sets)
+        order = [(r + k) % n for k in range(n)]
+        for c in calls:  # poison the candidates' outputs before the round
+            if c["out"] is not None:
+                _poison(c["out"])
+        with _lock(dev, False, "bench"):
+            if dev.is_gpu:
+                torch.cuda.synchronize()
+            start = read_sensors(dev)
+            t0 = time.time()
+            for k in order:
+                c = calls[k]
+                samples[k].extend(clock.time_calls(c["fns"][s_idx], reps, c["cycles"],
+                                                   c["entry"].get("inject_ms")))
+            end = read_sensors(dev)
+            t1 = time.time()
+        round_conditions.append({"round": r, "input_seed": sets[s_idx]["seed"],
+                                 "order": [_label(calls[k]["entry"]) for k in order],
+                                 "start": start, "end": end, "wall_s": t1 - t0,
+                                 "clock_drop": clock_dropped(start, end)})
+        # The outputs of what was timed, checked against the reference.
+        for c in calls:
+            if c["out"] is None or (c["check"] is not None and not c["check"]["passed"]):
+                continue
+            s = sets[s_idx]
+            try:
+                st = check.compare(c["out"], s["ref"], atol, rtol, s["seed"], memo=s["memo"])
+                prev = c["check"] or {"passed": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "rounds": 0}
+                prev["rounds"] += 1
+                for k in ("max_abs_err", "max_rel_err"):
+                    prev[k] = max(prev[k], float(st.get(k, 0.0) or 0.0))
+                c["check"] = prev
+            except check.Incorrect as inc:
+                c["check"] = {"passed": False, "round": r, "message": inc.message}
+    time_s = time.perf_counter() - t_time
+
+    spans = gpulock.take_spans()
+    gpulock.take_lock_waits()
+    conditions = {"identity": device_identity(dev), "rounds": round_conditions,
+                  "clock_drop": any(rc["clock_drop"] for rc in round_conditions),
+                  "input_sets": len(sets), "order": "rotating", "reps": reps,
+                  "timer": "device events" if dev.is_gpu else "time.perf_counter",
+                  "l2_flush_bytes": timing.flush_bytes(target) if dev.is_gpu else 0}
+    out_entries = []
+    for c, xs in zip(calls, samples):
+        e = c["entry"]
+        item: dict[str, Any] = {"samples_ms": xs, "median_ms": timing.stats_ms(xs)["median_ms"]}
+        if "baseline" in e:
+            item["baseline"] = e["baseline"]
+        else:
+            item["id"] = e["id"]
+            item["check"] = c["check"]
+        if e.get("inject_ms"):
+            item["inject_ms"] = e["inject_ms"]
+        out_entries.append(item)
+    timings = {"setup_s": setup_s, "time_s": time_s,
+               "kernel_s": sum(sum(xs) for xs in samples) / 1e3 if dev.is_gpu else 0.0}
+    if dev.is_gpu:
+        timings["gpu_spans"] = [[a, b, kind] for a, b, kind in spans]
+        timings["gpu_s"] = sum(b - a for a, b, _ in spans)
+    del calls, sets
+    if dev.is_gpu:
+        # the round's inputs and outputs back to the driver: other workers share the GPU
+        torch.cuda.empty_cache()
+    return {"basis": "device" if dev.is_gpu else "cpu", "device": dev.name, "rounds": rounds,
+            "reps": reps, "entries": out_entries, "conditions": conditions, "timings": timings}
+
+
+def _label(e: dict) -> str:
+    return f"baseline:{e['baseline']}" if "baseline" in e else f"candidate:{e['id']}"
+
+
+def _poison(out) -> None:
+    import torch
+    if out.is_floating_point():
+        out.fill_(float("nan"))
+    else:
+        out.fill_(torch.iinfo(out.dtype).max if out.dtype != torch.bool else True)
