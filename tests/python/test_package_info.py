@@ -542,7 +542,7 @@ def test_clamped_grids_are_exercised():
 
 
 def test_the_variants_of_a_kernel_share_one_build_of_their_verification_data():
-    from kiln_worker.package_info import VERIFY_CACHE_ENTRIES, verify_for
+    from kiln_worker.packaging.package_info import VERIFY_CACHE_ENTRIES, verify_for
 
     class Ev:
         verify_cache: dict = {}
