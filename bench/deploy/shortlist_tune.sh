@@ -13,11 +13,11 @@
 #   L2 flush, median of --reps): the tuned pick against the exhaustive best;
 #   kiln import-measurements brings the tuned picks back as `measured`.
 # Operators: the anchors (jobs/examples/anchors_h200.yaml) and the held-out
-# shapes of bench/holdout_ops.yaml, which tuned nothing.
+# shapes of bench/search/holdout_ops.yaml, which tuned nothing.
 #   KILN_SKIP_BUILD=1 reuse build-gpu/;  REPS (default 100)
 # Prints a table; writes $OUT/shortlist.tgz (logs, measurements, table).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-$PWD/out}
 W=/tmp/shortlist
@@ -39,7 +39,7 @@ export KILN_HOME=$W/home KILN_CATALOG=$W/kiln.db
 python3 - "$W/manifest.yaml" <<'PY'
 import sys, yaml
 a = yaml.safe_load(open("jobs/examples/anchors_h200.yaml"))
-h = yaml.safe_load(open("bench/holdout_ops.yaml"))
+h = yaml.safe_load(open("bench/search/holdout_ops.yaml"))
 m = {"name": "shortlist_h200", "targets": ["H200", "H200-est"], "defaults": a["defaults"],
      "operators": a["operators"] + h["operators"]}
 yaml.safe_dump(m, open(sys.argv[1], "w"), sort_keys=False)
@@ -64,7 +64,7 @@ done
 $K import-measurements "$W/tune-est.json" >"$W/import.log" 2>&1
 echo "import-measurements: rc=$? $(tail -1 "$W/import.log" | cut -c1-200)"
 $K best --json >"$W/best.json" 2>"$W/best.err"
-python3 bench/shortlist_compare.py "$W" | tee "$W/table.md"
+python3 bench/deploy/shortlist_compare.py "$W" | tee "$W/table.md"
 grep -h "" "$W"/tune-*.txt >"$W/tune-all.txt" 2>/dev/null
 tar czf "$OUT/shortlist.tgz" -C /tmp --exclude=shortlist/pkg-exh/objects --exclude=shortlist/pkg-est/objects \
   --exclude='shortlist/kiln.db*' --exclude=shortlist/home shortlist

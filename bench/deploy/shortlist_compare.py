@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Table of bench/shortlist_tune.sh: per kernel, the estimate-only shortlist's
+"""Table of bench/deploy/shortlist_tune.sh: per kernel, the estimate-only shortlist's
 tuned pick (kiln-rt tune on the H200-est package) against the exhaustive
 measured best (kiln-rt tune on the H200 package: its rank 0), both timed by
 kiln-rt's own code on the same GPU.
 
-    python3 bench/shortlist_compare.py DIR     # DIR as bench/shortlist_tune.sh leaves it
+    python3 bench/deploy/shortlist_compare.py DIR     # DIR as bench/deploy/shortlist_tune.sh leaves it
 """
 from __future__ import annotations
 
