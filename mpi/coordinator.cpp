@@ -483,7 +483,7 @@ void Coordinator::checkpoint(const char* when) {
   if (!opts_.checkpoint_to) return;
   copy_.reset();  // a periodic copy in progress is superseded
   try {
-    CheckpointResult r = checkpoint_catalog(catalog_.handle(), *opts_.checkpoint_to);
+    CheckpointResult r = checkpoint_catalog(catalog_, *opts_.checkpoint_to);
     ++sum_.checkpoints;
     log_ << "[" << now_hms() << "] kiln-mpi: " << when << " checkpoint: catalog copied to "
          << opts_.checkpoint_to->string() << " (" << r.bytes / 1024 << " KiB, " << std::fixed
@@ -500,7 +500,7 @@ void Coordinator::arm_checkpoint() {
   checkpoint_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
     try {
-      copy_ = std::make_unique<CatalogCopy>(catalog_.handle(), *opts_.checkpoint_to);
+      copy_ = std::make_unique<CatalogCopy>(catalog_, *opts_.checkpoint_to);
     } catch (const std::exception& e) {
       log_ << "[" << now_hms() << "] kiln-mpi: warning: " << e.what() << std::endl;
       arm_checkpoint();

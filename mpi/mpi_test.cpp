@@ -1,7 +1,6 @@
 // Unit tests of kiln-mpi's parts that need no MPI run: the message helpers, GPU
 // binding, catalog checkpoints and the batched catalog writes rank 0 uses.
 // (tests/e2e/test_mpi.py runs the launcher itself under mpirun.)
-#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -42,13 +41,12 @@ class RemoveTempRoot : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const kRemoveTempRoot =
     ::testing::AddGlobalTestEnvironment(new RemoveTempRoot);
 
-long long count(sqlite3* db, const char* sql) {
-  sqlite3_stmt* st = nullptr;
-  EXPECT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
-  long long n = -1;
-  if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
-  return n;
+// The single integer a read-only query returns (Catalog::query: its own
+// read-only connection, so this reads what is committed).
+long long count(const Catalog& c, const char* sql) {
+  const Catalog::QueryResult r = c.query(sql);
+  EXPECT_EQ(r.rows.size(), 1u) << sql;
+  return r.rows.empty() ? -1 : r.rows[0][0].get<long long>();
 }
 
 // A catalog with one job and `n` candidates.
@@ -131,31 +129,25 @@ TEST(Checkpoint, CopiesAtomicallyAndSelfContained) {
   auto cands = seed_catalog(c, 3);
   c.record_evaluations({{cands[0].id, ok_eval("abc")}});
   const fs::path out = dir / "shared" / "kiln.db";
-  CheckpointResult r = checkpoint_catalog(c.handle(), out);
+  CheckpointResult r = checkpoint_catalog(c, out);
   EXPECT_GT(r.bytes, 0);
   EXPECT_TRUE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
   EXPECT_FALSE(fs::exists(out.string() + "-wal"));
   // The copy opens read-only as a catalog and has what the live one had.
   Catalog copy = Catalog::open(out, true);
-  EXPECT_EQ(count(copy.handle(), "SELECT COUNT(*) FROM candidates"), 3);
-  EXPECT_EQ(count(copy.handle(), "SELECT COUNT(*) FROM evaluations"), 1);
-  {
-    sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(copy.handle(), "PRAGMA journal_mode", -1, &st, nullptr);
-    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))), "delete");
-    sqlite3_finalize(st);
-  }
+  EXPECT_EQ(count(copy, "SELECT COUNT(*) FROM candidates"), 3);
+  EXPECT_EQ(count(copy, "SELECT COUNT(*) FROM evaluations"), 1);
+  EXPECT_EQ(copy.settings().journal_mode, "delete");
   // A later checkpoint replaces it.
   c.record_evaluations({{cands[1].id, ok_eval("def")}, {cands[2].id, ok_eval("abc")}});
-  checkpoint_catalog(c.handle(), out);
+  checkpoint_catalog(c, out);
   Catalog copy2 = Catalog::open(out, true);
-  EXPECT_EQ(count(copy2.handle(), "SELECT COUNT(*) FROM evaluations"), 3);
-  EXPECT_EQ(count(copy2.handle(), "SELECT COUNT(*) FROM blobs"), 2);  // "abc" stored once
+  EXPECT_EQ(count(copy2, "SELECT COUNT(*) FROM evaluations"), 3);
+  EXPECT_EQ(count(copy2, "SELECT COUNT(*) FROM blobs"), 2);  // "abc" stored once
   // An unwritable destination fails without leaving anything behind.
   std::ofstream(dir / "file") << "x";
-  EXPECT_THROW(checkpoint_catalog(c.handle(), dir / "file" / "kiln.db"), std::exception);
+  EXPECT_THROW(checkpoint_catalog(c, dir / "file" / "kiln.db"), std::exception);
 }
 
 TEST(Checkpoint, InStepsWhileTheCatalogIsWritten) {
@@ -163,7 +155,7 @@ TEST(Checkpoint, InStepsWhileTheCatalogIsWritten) {
   Catalog c = Catalog::open(dir / "live.db");
   auto cands = seed_catalog(c, 40);
   const fs::path out = dir / "shared.db";
-  CatalogCopy copy(c.handle(), out);
+  CatalogCopy copy(c, out);
   size_t next = 0;
   while (!copy.step(1)) {  // one page at a time, writing between steps
     if (next < cands.size()) {
@@ -176,16 +168,16 @@ TEST(Checkpoint, InStepsWhileTheCatalogIsWritten) {
     c.record_evaluations({{cands[next].id, ok_eval("z" + std::to_string(next))}});
   copy.commit();
   Catalog shared = Catalog::open(out, true);
-  EXPECT_EQ(count(shared.handle(), "SELECT COUNT(*) FROM evaluations"), 40);
+  EXPECT_EQ(count(shared, "SELECT COUNT(*) FROM evaluations"), 40);
   // An abandoned copy leaves no PATH.tmp and the previous PATH as it was.
   {
-    CatalogCopy unfinished(c.handle(), out);
+    CatalogCopy unfinished(c, out);
     unfinished.step(1);
     EXPECT_TRUE(fs::exists(out.string() + ".tmp"));
   }
   EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
   Catalog again = Catalog::open(out, true);
-  EXPECT_EQ(count(again.handle(), "SELECT COUNT(*) FROM evaluations"), 40);
+  EXPECT_EQ(count(again, "SELECT COUNT(*) FROM evaluations"), 40);
 }
 
 TEST(CatalogBatch, RecordEvaluationsIsAllOrNothing) {
@@ -195,14 +187,14 @@ TEST(CatalogBatch, RecordEvaluationsIsAllOrNothing) {
   c.record_evaluations({{cands[0].id, ok_eval("a")}});
   // One of the batch already has an evaluation: nothing of the batch is written.
   EXPECT_THROW(c.record_evaluations({{cands[1].id, ok_eval("b")}, {cands[0].id, ok_eval("c")}}), CatalogError);
-  EXPECT_EQ(count(c.handle(), "SELECT COUNT(*) FROM evaluations"), 1);
-  EXPECT_EQ(count(c.handle(), "SELECT COUNT(*) FROM artifacts"), 1);
+  EXPECT_EQ(count(c, "SELECT COUNT(*) FROM evaluations"), 1);
+  EXPECT_EQ(count(c, "SELECT COUNT(*) FROM artifacts"), 1);
   // Twice in one batch is refused too.
   EXPECT_THROW(c.record_evaluations({{cands[1].id, ok_eval("b")}, {cands[1].id, ok_eval("b")}}), CatalogError);
-  EXPECT_EQ(count(c.handle(), "SELECT COUNT(*) FROM evaluations"), 1);
+  EXPECT_EQ(count(c, "SELECT COUNT(*) FROM evaluations"), 1);
   c.record_evaluations({{cands[1].id, ok_eval("b")}, {cands[2].id, ok_eval("c")}});
-  EXPECT_EQ(count(c.handle(), "SELECT COUNT(*) FROM evaluations"), 3);
-  EXPECT_EQ(count(c.handle(), "SELECT COUNT(*) FROM evaluations WHERE worker = 'rank 1 pid 7'"), 3);
+  EXPECT_EQ(count(c, "SELECT COUNT(*) FROM evaluations"), 3);
+  EXPECT_EQ(count(c, "SELECT COUNT(*) FROM evaluations WHERE worker = 'rank 1 pid 7'"), 3);
   EXPECT_THROW(c.record_evaluation(cands[2].id, ok_eval("d")), CatalogError);
 }
 
@@ -225,7 +217,7 @@ TEST(CatalogBatch, AddCandidatesIsIdempotentAndMarksEvaluated) {
     EXPECT_EQ(again[i].id, cands[i].id);
     EXPECT_EQ(again[i].evaluated, i == 2);
   }
-  EXPECT_EQ(count(c.handle(), "SELECT COUNT(*) FROM candidates"), 4);
+  EXPECT_EQ(count(c, "SELECT COUNT(*) FROM candidates"), 4);
   // The same as add_candidate, one at a time.
   CandidateRow one = c.add_candidate(again_in[1]);
   EXPECT_EQ(one.id, cands[1].id);

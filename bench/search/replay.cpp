@@ -23,8 +23,6 @@
 // Prints one JSON object: the job, the space size, the exhaustive best, and per
 // seed the evaluations used, rounds, and the best found; with --predict 1 also
 // the config model's prediction for every config.
-#include <sqlite3.h>
-
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -39,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
+#include "catalog/evaluations.h"
 #include "common/home.h"
 #include "explore/priors.h"
 #include "explore/strategy.h"
@@ -63,63 +62,37 @@ struct Job {
   std::vector<Recorded> space;
 };
 
-std::string text(sqlite3_stmt* st, int i) {
-  const unsigned char* t = sqlite3_column_text(st, i);
-  return t ? reinterpret_cast<const char*>(t) : "";
-}
-
 Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowledge) {
-  sqlite3* db = nullptr;
-  // immutable: no locks, no -wal/-shm files; works on a read-only copy.
-  const std::string uri = "file:" + path + "?immutable=1";
-  if (sqlite3_open_v2(uri.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK) {
-    std::string e = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    throw std::runtime_error("cannot open " + path + ": " + e);
-  }
+  const kiln::Catalog catalog = kiln::Catalog::open(path, /*read_only=*/true);
+  const std::optional<kiln::JobRow> row = catalog.job(id);
+  if (!row) throw std::runtime_error("no job " + std::to_string(id) + " in " + path);
   Job job;
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db, "SELECT op, shape, dtype, target, spec, params, arch FROM jobs WHERE id = ?", -1, &st, nullptr);
-  sqlite3_bind_int64(st, 1, id);
-  if (!st || sqlite3_step(st) != SQLITE_ROW) {
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    throw std::runtime_error("no job " + std::to_string(id) + " in " + path);
-  }
   job.id = id;
-  job.op = text(st, 0);
-  job.shape = json::parse(text(st, 1));
-  job.dtype = text(st, 2);
-  job.target = text(st, 3);
-  job.spec = json::parse(text(st, 4));
-  job.params = json::parse(text(st, 5));
-  job.arch = text(st, 6);
-  sqlite3_finalize(st);
+  job.op = row->op;
+  job.shape = row->shape;
+  job.dtype = row->dtype;
+  job.target = row->target;
+  job.spec = row->spec;
+  job.params = row->params;
+  job.arch = row->arch;
   const kiln::Target* target = knowledge.targets.find(job.target);
   if (!target) throw std::runtime_error("unknown target " + job.target);
 
-  sqlite3_prepare_v2(db,
-                     "SELECT c.config, e.status, e.bench_device, e.median_ms, e.estimate_ms, e.result, c.template "
-                     "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id "
-                     "WHERE c.job_id = ? AND c.generator = 'template' ORDER BY c.id",
-                     -1, &st, nullptr);
-  sqlite3_bind_int64(st, 1, id);
-  while (sqlite3_step(st) == SQLITE_ROW) {
+  for (const kiln::JobEvaluation& e : kiln::evaluations(catalog, id)) {
+    if (e.candidate.generator != "template") continue;
     Recorded r;
-    r.config = json::parse(text(st, 0));
-    const std::string status = text(st, 1);
-    const std::string device = text(st, 2);
-    const json result = json::parse(text(st, 5), nullptr, false);
-    if (status == "ok") {
-      if (!device.empty() && kiln::TargetRegistry::matches_device(*target, device) &&
-          sqlite3_column_type(st, 3) != SQLITE_NULL) {
-        r.score = sqlite3_column_double(st, 3);
+    r.config = e.candidate.config;
+    const std::string device = e.bench_device.value_or("");
+    const json& result = e.result;
+    if (e.status == "ok") {
+      if (!device.empty() && kiln::TargetRegistry::matches_device(*target, device) && e.median_ms) {
+        r.score = *e.median_ms;
         job.device = device;
-      } else if (sqlite3_column_type(st, 4) != SQLITE_NULL) {
-        r.score = sqlite3_column_double(st, 4);
+      } else if (e.estimate_ms) {
+        r.score = *e.estimate_ms;
       }
     }
-    if (job.template_name.empty()) job.template_name = text(st, 6);
+    if (job.template_name.empty()) job.template_name = e.candidate.template_name;
     r.hint = json::object();
     if (result.is_object()) {
       if (job.traffic.bytes <= 0 && result.contains("traffic"))
@@ -133,8 +106,6 @@ Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowl
     }
     job.space.push_back(std::move(r));
   }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
   if (job.space.empty()) throw std::runtime_error("job " + std::to_string(id) + " has no evaluated candidates");
   return job;
 }

@@ -20,7 +20,9 @@
 
 #include <sqlite3.h>
 
+#include "catalog/evaluations.h"
 #include "catalog/job_key.h"
+#include "catalog/sql.h"
 #include "common/hash.h"
 #include "common/home.h"
 #include "stats/stats.h"
@@ -43,141 +45,14 @@ std::string this_host() {
   return buf;
 }
 
-std::string corruption_hint(sqlite3* db) {
-  const int code = db ? (sqlite3_errcode(db) & 0xff) : SQLITE_OK;
-  if (code != SQLITE_CORRUPT && code != SQLITE_NOTADB) return "";
-  return " (the catalog file is damaged: check it with `kiln query \"PRAGMA integrity_check\"` and "
-         "restore the last good copy)";
-}
-
-[[noreturn]] void fail(sqlite3* db, const fs::path& path, const std::string& what) {
-  std::string msg = "catalog " + path.string() + ": " + what;
-  if (db) {
-    msg += ": ";
-    msg += sqlite3_errmsg(db);
-    msg += corruption_hint(db);
-  }
-  throw CatalogError(msg);
-}
-
 }  // namespace
-
-void throw_sqlite_error(sqlite3* db, const std::string& what) {
-  const char* file = db ? sqlite3_db_filename(db, "main") : nullptr;
-  fail(db, fs::path(file && *file ? file : "(in memory)"), what);
-}
 
 namespace {
 
-// ---- statements -------------------------------------------------------------
-
-class Stmt {
- public:
-  Stmt(sqlite3* db, const fs::path& path, const char* sql) : db_(db), path_(path) {
-    if (sqlite3_prepare_v2(db, sql, -1, &st_, nullptr) != SQLITE_OK)
-      fail(db, path, std::string("prepare `") + sql + "`");
-  }
-  ~Stmt() { sqlite3_finalize(st_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  Stmt& bind(int i, std::nullptr_t) { return check(sqlite3_bind_null(st_, i)); }
-  Stmt& bind(int i, long long v) { return check(sqlite3_bind_int64(st_, i, v)); }
-  Stmt& bind(int i, int v) { return check(sqlite3_bind_int64(st_, i, v)); }
-  Stmt& bind(int i, double v) { return check(sqlite3_bind_double(st_, i, v)); }
-  Stmt& bind(int i, const std::string& v) {
-    return check(sqlite3_bind_text(st_, i, v.data(), (int)v.size(), SQLITE_TRANSIENT));
-  }
-  Stmt& bind(int i, const char* v) { return bind(i, std::string(v)); }
-  Stmt& bind_blob(int i, const std::string& v) {
-    return check(sqlite3_bind_blob(st_, i, v.data(), (int)v.size(), SQLITE_TRANSIENT));
-  }
-  template <class T>
-  Stmt& bind(int i, const std::optional<T>& v) {
-    if (!v) return bind(i, nullptr);
-    return bind(i, *v);
-  }
-  // "" -> NULL
-  Stmt& bind_text_or_null(int i, const std::string& v) {
-    return v.empty() ? bind(i, nullptr) : bind(i, v);
-  }
-
-  // true: a row is available; false: done. Throws on error.
-  bool step() {
-    int rc = sqlite3_step(st_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    fail(db_, path_, std::string("`") + first_line(sqlite3_sql(st_)) + "`");
-  }
-  void run() {
-    while (step()) {
-    }
-  }
-  int rc_step() { return sqlite3_step(st_); }
-
-  bool is_null(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
-  long long i64(int c) const { return sqlite3_column_int64(st_, c); }
-  double dbl(int c) const { return sqlite3_column_double(st_, c); }
-  std::string text(int c) const {
-    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, c));
-    return p ? std::string(p, sqlite3_column_bytes(st_, c)) : std::string();
-  }
-  std::optional<long long> opt_i64(int c) const {
-    return is_null(c) ? std::nullopt : std::optional<long long>(i64(c));
-  }
-  std::optional<double> opt_dbl(int c) const {
-    return is_null(c) ? std::nullopt : std::optional<double>(dbl(c));
-  }
-  json js(int c) const {
-    if (is_null(c)) return json();
-    return json::parse(text(c), nullptr, /*allow_exceptions=*/false);
-  }
-  sqlite3_stmt* get() const { return st_; }
-
- private:
-  static std::string first_line(const char* sql) {
-    std::string s = sql ? sql : "";
-    auto nl = s.find('\n');
-    if (nl != std::string::npos) s = s.substr(0, nl) + " ...";
-    return s;
-  }
-  Stmt& check(int rc) {
-    if (rc != SQLITE_OK) fail(db_, path_, "bind");
-    return *this;
-  }
-  sqlite3* db_;
-  const fs::path& path_;
-  sqlite3_stmt* st_ = nullptr;
-};
-
-void exec(sqlite3* db, const fs::path& path, const std::string& sql, const std::string& what) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = "catalog " + path.string() + ": " + what + ": " + (err ? err : "error");
-    sqlite3_free(err);
-    throw CatalogError(msg);
-  }
-}
-
-// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted.
-class Tx {
- public:
-  Tx(sqlite3* db, const fs::path& path) : db_(db), path_(path) {
-    exec(db_, path_, "BEGIN IMMEDIATE", "begin transaction");
-  }
-  ~Tx() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void commit() {
-    exec(db_, path_, "COMMIT", "commit");
-    done_ = true;
-  }
-
- private:
-  sqlite3* db_;
-  const fs::path& path_;
-  bool done_ = false;
-};
+using sql::exec;
+using sql::fail;
+using sql::Stmt;
+using sql::Tx;
 
 int user_version(sqlite3* db, const fs::path& path) {
   Stmt st(db, path, "PRAGMA user_version");
@@ -684,7 +559,7 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
   std::set<std::string> seen;
   for (const auto& j : jobs) {
     if (!seen.insert(j.key).second) continue;
-    sqlite3_reset(ins.get());
+    ins.reset();
     ins.bind(1, j.key)
         .bind(2, j.op)
         .bind(3, canonical_json(j.shape))
@@ -698,11 +573,11 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
         .bind(11, j.compile_est_s)
         .run();
     if (sqlite3_changes(db_) == 1) ++r.new_jobs;
-    sqlite3_reset(sel.get());
+    sel.reset();
     sel.bind(1, j.key);
     if (!sel.step()) fail(nullptr, path_, "submit: job " + j.key + " vanished");
     long long id = sel.i64(0);
-    sqlite3_reset(link.get());
+    link.reset();
     link.bind(1, r.batch_id).bind(2, id).run();
   }
   tx.commit();
@@ -887,8 +762,7 @@ std::vector<CandidateRow> Catalog::add_candidates(const std::vector<CandidateRow
   for (const CandidateRow& c : cs) {
     const std::string key =
         c.key.empty() ? candidate_key(c.generator, c.template_name, c.config, c.source) : c.key;
-    sqlite3_reset(ins.get());
-    sqlite3_clear_bindings(ins.get());
+    ins.reset();
     ins.bind(1, c.job_id)
         .bind(2, key)
         .bind(3, c.generator)
@@ -900,8 +774,7 @@ std::vector<CandidateRow> Catalog::add_candidates(const std::vector<CandidateRow
         .bind(9, c.instance)
         .bind(10, now)
         .run();
-    sqlite3_reset(sel.get());
-    sqlite3_clear_bindings(sel.get());
+    sel.reset();
     sel.bind(1, c.job_id).bind(2, key);
     if (!sel.step()) fail(nullptr, path_, "add_candidates: row vanished");
     out.push_back(read_candidate(sel));
@@ -925,10 +798,6 @@ void Catalog::record_evaluations(const std::vector<std::pair<long long, Evaluati
            "INSERT INTO artifacts (candidate_id, target, arch, kind, sha256, kernel_name, metadata) "
            "VALUES (?, ?, ?, ?, ?, ?, ?)");
   const double now = now_s();
-  auto again = [](Stmt& st) {
-    sqlite3_reset(st.get());
-    sqlite3_clear_bindings(st.get());
-  };
   for (const auto& [candidate_id, e] : batch) {
     // The typed columns come from the worker's result object; accept the whole
     // answer ({"id", "ok", "result": {...}}) too.
@@ -937,12 +806,12 @@ void Catalog::record_evaluations(const std::vector<std::pair<long long, Evaluati
         e.result["result"].is_object())
       rp = &e.result["result"];
     const json& r = *rp;
-    again(chk);
+    chk.reset();
     chk.bind(1, candidate_id);
     if (chk.step())
       throw CatalogError("catalog " + path_.string() + ": candidate " + std::to_string(candidate_id) +
                          " already has an evaluation");
-    again(ins);
+    ins.reset();
     ins.bind(1, candidate_id)
         .bind(2, e.status)
         .bind_text_or_null(3, e.message.empty() ? str(r, {"message"}).value_or("") : e.message)
@@ -980,9 +849,9 @@ void Catalog::record_evaluations(const std::vector<std::pair<long long, Evaluati
     if (e.artifact) {
       const ArtifactIn& a = *e.artifact;
       const std::string sha = sha256_hex(a.bytes);
-      again(blob);
+      blob.reset();
       blob.bind(1, sha).bind(2, (long long)a.bytes.size()).bind_blob(3, a.bytes).run();
-      again(art);
+      art.reset();
       art.bind(1, candidate_id)
           .bind(2, a.target)
           .bind(3, a.arch)
@@ -1082,23 +951,36 @@ std::vector<double> decode_samples(const std::string& bytes) {
 }
 
 std::vector<EvaluatedCandidate> Catalog::evaluated_candidates(long long job_id) const {
-  Stmt st(db_, path_,
-          "SELECT c.id, c.config, c.source IS NOT NULL, e.status, e.bench_device, e.median_ms, e.estimate_ms "
-          "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ? ORDER BY c.id");
-  st.bind(1, job_id);
   std::vector<EvaluatedCandidate> out;
-  while (st.step()) {
+  for (JobEvaluation& e : evaluations(*this, job_id)) {
     EvaluatedCandidate c;
-    c.candidate_id = st.i64(0);
-    c.config = st.js(1);
-    c.generated = st.i64(2) != 0;
-    c.status = st.text(3);
-    c.bench_device = st.text(4);
-    c.median_ms = st.opt_dbl(5);
-    c.estimate_ms = st.opt_dbl(6);
+    c.candidate_id = e.candidate.id;
+    c.config = std::move(e.candidate.config);
+    c.generated = e.candidate.source.has_value();
+    c.status = std::move(e.status);
+    c.bench_device = e.bench_device.value_or("");
+    c.median_ms = e.median_ms;
+    c.estimate_ms = e.estimate_ms;
     out.push_back(std::move(c));
   }
   return out;
+}
+
+Catalog::Settings Catalog::settings() const {
+  Settings s;
+  {
+    Stmt st(db_, path_, "PRAGMA journal_mode");
+    if (st.step()) s.journal_mode = st.text(0);
+  }
+  {
+    Stmt st(db_, path_, "PRAGMA foreign_keys");
+    if (st.step()) s.foreign_keys = st.i64(0) != 0;
+  }
+  {
+    Stmt st(db_, path_, "PRAGMA synchronous");
+    if (st.step()) s.synchronous = static_cast<int>(st.i64(0));
+  }
+  return s;
 }
 
 void Catalog::record_confirmations(const std::vector<ConfirmationRow>& rows) {
@@ -1161,9 +1043,7 @@ std::vector<ConfirmationRow> Catalog::confirmations(long long job_id, const std:
     r.run_id = st.text(3);
     r.basis = st.text(4);
     r.device = st.text(5);
-    const void* p = sqlite3_column_blob(st.get(), 6);
-    const int nbytes = sqlite3_column_bytes(st.get(), 6);
-    r.samples_ms = decode_samples(p ? std::string(static_cast<const char*>(p), static_cast<size_t>(nbytes)) : "");
+    r.samples_ms = decode_samples(st.blob(6));
     r.median_ms = st.dbl(7);
     r.conditions = st.js(8);
     r.created_at = st.dbl(9);

@@ -3,6 +3,11 @@
 // db/migrations/*.sql, applied in order on open; docs/catalog.md describes it.
 //
 // One Catalog object per thread. Every mutating call is one transaction.
+// The catalog alone speaks SQL: the read models and writers other than the
+// core ones below live in their own headers here (evaluations.h, reports.h,
+// packaging.h, backup.h, ...), all on one statement helper (sql.h). Every
+// SQLite failure is a CatalogError naming the file, what was being done and
+// SQLite's message; never an empty result.
 #pragma once
 #include <filesystem>
 #include <map>
@@ -23,12 +28,9 @@ class CatalogError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Throws CatalogError "catalog FILE: WHAT: SQLITE'S MESSAGE" for the last
-// failure on `db` (its main file named through sqlite3_db_filename); a corrupt
-// or non-database file adds the fix (integrity check, restore a copy). Every
-// statement helper outside Catalog uses it: a failed prepare or step is an
-// error, never "no rows".
-[[noreturn]] void throw_sqlite_error(sqlite3* db, const std::string& what);
+namespace sql {
+struct Access;  // src/catalog/sql.h: the statement helper of the catalog's own files
+}
 
 struct NewJob {
   std::string key;
@@ -300,10 +302,17 @@ class Catalog {
   QueryResult query(const std::string& sql, const QueryLimits& limits) const;
   QueryResult query(const std::string& sql) const { return query(sql, QueryLimits{}); }
 
-  // Raw handle for the CLI's reports; prefer the calls above.
-  sqlite3* handle() const { return db_; }
+  // The connection's settings (what open() configures): journal_mode
+  // ("wal" read-write), foreign_keys (on), synchronous (1: NORMAL, read-write).
+  struct Settings {
+    std::string journal_mode;
+    bool foreign_keys = false;
+    int synchronous = 0;
+  };
+  Settings settings() const;
 
  private:
+  friend struct sql::Access;
   Catalog(sqlite3* db, std::filesystem::path path, bool read_only);
   sqlite3* db_ = nullptr;
   std::filesystem::path path_;

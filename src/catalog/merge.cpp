@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "catalog/catalog.h"
+#include "catalog/merge_check.h"
+#include "catalog/sql.h"
 
 namespace kiln {
 
@@ -25,92 +27,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Q {
- public:
-  Q(sqlite3* db, const std::string& sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK)
-      throw_sqlite_error(db, "merge: prepare `" + sql.substr(0, 80) + "`");
-  }
-  ~Q() { sqlite3_finalize(st_); }
-  Q(const Q&) = delete;
-  Q& operator=(const Q&) = delete;
-
-  bool step() {
-    const int rc = sqlite3_step(st_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw_sqlite_error(db_, "merge");
-  }
-  void run() {
-    while (step()) {
-    }
-    sqlite3_reset(st_);
-  }
-  Q& reset() {
-    sqlite3_reset(st_);
-    sqlite3_clear_bindings(st_);
-    return *this;
-  }
-  Q& bind(int i, long long v) {
-    sqlite3_bind_int64(st_, i, v);
-    return *this;
-  }
-  Q& bind(int i, const std::string& v) {
-    sqlite3_bind_text(st_, i, v.c_str(), -1, SQLITE_TRANSIENT);
-    return *this;
-  }
-  Q& bind_null(int i) {
-    sqlite3_bind_null(st_, i);
-    return *this;
-  }
-  Q& bind_value(int i, sqlite3_value* v) {
-    sqlite3_bind_value(st_, i, v);
-    return *this;
-  }
-  long long i64(int i) const { return sqlite3_column_int64(st_, i); }
-  double dbl(int i) const { return sqlite3_column_double(st_, i); }
-  bool is_null(int i) const { return sqlite3_column_type(st_, i) == SQLITE_NULL; }
-  std::string text(int i) const {
-    const unsigned char* t = sqlite3_column_text(st_, i);
-    return t ? reinterpret_cast<const char*>(t) : "";
-  }
-  sqlite3_value* value(int i) const { return sqlite3_column_value(st_, i); }
-  sqlite3_stmt* get() const { return st_; }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* st_ = nullptr;
-};
-
-void exec(sqlite3* db, const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : sqlite3_errmsg(db);
-    sqlite3_free(err);
-    throw CatalogError(std::string("merge: ") + msg);
-  }
-}
-
-bool has_table(sqlite3* db, const std::string& table) {
-  Q q(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
-  q.bind(1, table);
-  return q.step();
-}
-
-std::vector<std::string> table_columns(sqlite3* db, const std::string& table) {
-  Q q(db, "SELECT name FROM pragma_table_info(?1) ORDER BY cid");
-  q.bind(1, table);
-  std::vector<std::string> out;
-  while (q.step()) out.push_back(q.text(0));
-  return out;
-}
+using sql::Stmt;
 
 // The columns of `table` both catalogs have, in `into`'s order, minus `drop`.
-std::vector<std::string> common_columns(sqlite3* into, sqlite3* from, const std::string& table,
+std::vector<std::string> common_columns(sqlite3* into, const fs::path& into_path, sqlite3* from,
+                                        const fs::path& from_path, const std::string& table,
                                         const std::set<std::string>& drop = {}) {
-  const auto theirs = table_columns(from, table);
+  const auto theirs = sql::table_columns(from, from_path, table);
   std::vector<std::string> out;
-  for (const auto& c : table_columns(into, table))
+  for (const auto& c : sql::table_columns(into, into_path, table))
     if (!drop.count(c) && std::find(theirs.begin(), theirs.end(), c) != theirs.end()) out.push_back(c);
   return out;
 }
@@ -126,31 +51,36 @@ int index_of(const std::vector<std::string>& cols, const std::string& name) {
   return it == cols.end() ? -1 : static_cast<int>(it - cols.begin());
 }
 
-// Reads `cols` of every row of `table` in `from` (rowid order).
-std::unique_ptr<Q> select_all(sqlite3* from, const std::string& table,
-                              const std::vector<std::string>& cols) {
-  return std::make_unique<Q>(from, "SELECT " + join(cols) + " FROM \"" + table + "\" ORDER BY rowid");
+// Reads `cols` of every row of `table` in `from` (rowid order), and the rowid
+// last (column cols.size(): what a refused row is named by).
+std::unique_ptr<Stmt> select_all(sqlite3* from, const fs::path& from_path, const std::string& table,
+                                 const std::vector<std::string>& cols) {
+  return std::make_unique<Stmt>(from, from_path,
+                                "SELECT " + join(cols) + ", rowid FROM \"" + table + "\" ORDER BY rowid",
+                                "merge: read " + table);
 }
 
 // INSERT [OR IGNORE] INTO table (cols) VALUES (?1, ...).
-std::unique_ptr<Q> insert_into(sqlite3* into, const std::string& table,
-                               const std::vector<std::string>& cols, bool or_ignore) {
+std::unique_ptr<Stmt> insert_into(sqlite3* into, const fs::path& into_path, const std::string& table,
+                                  const std::vector<std::string>& cols, bool or_ignore) {
   std::string marks;
   for (size_t i = 1; i <= cols.size(); ++i) marks += (i > 1 ? ", ?" : "?") + std::to_string(i);
-  return std::make_unique<Q>(into, std::string("INSERT ") + (or_ignore ? "OR IGNORE " : "") +
-                                       "INTO \"" + table + "\" (" + join(cols) + ") VALUES (" + marks + ")");
+  return std::make_unique<Stmt>(into, into_path,
+                                std::string("INSERT ") + (or_ignore ? "OR IGNORE " : "") + "INTO \"" + table +
+                                    "\" (" + join(cols) + ") VALUES (" + marks + ")",
+                                "merge: write " + table);
 }
 
 // Binds a source row into an insert: column i from `src`, except the columns in
 // `ids` (remapped row ids; a missing optional means NULL).
-void bind_row(Q& ins, const Q& src, size_t ncols,
+void bind_row(Stmt& ins, const Stmt& src, size_t ncols,
               const std::map<int, std::optional<long long>>& ids = {}) {
   ins.reset();
   for (size_t i = 0; i < ncols; ++i) {
     auto it = ids.find(static_cast<int>(i));
     if (it == ids.end()) ins.bind_value(static_cast<int>(i) + 1, src.value(static_cast<int>(i)));
     else if (it->second) ins.bind(static_cast<int>(i) + 1, *it->second);
-    else ins.bind_null(static_cast<int>(i) + 1);
+    else ins.bind(static_cast<int>(i) + 1, nullptr);
   }
 }
 
@@ -198,6 +128,9 @@ void open_source(Conn& c, const fs::path& path) {
     if (sqlite3_open_v2(uri.c_str(), &c.db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) != SQLITE_OK)
       continue;
     sqlite3_busy_timeout(c.db, 10000);
+    // The shard is untrusted: its schema may not run functions.
+    sqlite3_db_config(c.db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+    sqlite3_db_config(c.db, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
     if (sqlite3_exec(c.db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) == SQLITE_OK)
       return;
   }
@@ -216,11 +149,18 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
   Conn src;
   open_source(src, from_path);
   sqlite3* from = src.db;
-  sqlite3* into = into_cat.handle();
+  sqlite3* into = sql::Access::db(into_cat);
+  const fs::path into_path = into_cat.path();
+  auto has_table = [&](sqlite3* db, const std::string& t) {
+    return sql::has_table(db, db == from ? from_path : into_path, t);
+  };
+  auto common = [&](const std::string& table, const std::set<std::string>& drop = {}) {
+    return common_columns(into, into_path, from, from_path, table, drop);
+  };
 
   int from_version = 0;
   {
-    Q q(from, "PRAGMA user_version");
+    Stmt q(from, from_path, "PRAGMA user_version", "merge: read the schema version");
     if (q.step()) from_version = static_cast<int>(q.i64(0));
   }
   for (const char* t : {"batches", "jobs", "batch_jobs", "candidates", "evaluations", "blobs",
@@ -236,303 +176,346 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
   const std::set<std::string> known = {"batches", "jobs", "batch_jobs", "candidates", "evaluations",
                                        "blobs", "artifacts", "best", "llm_calls", "confirmations"};
   {
-    Q q(from, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+    Stmt q(from, from_path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+           "merge: list tables");
     while (q.step())
       if (!known.count(q.text(0)) || !has_table(into, q.text(0))) st.skipped_tables.push_back(q.text(0));
   }
 
-  exec(into, "BEGIN IMMEDIATE");
-  try {
-    // --- batches: by id -----------------------------------------------------------
-    {
-      const auto cols = common_columns(into, from, "batches");
-      auto sel = select_all(from, "batches", cols);
-      auto ins = insert_into(into, "batches", cols, true);
-      while (sel->step()) {
-        bind_row(*ins, *sel, cols.size());
-        ins->run();
-        st.batches += sqlite3_changes(into);
-      }
+  // Every row read from the shard is checked before it is written
+  // (merge_check.h); a refused row aborts the merge and the transaction rolls
+  // back: nothing of the shard is imported.
+  auto refuse = [&](const std::string& why) {
+    throw CatalogError("merge: " + from_path.string() + ": refused, nothing was merged: " + why);
+  };
+  auto check = [&](const std::string& table, const std::vector<std::string>& cols, const Stmt& sel) {
+    try {
+      merge_check::check_row(table, cols, sel, 0, sel.i64(static_cast<int>(cols.size())));
+    } catch (const CatalogError& e) {
+      refuse(e.what());
     }
+  };
 
-    // --- jobs: by key ---------------------------------------------------------------
-    std::map<long long, long long> job_map;  // from id -> into id
-    {
-      auto cols = common_columns(into, from, "jobs", {"id"});
-      std::vector<std::string> sel_cols = cols;
-      sel_cols.insert(sel_cols.begin(), "id");
-      auto sel = select_all(from, "jobs", sel_cols);
-      // Offsets into the insert's columns (sel column = insert column + 1).
-      const int c_key = index_of(cols, "key"), c_state = index_of(cols, "state"),
-                c_owner = index_of(cols, "lease_owner"), c_exp = index_of(cols, "lease_expires");
-      if (c_key < 0 || c_state < 0) throw CatalogError("merge: jobs lack key or state");
-      auto ins = insert_into(into, "jobs", cols, false);
-      Q find(into, "SELECT id, state FROM jobs WHERE key = ?1");
-      std::vector<std::string> upd_cols;
-      for (const char* c : {"state", "message", "attempts", "started_at", "finished_at"})
-        if (index_of(cols, c) >= 0) upd_cols.push_back(c);
-      std::string upd_sql = "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL";
-      for (size_t i = 0; i < upd_cols.size(); ++i)
-        upd_sql += ", \"" + upd_cols[i] + "\" = ?" + std::to_string(i + 2);
-      upd_sql += " WHERE id = ?1";
-      Q upd(into, upd_sql);
-      while (sel->step()) {
-        const long long from_id = sel->i64(0);
-        const std::string key = sel->text(c_key + 1), state = sel->text(c_state + 1);
-        find.reset().bind(1, key);
-        if (find.step()) {
-          const long long id = find.i64(0);
-          const std::string into_state = find.text(1);
-          sqlite3_reset(find.get());
-          job_map[from_id] = id;
-          if (state_rank(state) > state_rank(into_state)) {
-            upd.reset().bind(1, id);
-            for (size_t i = 0; i < upd_cols.size(); ++i)
-              upd.bind_value(static_cast<int>(i) + 2, sel->value(index_of(cols, upd_cols[i]) + 1));
-            upd.run();
-            ++st.jobs_updated;
-          }
-          continue;
-        }
-        sqlite3_reset(find.get());
-        // Insert; a job some run held in `from` is queued here (that run is not ours).
-        ins->reset();
-        for (size_t i = 0; i < cols.size(); ++i) {
-          const int k = static_cast<int>(i);
-          if (state == "running" && k == c_state) ins->bind(k + 1, std::string("queued"));
-          else if (state == "running" && (k == c_owner || k == c_exp)) ins->bind_null(k + 1);
-          else ins->bind_value(k + 1, sel->value(k + 1));
-        }
-        ins->run();
-        job_map[from_id] = sqlite3_last_insert_rowid(into);
-        ++st.jobs_new;
-      }
+  sql::Tx tx(into, into_path);
+  // --- batches: by id -----------------------------------------------------------
+  {
+    const auto cols = common("batches");
+    auto sel = select_all(from, from_path, "batches", cols);
+    auto ins = insert_into(into, into_path, "batches", cols, true);
+    while (sel->step()) {
+      check("batches", cols, *sel);
+      bind_row(*ins, *sel, cols.size());
+      ins->run();
+      st.batches += ins->changes();
     }
-    auto job_of = [&](const Q& q, int i) -> long long {
-      auto it = job_map.find(q.i64(i));
-      if (it == job_map.end())
-        throw CatalogError("merge: " + from_path.string() + " references job " + std::to_string(q.i64(i)) +
-                           " that it does not have");
-      return it->second;
-    };
-
-    // --- batch_jobs -------------------------------------------------------------------
-    {
-      const auto cols = common_columns(into, from, "batch_jobs");
-      const int c_job = index_of(cols, "job_id");
-      auto sel = select_all(from, "batch_jobs", cols);
-      auto ins = insert_into(into, "batch_jobs", cols, true);
-      while (sel->step()) {
-        bind_row(*ins, *sel, cols.size(), {{c_job, job_of(*sel, c_job)}});
-        ins->run();
-        st.batch_links += sqlite3_changes(into);
-      }
-    }
-
-    // --- candidates: by (job, key) -------------------------------------------------------
-    std::map<long long, long long> cand_map;
-    {
-      auto cols = common_columns(into, from, "candidates", {"id"});
-      std::vector<std::string> sel_cols = cols;
-      sel_cols.insert(sel_cols.begin(), "id");
-      auto sel = select_all(from, "candidates", sel_cols);
-      const int c_job = index_of(cols, "job_id"), c_key = index_of(cols, "key"),
-                c_parent = index_of(cols, "parent_id");
-      auto ins = insert_into(into, "candidates", cols, false);
-      Q find(into, "SELECT id FROM candidates WHERE job_id = ?1 AND key = ?2");
-      std::vector<std::pair<long long, long long>> parents;  // (into id, from parent id)
-      while (sel->step()) {
-        const long long from_id = sel->i64(0);
-        const long long job = job_of(*sel, c_job + 1);
-        find.reset().bind(1, job).bind(2, sel->text(c_key + 1));
-        if (find.step()) {
-          cand_map[from_id] = find.i64(0);
-          sqlite3_reset(find.get());
-          continue;
-        }
-        sqlite3_reset(find.get());
-        std::map<int, std::optional<long long>> ids = {{c_job + 1, job}};
-        std::optional<long long> from_parent;
-        if (c_parent >= 0) {
-          if (!sel->is_null(c_parent + 1)) from_parent = sel->i64(c_parent + 1);
-          ids[c_parent + 1] = std::nullopt;  // set below, once the parent is here
-          if (from_parent)
-            if (auto it = cand_map.find(*from_parent); it != cand_map.end()) ids[c_parent + 1] = it->second;
-        }
-        // bind_row works on the select's columns; the insert's are shifted by one (no id).
-        ins->reset();
-        for (size_t i = 0; i < cols.size(); ++i) {
-          const int k = static_cast<int>(i) + 1;
-          auto it = ids.find(k);
-          if (it == ids.end()) ins->bind_value(k, sel->value(k));
-          else if (it->second) ins->bind(k, *it->second);
-          else ins->bind_null(k);
-        }
-        ins->run();
-        const long long id = sqlite3_last_insert_rowid(into);
-        cand_map[from_id] = id;
-        if (from_parent && !cand_map.count(*from_parent)) parents.emplace_back(id, *from_parent);
-        ++st.candidates;
-      }
-      Q fix(into, "UPDATE candidates SET parent_id = ?1 WHERE id = ?2");
-      for (const auto& [id, parent] : parents)
-        if (auto it = cand_map.find(parent); it != cand_map.end()) fix.reset().bind(1, it->second).bind(2, id).run();
-    }
-    auto cand_of = [&](const Q& q, int i) -> std::optional<long long> {
-      if (q.is_null(i)) return std::nullopt;
-      auto it = cand_map.find(q.i64(i));
-      if (it == cand_map.end())
-        throw CatalogError("merge: " + from_path.string() + " references candidate " +
-                           std::to_string(q.i64(i)) + " that it does not have");
-      return it->second;
-    };
-
-    // --- blobs: by sha256 (before artifacts, which reference them) ---------------------------
-    {
-      const auto cols = common_columns(into, from, "blobs");
-      auto sel = select_all(from, "blobs", cols);
-      auto ins = insert_into(into, "blobs", cols, true);
-      Q have(into, "SELECT 1 FROM blobs WHERE sha256 = ?1");
-      const int c_sha = index_of(cols, "sha256");
-      while (sel->step()) {
-        have.reset().bind(1, sel->text(c_sha));
-        const bool present = have.step();
-        sqlite3_reset(have.get());
-        if (present) continue;
-        bind_row(*ins, *sel, cols.size());
-        ins->run();
-        st.blobs += sqlite3_changes(into);
-      }
-    }
-
-    // --- evaluations: one per candidate ----------------------------------------------------
-    {
-      const auto cols = common_columns(into, from, "evaluations", {"id"});
-      const int c_cand = index_of(cols, "candidate_id");
-      auto sel = select_all(from, "evaluations", cols);
-      auto ins = insert_into(into, "evaluations", cols, true);
-      while (sel->step()) {
-        bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
-        ins->run();
-        st.evaluations += sqlite3_changes(into);
-      }
-    }
-
-    // --- artifacts: by (candidate, target) --------------------------------------------------
-    {
-      const auto cols = common_columns(into, from, "artifacts", {"id"});
-      const int c_cand = index_of(cols, "candidate_id");
-      auto sel = select_all(from, "artifacts", cols);
-      auto ins = insert_into(into, "artifacts", cols, true);
-      while (sel->step()) {
-        bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
-        ins->run();
-        st.artifacts += sqlite3_changes(into);
-      }
-    }
-
-    // --- best: measured beats estimated; then the lower value ----------------------------------
-    {
-      const auto cols = common_columns(into, from, "best");
-      const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
-                c_basis = index_of(cols, "basis"), c_value = index_of(cols, "value_ms");
-      auto sel = select_all(from, "best", cols);
-      auto ins = insert_into(into, "best", cols, false);
-      Q cur(into, "SELECT basis, value_ms FROM best WHERE job_id = ?1");
-      Q del(into, "DELETE FROM best WHERE job_id = ?1");
-      while (sel->step()) {
-        const long long job = job_of(*sel, c_job);
-        const std::string basis = sel->text(c_basis);
-        const double value = sel->dbl(c_value);
-        cur.reset().bind(1, job);
-        bool replace = false;
-        if (cur.step()) {
-          const std::string have_basis = cur.text(0);
-          const double have_value = cur.dbl(1);
-          sqlite3_reset(cur.get());
-          if (basis == have_basis) replace = value < have_value;
-          else replace = basis == "measured";
-          if (!replace) continue;
-          del.reset().bind(1, job).run();
-          ++st.best_replaced;
-        } else {
-          sqlite3_reset(cur.get());
-          ++st.best_new;
-        }
-        bind_row(*ins, *sel, cols.size(), {{c_job, job}, {c_cand, cand_of(*sel, c_cand)}});
-        ins->run();
-      }
-    }
-
-    // --- llm_calls: by (job, created_at, instance, round, prompt) ----------------------------------
-    if (has_table(from, "llm_calls") && has_table(into, "llm_calls")) {
-      const auto cols = common_columns(into, from, "llm_calls", {"id"});
-      const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
-                c_parent = index_of(cols, "parent_id");
-      std::vector<std::string> key_cols;
-      for (const char* c : {"job_id", "created_at", "instance", "round", "prompt"})
-        if (index_of(cols, c) >= 0) key_cols.push_back(c);
-      std::string find_sql = "SELECT 1 FROM llm_calls WHERE 1";
-      for (size_t i = 0; i < key_cols.size(); ++i)
-        find_sql += " AND \"" + key_cols[i] + "\" IS ?" + std::to_string(i + 1);
-      Q find(into, find_sql);
-      auto sel = select_all(from, "llm_calls", cols);
-      auto ins = insert_into(into, "llm_calls", cols, false);
-      while (sel->step()) {
-        std::map<int, std::optional<long long>> ids;
-        if (c_job >= 0) ids[c_job] = job_of(*sel, c_job);
-        if (c_cand >= 0) ids[c_cand] = cand_of(*sel, c_cand);
-        if (c_parent >= 0) ids[c_parent] = cand_of(*sel, c_parent);
-        find.reset();
-        for (size_t i = 0; i < key_cols.size(); ++i) {
-          const int k = index_of(cols, key_cols[i]);
-          if (auto it = ids.find(k); it != ids.end() && it->second) find.bind(static_cast<int>(i) + 1, *it->second);
-          else find.bind_value(static_cast<int>(i) + 1, sel->value(k));
-        }
-        const bool present = find.step();
-        sqlite3_reset(find.get());
-        if (present) continue;
-        bind_row(*ins, *sel, cols.size(), ids);
-        ins->run();
-        ++st.llm_calls;
-      }
-    }
-
-    // --- confirmations: by (job, run_id, candidate, baseline) ----------------------------------
-    if (has_table(from, "confirmations") && has_table(into, "confirmations")) {
-      const auto cols = common_columns(into, from, "confirmations", {"id"});
-      const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
-                c_run = index_of(cols, "run_id"), c_base = index_of(cols, "baseline");
-      Q find(into,
-             "SELECT 1 FROM confirmations WHERE job_id IS ?1 AND run_id IS ?2 AND candidate_id IS ?3 "
-             "AND baseline IS ?4");
-      auto sel = select_all(from, "confirmations", cols);
-      auto ins = insert_into(into, "confirmations", cols, false);
-      while (sel->step()) {
-        std::map<int, std::optional<long long>> ids;
-        ids[c_job] = job_of(*sel, c_job);
-        ids[c_cand] = cand_of(*sel, c_cand);
-        find.reset();
-        if (ids[c_job]) find.bind(1, *ids[c_job]);
-        else find.bind_value(1, sel->value(c_job));
-        find.bind_value(2, sel->value(c_run));
-        if (ids[c_cand]) find.bind(3, *ids[c_cand]);
-        else find.bind_value(3, sel->value(c_cand));
-        find.bind_value(4, sel->value(c_base));
-        const bool present = find.step();
-        sqlite3_reset(find.get());
-        if (present) continue;
-        bind_row(*ins, *sel, cols.size(), ids);
-        ins->run();
-        ++st.confirmations;
-      }
-    }
-
-    exec(into, "COMMIT");
-  } catch (...) {
-    sqlite3_exec(into, "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
   }
+
+  // --- jobs: by key ---------------------------------------------------------------
+  std::map<long long, long long> job_map;  // from id -> into id
+  {
+    auto cols = common("jobs", {"id"});
+    std::vector<std::string> sel_cols = cols;
+    sel_cols.insert(sel_cols.begin(), "id");
+    auto sel = select_all(from, from_path, "jobs", sel_cols);
+    // Offsets into the insert's columns (sel column = insert column + 1).
+    const int c_key = index_of(cols, "key"), c_state = index_of(cols, "state"),
+              c_owner = index_of(cols, "lease_owner"), c_exp = index_of(cols, "lease_expires");
+    if (c_key < 0 || c_state < 0) throw CatalogError("merge: jobs lack key or state");
+    auto ins = insert_into(into, into_path, "jobs", cols, false);
+    Stmt find(into, into_path, "SELECT id, state FROM jobs WHERE key = ?1", "merge: find job by key");
+    std::vector<std::string> upd_cols;
+    for (const char* c : {"state", "message", "attempts", "started_at", "finished_at"})
+      if (index_of(cols, c) >= 0) upd_cols.push_back(c);
+    std::string upd_sql = "UPDATE jobs SET lease_owner = NULL, lease_expires = NULL";
+    for (size_t i = 0; i < upd_cols.size(); ++i)
+      upd_sql += ", \"" + upd_cols[i] + "\" = ?" + std::to_string(i + 2);
+    upd_sql += " WHERE id = ?1";
+    Stmt upd(into, into_path, upd_sql, "merge: advance a job");
+    while (sel->step()) {
+      check("jobs", sel_cols, *sel);
+      const long long from_id = sel->i64(0);
+      const std::string key = sel->text(c_key + 1), state = sel->text(c_state + 1);
+      find.reset().bind(1, key);
+      if (find.step()) {
+        const long long id = find.i64(0);
+        const std::string into_state = find.text(1);
+        find.reset();
+        job_map[from_id] = id;
+        if (state_rank(state) > state_rank(into_state)) {
+          upd.reset().bind(1, id);
+          for (size_t i = 0; i < upd_cols.size(); ++i)
+            upd.bind_value(static_cast<int>(i) + 2, sel->value(index_of(cols, upd_cols[i]) + 1));
+          upd.run();
+          ++st.jobs_updated;
+        }
+        continue;
+      }
+      find.reset();
+      // Insert; a job some run held in `from` is queued here (that run is not ours).
+      ins->reset();
+      for (size_t i = 0; i < cols.size(); ++i) {
+        const int k = static_cast<int>(i);
+        if (state == "running" && k == c_state) ins->bind(k + 1, std::string("queued"));
+        else if (state == "running" && (k == c_owner || k == c_exp)) ins->bind(k + 1, nullptr);
+        else ins->bind_value(k + 1, sel->value(k + 1));
+      }
+      ins->run();
+      job_map[from_id] = ins->last_insert_rowid();
+      ++st.jobs_new;
+    }
+  }
+  auto job_of = [&](const Stmt& q, int i) -> long long {
+    auto it = job_map.find(q.i64(i));
+    if (it == job_map.end())
+      refuse("it references job " + std::to_string(q.i64(i)) + " that it does not have");
+    return it->second;
+  };
+
+  // --- batch_jobs -------------------------------------------------------------------
+  {
+    const auto cols = common("batch_jobs");
+    const int c_job = index_of(cols, "job_id");
+    auto sel = select_all(from, from_path, "batch_jobs", cols);
+    auto ins = insert_into(into, into_path, "batch_jobs", cols, true);
+    while (sel->step()) {
+      check("batch_jobs", cols, *sel);
+      bind_row(*ins, *sel, cols.size(), {{c_job, job_of(*sel, c_job)}});
+      ins->run();
+      st.batch_links += ins->changes();
+    }
+  }
+
+  // --- candidates: by (job, key) -------------------------------------------------------
+  std::map<long long, long long> cand_map;      // from id -> into id
+  std::map<long long, long long> cand_job;      // from candidate id -> from job id
+  {
+    auto cols = common("candidates", {"id"});
+    std::vector<std::string> sel_cols = cols;
+    sel_cols.insert(sel_cols.begin(), "id");
+    auto sel = select_all(from, from_path, "candidates", sel_cols);
+    const int c_job = index_of(cols, "job_id"), c_key = index_of(cols, "key"),
+              c_parent = index_of(cols, "parent_id");
+    auto ins = insert_into(into, into_path, "candidates", cols, false);
+    Stmt find(into, into_path, "SELECT id FROM candidates WHERE job_id = ?1 AND key = ?2",
+              "merge: find candidate by key");
+    std::vector<std::pair<long long, long long>> parents;  // (into id, from parent id)
+    std::vector<std::pair<long long, long long>> parent_of;  // (from id, from parent id)
+    while (sel->step()) {
+      check("candidates", sel_cols, *sel);
+      const long long from_id = sel->i64(0);
+      const long long job = job_of(*sel, c_job + 1);
+      cand_job[from_id] = sel->i64(c_job + 1);
+      if (c_parent >= 0 && !sel->is_null(c_parent + 1)) parent_of.emplace_back(from_id, sel->i64(c_parent + 1));
+      find.reset().bind(1, job).bind(2, sel->text(c_key + 1));
+      if (find.step()) {
+        cand_map[from_id] = find.i64(0);
+        find.reset();
+        continue;
+      }
+      find.reset();
+      std::map<int, std::optional<long long>> ids = {{c_job + 1, job}};
+      std::optional<long long> from_parent;
+      if (c_parent >= 0) {
+        if (!sel->is_null(c_parent + 1)) from_parent = sel->i64(c_parent + 1);
+        ids[c_parent + 1] = std::nullopt;  // set below, once the parent is here
+        if (from_parent)
+          if (auto it = cand_map.find(*from_parent); it != cand_map.end()) ids[c_parent + 1] = it->second;
+      }
+      // bind_row works on the select's columns; the insert's are shifted by one (no id).
+      ins->reset();
+      for (size_t i = 0; i < cols.size(); ++i) {
+        const int k = static_cast<int>(i) + 1;
+        auto it = ids.find(k);
+        if (it == ids.end()) ins->bind_value(k, sel->value(k));
+        else if (it->second) ins->bind(k, *it->second);
+        else ins->bind(k, nullptr);
+      }
+      ins->run();
+      const long long id = ins->last_insert_rowid();
+      cand_map[from_id] = id;
+      if (from_parent && !cand_map.count(*from_parent)) parents.emplace_back(id, *from_parent);
+      ++st.candidates;
+    }
+    // A parent is a candidate of the same job.
+    for (const auto& [child, parent] : parent_of) {
+      auto it = cand_job.find(parent);
+      if (it != cand_job.end() && it->second != cand_job[child])
+        refuse("candidates row " + std::to_string(child) + ": parent_id " + std::to_string(parent) +
+               " is a candidate of another job");
+    }
+    Stmt fix(into, into_path, "UPDATE candidates SET parent_id = ?1 WHERE id = ?2", "merge: link a parent");
+    for (const auto& [id, parent] : parents)
+      if (auto it = cand_map.find(parent); it != cand_map.end()) fix.reset().bind(1, it->second).bind(2, id).run();
+  }
+  auto cand_of = [&](const Stmt& q, int i) -> std::optional<long long> {
+    if (q.is_null(i)) return std::nullopt;
+    auto it = cand_map.find(q.i64(i));
+    if (it == cand_map.end())
+      refuse("it references candidate " + std::to_string(q.i64(i)) + " that it does not have");
+    return it->second;
+  };
+  // A candidate column that must name a candidate of the row's job.
+  auto same_job = [&](const char* table, const Stmt& q, int c_cand, int c_job, size_t ncols) {
+    if (c_cand < 0 || c_job < 0 || q.is_null(c_cand)) return;
+    auto it = cand_job.find(q.i64(c_cand));
+    if (it != cand_job.end() && it->second != q.i64(c_job))
+      refuse(std::string(table) + " row " + std::to_string(q.i64(static_cast<int>(ncols))) + ": candidate " +
+             std::to_string(q.i64(c_cand)) + " is not a candidate of job " + std::to_string(q.i64(c_job)));
+  };
+
+  // --- blobs: by sha256 (before artifacts, which reference them) ---------------------------
+  {
+    const auto cols = common("blobs");
+    auto sel = select_all(from, from_path, "blobs", cols);
+    auto ins = insert_into(into, into_path, "blobs", cols, true);
+    Stmt have(into, into_path, "SELECT 1 FROM blobs WHERE sha256 = ?1", "merge: find blob");
+    const int c_sha = index_of(cols, "sha256");
+    while (sel->step()) {
+      check("blobs", cols, *sel);
+      have.reset().bind(1, sel->text(c_sha));
+      const bool present = have.step();
+      have.reset();
+      if (present) continue;
+      bind_row(*ins, *sel, cols.size());
+      ins->run();
+      st.blobs += ins->changes();
+    }
+  }
+
+  // --- evaluations: one per candidate ----------------------------------------------------
+  {
+    const auto cols = common("evaluations", {"id"});
+    const int c_cand = index_of(cols, "candidate_id");
+    auto sel = select_all(from, from_path, "evaluations", cols);
+    auto ins = insert_into(into, into_path, "evaluations", cols, true);
+    while (sel->step()) {
+      check("evaluations", cols, *sel);
+      bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
+      ins->run();
+      st.evaluations += ins->changes();
+    }
+  }
+
+  // --- artifacts: by (candidate, target) --------------------------------------------------
+  {
+    const auto cols = common("artifacts", {"id"});
+    const int c_cand = index_of(cols, "candidate_id");
+    auto sel = select_all(from, from_path, "artifacts", cols);
+    auto ins = insert_into(into, into_path, "artifacts", cols, true);
+    while (sel->step()) {
+      check("artifacts", cols, *sel);
+      bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
+      ins->run();
+      st.artifacts += ins->changes();
+    }
+  }
+
+  // --- best: measured beats estimated; then the lower value ----------------------------------
+  {
+    const auto cols = common("best");
+    const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
+              c_basis = index_of(cols, "basis"), c_value = index_of(cols, "value_ms");
+    auto sel = select_all(from, from_path, "best", cols);
+    auto ins = insert_into(into, into_path, "best", cols, false);
+    Stmt cur(into, into_path, "SELECT basis, value_ms FROM best WHERE job_id = ?1", "merge: read best");
+    Stmt del(into, into_path, "DELETE FROM best WHERE job_id = ?1", "merge: replace best");
+    while (sel->step()) {
+      check("best", cols, *sel);
+      same_job("best", *sel, c_cand, c_job, cols.size());
+      const long long job = job_of(*sel, c_job);
+      const std::string basis = sel->text(c_basis);
+      const double value = sel->dbl(c_value);
+      cur.reset().bind(1, job);
+      bool replace = false;
+      if (cur.step()) {
+        const std::string have_basis = cur.text(0);
+        const double have_value = cur.dbl(1);
+        cur.reset();
+        if (basis == have_basis) replace = value < have_value;
+        else replace = basis == "measured";
+        if (!replace) continue;
+        del.reset().bind(1, job).run();
+        ++st.best_replaced;
+      } else {
+        cur.reset();
+        ++st.best_new;
+      }
+      bind_row(*ins, *sel, cols.size(), {{c_job, job}, {c_cand, cand_of(*sel, c_cand)}});
+      ins->run();
+    }
+  }
+
+  // --- llm_calls: by (job, created_at, instance, round, prompt) ----------------------------------
+  if (has_table(from, "llm_calls") && has_table(into, "llm_calls")) {
+    const auto cols = common("llm_calls", {"id"});
+    const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
+              c_parent = index_of(cols, "parent_id");
+    std::vector<std::string> key_cols;
+    for (const char* c : {"job_id", "created_at", "instance", "round", "prompt"})
+      if (index_of(cols, c) >= 0) key_cols.push_back(c);
+    std::string find_sql = "SELECT 1 FROM llm_calls WHERE 1";
+    for (size_t i = 0; i < key_cols.size(); ++i)
+      find_sql += " AND \"" + key_cols[i] + "\" IS ?" + std::to_string(i + 1);
+    Stmt find(into, into_path, find_sql, "merge: find llm call");
+    auto sel = select_all(from, from_path, "llm_calls", cols);
+    auto ins = insert_into(into, into_path, "llm_calls", cols, false);
+    while (sel->step()) {
+      check("llm_calls", cols, *sel);
+      same_job("llm_calls", *sel, c_cand, c_job, cols.size());
+      same_job("llm_calls", *sel, c_parent, c_job, cols.size());
+      std::map<int, std::optional<long long>> ids;
+      if (c_job >= 0) ids[c_job] = job_of(*sel, c_job);
+      if (c_cand >= 0) ids[c_cand] = cand_of(*sel, c_cand);
+      if (c_parent >= 0) ids[c_parent] = cand_of(*sel, c_parent);
+      find.reset();
+      for (size_t i = 0; i < key_cols.size(); ++i) {
+        const int k = index_of(cols, key_cols[i]);
+        if (auto it = ids.find(k); it != ids.end() && it->second) find.bind(static_cast<int>(i) + 1, *it->second);
+        else find.bind_value(static_cast<int>(i) + 1, sel->value(k));
+      }
+      const bool present = find.step();
+      find.reset();
+      if (present) continue;
+      bind_row(*ins, *sel, cols.size(), ids);
+      ins->run();
+      ++st.llm_calls;
+    }
+  }
+
+  // --- confirmations: by (job, run_id, candidate, baseline) ----------------------------------
+  if (has_table(from, "confirmations") && has_table(into, "confirmations")) {
+    const auto cols = common("confirmations", {"id"});
+    const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
+              c_run = index_of(cols, "run_id"), c_base = index_of(cols, "baseline");
+    Stmt find(into, into_path,
+              "SELECT 1 FROM confirmations WHERE job_id IS ?1 AND run_id IS ?2 AND candidate_id IS ?3 "
+              "AND baseline IS ?4",
+              "merge: find confirmation");
+    auto sel = select_all(from, from_path, "confirmations", cols);
+    auto ins = insert_into(into, into_path, "confirmations", cols, false);
+    while (sel->step()) {
+      check("confirmations", cols, *sel);
+      same_job("confirmations", *sel, c_cand, c_job, cols.size());
+      std::map<int, std::optional<long long>> ids;
+      ids[c_job] = job_of(*sel, c_job);
+      ids[c_cand] = cand_of(*sel, c_cand);
+      find.reset();
+      if (ids[c_job]) find.bind(1, *ids[c_job]);
+      else find.bind_value(1, sel->value(c_job));
+      find.bind_value(2, sel->value(c_run));
+      if (ids[c_cand]) find.bind(3, *ids[c_cand]);
+      else find.bind_value(3, sel->value(c_cand));
+      find.bind_value(4, sel->value(c_base));
+      const bool present = find.step();
+      find.reset();
+      if (present) continue;
+      bind_row(*ins, *sel, cols.size(), ids);
+      ins->run();
+      ++st.confirmations;
+    }
+  }
+
+  tx.commit();
   return st;
 }
 

@@ -2,7 +2,6 @@
 
 #include "stats/stats.h"
 
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "catalog/sql.h"
 #include "common/hash.h"
 
 namespace kiln {
@@ -19,81 +19,25 @@ namespace {
 
 using nlohmann::json;
 
-// A prepared statement whose every failure is a CatalogError (never "no rows").
-class Q {
- public:
-  Q(const Catalog& c, const std::string& sql) : c_(c) {
-    if (sqlite3_prepare_v2(c.handle(), sql.c_str(), -1, &s_, nullptr) != SQLITE_OK) fail("prepare");
-  }
-  ~Q() { sqlite3_finalize(s_); }
-  Q(const Q&) = delete;
-  Q& operator=(const Q&) = delete;
-  Q& bind(int i, long long v) { return ok(sqlite3_bind_int64(s_, i, v)); }
-  Q& bind(int i, double v) { return ok(sqlite3_bind_double(s_, i, v)); }
-  Q& bind(int i, const std::string& v) { return ok(sqlite3_bind_text(s_, i, v.data(), (int)v.size(), SQLITE_TRANSIENT)); }
-  Q& bind_or_null(int i, const std::string& v) { return v.empty() ? ok(sqlite3_bind_null(s_, i)) : bind(i, v); }
-  bool step() {
-    const int rc = sqlite3_step(s_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    fail("step");
-    return false;
-  }
-  void reset() { sqlite3_reset(s_); }
-  bool null(int i) const { return sqlite3_column_type(s_, i) == SQLITE_NULL; }
-  std::string text(int i) const {
-    const unsigned char* t = sqlite3_column_text(s_, i);
-    return t ? reinterpret_cast<const char*>(t) : "";
-  }
-  long long i64(int i) const { return sqlite3_column_int64(s_, i); }
-  double dbl(int i) const { return sqlite3_column_double(s_, i); }
-  std::optional<double> opt_dbl(int i) const { return null(i) ? std::nullopt : std::optional<double>(dbl(i)); }
-  std::string blob(int i) const {
-    const void* p = sqlite3_column_blob(s_, i);
-    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(s_, i)) : std::string();
-  }
-  json js(int i) const {
-    try {
-      return null(i) ? json(nullptr) : json::parse(text(i));
-    } catch (const json::exception& e) {
-      throw CatalogError("catalog " + c_.path().string() + ": a JSON column does not parse: " + e.what());
-    }
-  }
-
- private:
-  Q& ok(int rc) {
-    if (rc != SQLITE_OK) fail("bind");
-    return *this;
-  }
-  [[noreturn]] void fail(const char* what) {
-    throw_sqlite_error(c_.handle(), what);
-  }
-  const Catalog& c_;
-  sqlite3_stmt* s_ = nullptr;
-};
+using sql::Stmt;
 
 bool has_table(const Catalog& c, const std::string& name) {
-  Q q(c, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
-  q.bind(1, name);
-  return q.step();
+  return sql::has_table(sql::Access::db(c), c.path(), name);
 }
 
 std::set<std::string> columns(const Catalog& c, const std::string& table) {
-  std::set<std::string> out;
-  Q q(c, "SELECT name FROM pragma_table_info(?1)");
-  q.bind(1, table);
-  while (q.step()) out.insert(q.text(0));
-  return out;
+  const auto cols = sql::table_columns(sql::Access::db(c), c.path(), table);
+  return {cols.begin(), cols.end()};
 }
 
-PackageCandidate candidate_from(const Q& q, int at, const Catalog& c) {
+PackageCandidate candidate_from(const Stmt& q, int at, const Catalog& c) {
   PackageCandidate pc;
   pc.candidate_id = q.i64(at);
-  pc.config = q.js(at + 1);
+  pc.config = q.js_strict(at + 1);
   pc.kind = q.text(at + 2);
   pc.sha256 = q.text(at + 3);
   pc.kernel_name = q.text(at + 4);
-  pc.metadata = q.js(at + 5);
+  pc.metadata = q.js_strict(at + 5);
   pc.bytes = q.blob(at + 6);
   pc.estimate_ms = q.opt_dbl(at + 7);
   if (sha256_hex(pc.bytes) != pc.sha256)
@@ -131,7 +75,7 @@ constexpr const char* kCandidateCols =
 }  // namespace
 
 std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& target, int shortlist_max,
-                                     double shortlist_ratio) {
+                                     double shortlist_ratio, const std::optional<std::vector<long long>>& only_jobs) {
   const bool imported = has_table(catalog, "imported_measurements");
   // The confirmation round (its migration: table confirmations, best.confirmed_run):
   // read where this catalog has it.
@@ -142,32 +86,36 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
     confirmations = cols.count("candidate_id") && cols.count("run_id") && cols.count("samples") &&
                     cols.count("median_ms") && cols.count("basis") && best_cols.count("confirmed_run");
   }
-  Q q(catalog, std::string("SELECT j.id, j.key, j.op, j.shape, j.dtype, j.params, j.spec, j.target, j.arch, "
+  Stmt q(catalog, std::string("SELECT j.id, j.key, j.op, j.shape, j.dtype, j.params, j.spec, j.target, j.arch, "
                            "b.basis, b.value_ms, b.device, ") +
                    kCandidateCols + ", e.result "
                    "FROM best b JOIN jobs j ON j.id = b.job_id JOIN candidates c ON c.id = b.candidate_id "
                    "JOIN artifacts a ON a.candidate_id = c.id AND a.target = j.target "
                    "JOIN blobs bl ON bl.sha256 = a.sha256 "
                    "LEFT JOIN evaluations e ON e.candidate_id = c.id "
-                   "WHERE j.target = ?1 AND j.state = 'done' ORDER BY j.op, j.id");
+                   "WHERE j.target = ?1 AND j.state = 'done' " +
+                   std::string(only_jobs ? "AND j.id IN (SELECT value FROM json_each(?2)) " : "") +
+                   "ORDER BY j.op, j.id",
+         "packaging: the best kernels of target " + target);
   q.bind(1, target);
+  if (only_jobs) q.bind(2, json(*only_jobs).dump());
   std::vector<PackageJob> jobs;
   while (q.step()) {
     PackageJob j;
     j.job_id = q.i64(0);
     j.key = q.text(1);
     j.op = q.text(2);
-    j.shape = q.js(3);
+    j.shape = q.js_strict(3);
     j.dtype = q.text(4);
-    j.params = q.js(5);
-    j.spec = q.js(6);
+    j.params = q.js_strict(5);
+    j.spec = q.js_strict(6);
     j.target = q.text(7);
     j.arch = q.text(8);
     j.basis = q.text(9);
     j.value_ms = q.dbl(10);
-    j.device = q.null(11) ? "" : q.text(11);
+    j.device = q.is_null(11) ? "" : q.text(11);
     j.candidates.push_back(candidate_from(q, 12, catalog));
-    const json result = q.js(20);
+    const json result = q.js_strict(20);
     if (j.basis == "measured") {
       j.measured_on = {{"device", j.device}, {"driver", nullptr}, {"uuid", nullptr}};
       if (result.is_object() && result.contains("latency") && result["latency"].is_object()) {
@@ -183,15 +131,15 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
   for (PackageJob& j : jobs) {
     const long long best = j.candidates[0].candidate_id;
     if (j.basis == "measured" && imported) {
-      Q m(catalog, "SELECT driver, uuid FROM imported_measurements WHERE candidate_id = ?1 AND device = ?2");
+      Stmt m(catalog, "SELECT driver, uuid FROM imported_measurements WHERE candidate_id = ?1 AND device = ?2");
       m.bind(1, best).bind(2, j.device);
       if (m.step()) {
-        if (!m.null(0)) j.measured_on["driver"] = m.text(0);
-        if (!m.null(1)) j.measured_on["uuid"] = m.text(1);
+        if (!m.is_null(0)) j.measured_on["driver"] = m.text(0);
+        if (!m.is_null(1)) j.measured_on["uuid"] = m.text(1);
       }
     }
     if (confirmations) {
-      Q cq(catalog, "SELECT c.median_ms, c.samples FROM best b JOIN confirmations c "
+      Stmt cq(catalog, "SELECT c.median_ms, c.samples FROM best b JOIN confirmations c "
                     "ON c.run_id = b.confirmed_run AND c.candidate_id = b.candidate_id "
                     "WHERE b.job_id = ?1 AND c.candidate_id = ?2 AND c.basis = 'device' LIMIT 1");
       cq.bind(1, j.job_id).bind(2, best);
@@ -199,7 +147,7 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
     }
     const std::optional<double> best_est = j.candidates[0].estimate_ms;
     if (j.basis != "estimated" || shortlist_max <= 1 || !best_est || *best_est <= 0) continue;
-    Q s(catalog, std::string("SELECT ") + kCandidateCols +
+    Stmt s(catalog, std::string("SELECT ") + kCandidateCols +
                      " FROM candidates c JOIN evaluations e ON e.candidate_id = c.id "
                      "JOIN jobs j ON j.id = c.job_id "
                      "JOIN artifacts a ON a.candidate_id = c.id AND a.target = j.target "
@@ -216,17 +164,8 @@ ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in) {
   if (!has_table(catalog, "imported_measurements"))
     throw CatalogError("catalog " + catalog.path().string() + " has no imported_measurements table (open it "
                        "read-write once so it is migrated)");
-  sqlite3* db = catalog.handle();
-  auto exec = [&](const char* sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-      const std::string m = err ? err : "error";
-      sqlite3_free(err);
-      throw CatalogError("catalog " + catalog.path().string() + ": " + sql + ": " + m);
-    }
-  };
-  exec("BEGIN IMMEDIATE");
-  try {
+  sql::Tx tx(catalog);
+  {
     ImportStats st;
     std::set<long long> touched;
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -236,46 +175,46 @@ ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in) {
       // A package's kernel carries one job key for all its targets (the first
       // target's job): the candidate names the job it was timed for, which must
       // be the same kernel instance (operator, shape, dtype, params).
-      Q j(catalog, "SELECT op, shape, dtype, params FROM jobs WHERE key = ?1");
+      Stmt j(catalog, "SELECT op, shape, dtype, params FROM jobs WHERE key = ?1");
       j.bind(1, k.job_key);
       if (!j.step()) throw CatalogError(which + ": no such job in catalog " + catalog.path().string());
-      Q c(catalog, "SELECT c.job_id, jc.target, jc.op, jc.shape, jc.dtype, jc.params, e.status FROM candidates c "
+      Stmt c(catalog, "SELECT c.job_id, jc.target, jc.op, jc.shape, jc.dtype, jc.params, e.status FROM candidates c "
                    "JOIN jobs jc ON jc.id = c.job_id LEFT JOIN evaluations e ON e.candidate_id = c.id WHERE c.id = ?1");
       c.bind(1, k.candidate_id);
       if (!c.step())
         throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) + " is not in the catalog");
       const long long job_id = c.i64(0);
       const std::string target = c.text(1);
-      if (c.text(2) != j.text(0) || c.js(3) != j.js(1) || c.text(4) != j.text(2) || c.js(5) != j.js(3))
+      if (c.text(2) != j.text(0) || c.js_strict(3) != j.js_strict(1) || c.text(4) != j.text(2) || c.js_strict(5) != j.js_strict(3))
         throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) + " is one of another kernel's (" +
                            c.text(2) + " " + c.text(3) + " " + c.text(4) + "), not the job's");
       if (!k.targets.empty() && std::find(k.targets.begin(), k.targets.end(), target) == k.targets.end())
         throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) + " was tuned for " + target +
                            ", not for the file's target (" + k.target_text + ")");
-      if (c.null(6) || c.text(6) != "ok")
+      if (c.is_null(6) || c.text(6) != "ok")
         throw CatalogError(which + ": candidate " + std::to_string(k.candidate_id) +
-                           " was not verified correct (status " + (c.null(6) ? "none" : c.text(6)) + ")");
-      Q ins(catalog, "INSERT INTO imported_measurements (job_id, candidate_id, target, device, driver, uuid, "
+                           " was not verified correct (status " + (c.is_null(6) ? "none" : c.text(6)) + ")");
+      Stmt ins(catalog, "INSERT INTO imported_measurements (job_id, candidate_id, target, device, driver, uuid, "
                      "versions, median_ms, samples, source, imported_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11) "
                      "ON CONFLICT (candidate_id, device) DO UPDATE SET driver = excluded.driver, "
                      "uuid = excluded.uuid, versions = excluded.versions, median_ms = excluded.median_ms, "
                      "samples = excluded.samples, source = excluded.source, imported_at = excluded.imported_at");
       ins.bind(1, job_id).bind(2, k.candidate_id).bind(3, target).bind(4, in.device);
-      ins.bind_or_null(5, in.driver).bind_or_null(6, in.uuid).bind(7, in.versions.dump());
+      ins.bind_text_or_null(5, in.driver).bind_text_or_null(6, in.uuid).bind(7, in.versions.dump());
       ins.bind(8, k.median_ms).bind(9, json(k.samples).dump()).bind(10, in.source).bind(11, now);
       ins.step();
       ++st.measurements;
       touched.insert(job_id);
     }
     for (long long job_id : touched) {
-      Q fastest(catalog, "SELECT candidate_id, median_ms, device FROM imported_measurements WHERE job_id = ?1 "
+      Stmt fastest(catalog, "SELECT candidate_id, median_ms, device FROM imported_measurements WHERE job_id = ?1 "
                          "ORDER BY median_ms, candidate_id LIMIT 1");
       fastest.bind(1, job_id);
       if (!fastest.step()) continue;
       const long long cand = fastest.i64(0);
       const double ms = fastest.dbl(1);
       const std::string device = fastest.text(2);
-      Q cur(catalog, "SELECT candidate_id, basis, value_ms, device FROM best WHERE job_id = ?1");
+      Stmt cur(catalog, "SELECT candidate_id, basis, value_ms, device FROM best WHERE job_id = ?1");
       cur.bind(1, job_id);
       bool replace = true;
       if (cur.step()) {
@@ -285,14 +224,14 @@ ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in) {
         // holds its latest value) stays when it is faster.
         bool engine_measured = false;
         if (cur.text(1) == "measured") {
-          Q own(catalog, "SELECT 1 FROM imported_measurements WHERE candidate_id = ?1 AND device = ?2");
+          Stmt own(catalog, "SELECT 1 FROM imported_measurements WHERE candidate_id = ?1 AND device = ?2");
           own.bind(1, cur.i64(0)).bind(2, cur.text(3));
           engine_measured = !own.step();
         }
         if (same || (engine_measured && cur.dbl(2) < ms)) replace = false;
       }
       if (!replace) continue;
-      Q up(catalog, "INSERT INTO best (job_id, candidate_id, basis, value_ms, device, selected_at) "
+      Stmt up(catalog, "INSERT INTO best (job_id, candidate_id, basis, value_ms, device, selected_at) "
                     "VALUES (?1, ?2, 'measured', ?3, ?4, ?5) ON CONFLICT (job_id) DO UPDATE SET "
                     "candidate_id = excluded.candidate_id, basis = 'measured', value_ms = excluded.value_ms, "
                     "device = excluded.device, selected_at = excluded.selected_at");
@@ -301,11 +240,8 @@ ImportStats import_measurements(Catalog& catalog, const MeasurementsIn& in) {
       ++st.best_changed;
     }
     st.jobs = static_cast<int>(touched.size());
-    exec("COMMIT");
+    tx.commit();
     return st;
-  } catch (...) {
-    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
   }
 }
 

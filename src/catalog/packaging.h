@@ -39,11 +39,13 @@ struct PackageJob {
   std::vector<PackageCandidate> candidates;
 };
 
-// The done jobs of `target` with a best row, ordered by op, id. Throws
-// CatalogError on SQLite errors, and when a stored code object does not match
-// its checksum.
+// The done jobs of `target` with a best row, ordered by op, id: every such
+// job, or only those of `only_jobs` (ids; kiln nightly packages its manifest's
+// jobs, not a superseded key of the same kernel). Throws CatalogError on
+// SQLite errors, and when a stored code object does not match its checksum.
 std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& target, int shortlist_max = 8,
-                                     double shortlist_ratio = 1.5);
+                                     double shortlist_ratio = 1.5,
+                                     const std::optional<std::vector<long long>>& only_jobs = std::nullopt);
 
 // The manifest's `confirmed` for a best whose confirmation round timed it on a
 // device (table confirmations, the confirmation round's migration): the round's

@@ -1,6 +1,5 @@
 // Helpers shared by the `kiln` subcommands (one file per subcommand group).
 #pragma once
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <chrono>
@@ -118,34 +117,11 @@ inline std::string config_text(const json& config) {
   return s;
 }
 
-struct Stmt {
-  sqlite3* db;
-  sqlite3_stmt* s = nullptr;
-  Stmt(sqlite3* d, const std::string& sql) : db(d) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) != SQLITE_OK)
-      throw_sqlite_error(db, "prepare");
-  }
-  ~Stmt() { sqlite3_finalize(s); }
-  // true: a row; false: done; an SQLite error throws CatalogError (never "no rows").
-  bool step() {
-    const int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw_sqlite_error(db, "read");
-  }
-  json col(int i) const {
-    switch (sqlite3_column_type(s, i)) {
-      case SQLITE_NULL: return nullptr;
-      case SQLITE_INTEGER: return static_cast<long long>(sqlite3_column_int64(s, i));
-      case SQLITE_FLOAT: return sqlite3_column_double(s, i);
-      default: return std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, i)));
-    }
-  }
-  std::string blob(int i) const {
-    const void* p = sqlite3_column_blob(s, i);
-    return p ? std::string(static_cast<const char*>(p), sqlite3_column_bytes(s, i)) : std::string();
-  }
-};
+// A nullable catalog value as JSON: null when unset.
+template <class T>
+json or_null(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 
 // The worker's hello on the CPU: Python, torch and Triton versions and the

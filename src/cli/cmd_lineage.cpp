@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "catalog/lineage.h"
 #include "cli/cli_util.h"
 
 namespace kiln {
@@ -44,59 +45,34 @@ int cmd_lineage(const Args& args) {
     const bool by_job = vm->count("job") > 0, by_cand = vm->count("candidate") > 0;
     if (by_job == by_cand) throw UsageError("give exactly one of --job ID and --candidate ID");
     Catalog catalog = open_catalog(*vm, true);
-    sqlite3* db = catalog.handle();
-    const bool has_llm_calls = [&] {
-      Stmt st(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'llm_calls'");
-      return st.step();
-    }();
-
     long long job_id = 0;
     if (by_job) {
       job_id = (*vm)["job"].as<long long>();
     } else {
-      Stmt st(db, "SELECT job_id FROM candidates WHERE id = ?1");
-      sqlite3_bind_int64(st.s, 1, (*vm)["candidate"].as<long long>());
-      if (!st.step()) throw std::runtime_error("no candidate " + std::to_string((*vm)["candidate"].as<long long>()));
-      job_id = st.col(0).get<long long>();
+      const auto of = job_of_candidate(catalog, (*vm)["candidate"].as<long long>());
+      if (!of) throw std::runtime_error("no candidate " + std::to_string((*vm)["candidate"].as<long long>()));
+      job_id = *of;
     }
-    json job;
-    {
-      Stmt st(db, "SELECT j.id, j.op, j.shape, j.dtype, j.target, j.state, j.message, b.candidate_id, b.basis, "
-                  "b.value_ms FROM jobs j LEFT JOIN best b ON b.job_id = j.id WHERE j.id = ?1");
-      sqlite3_bind_int64(st.s, 1, job_id);
-      if (!st.step()) throw std::runtime_error("no job " + std::to_string(job_id));
-      job = {{"id", st.col(0)}, {"op", st.col(1)}, {"shape", json::parse(st.col(2).get<std::string>(), nullptr, false)},
-             {"dtype", st.col(3)}, {"target", st.col(4)}, {"state", st.col(5)}, {"message", st.col(6)},
-             {"best_candidate_id", st.col(7)}, {"best_basis", st.col(8)}, {"best_ms", st.col(9)}};
-    }
+    const std::optional<Lineage> lin = lineage(catalog, job_id);
+    if (!lin) throw std::runtime_error("no job " + std::to_string(job_id));
+    const json job = {{"id", lin->job_id}, {"op", lin->op}, {"shape", lin->shape}, {"dtype", lin->dtype},
+                      {"target", lin->target}, {"state", lin->state}, {"message", or_null(lin->message)},
+                      {"best_candidate_id", or_null(lin->best_candidate_id)},
+                      {"best_basis", or_null(lin->best_basis)}, {"best_ms", or_null(lin->best_ms)}};
 
     std::map<long long, json> cands;  // by id
-    {
-      Stmt st(db, "SELECT c.id, c.parent_id, c.round, c.instance, c.generator, c.template, c.config, "
-                  "e.status, e.message, e.median_ms, e.estimate_ms, e.max_abs_err, c.created_at "
-                  "FROM candidates c LEFT JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ?1 "
-                  "ORDER BY c.id");
-      sqlite3_bind_int64(st.s, 1, job_id);
-      while (st.step()) {
-        json c = {{"id", st.col(0)}, {"parent_id", st.col(1)}, {"round", st.col(2)}, {"instance", st.col(3)},
-                  {"generator", st.col(4)}, {"template", st.col(5)},
-                  {"config", json::parse(st.col(6).get<std::string>(), nullptr, false)}, {"status", st.col(7)},
-                  {"message", st.col(8)}, {"median_ms", st.col(9)}, {"estimate_ms", st.col(10)},
-                  {"max_abs_err", st.col(11)}, {"llm_call", nullptr}};
-        cands[c["id"].get<long long>()] = c;
-      }
-    }
-    if (has_llm_calls) {
-      Stmt st(db, "SELECT id, candidate_id, model, prompt_tokens, completion_tokens, latency_s, attempts, status "
-                  "FROM llm_calls WHERE job_id = ?1 AND candidate_id IS NOT NULL ORDER BY id");
-      sqlite3_bind_int64(st.s, 1, job_id);
-      while (st.step()) {
-        auto it = cands.find(st.col(1).get<long long>());
-        if (it == cands.end()) continue;
-        it->second["llm_call"] = {{"id", st.col(0)}, {"model", st.col(2)}, {"prompt_tokens", st.col(3)},
-                                  {"completion_tokens", st.col(4)}, {"latency_s", st.col(5)},
-                                  {"attempts", st.col(6)}, {"status", st.col(7)}};
-      }
+    for (const LineageCandidate& c : lin->candidates)
+      cands[c.id] = {{"id", c.id}, {"parent_id", or_null(c.parent_id)}, {"round", c.round},
+                     {"instance", c.instance}, {"generator", c.generator}, {"template", or_null(c.template_name)},
+                     {"config", c.config}, {"status", or_null(c.status)}, {"message", or_null(c.message)},
+                     {"median_ms", or_null(c.median_ms)}, {"estimate_ms", or_null(c.estimate_ms)},
+                     {"max_abs_err", or_null(c.max_abs_err)}, {"llm_call", nullptr}};
+    for (const LineageLlmCall& l : lin->llm_calls) {
+      auto it = cands.find(l.candidate_id);
+      if (it == cands.end()) continue;
+      it->second["llm_call"] = {{"id", l.id}, {"model", or_null(l.model)}, {"prompt_tokens", or_null(l.prompt_tokens)},
+                                {"completion_tokens", or_null(l.completion_tokens)},
+                                {"latency_s", or_null(l.latency_s)}, {"attempts", l.attempts}, {"status", l.status}};
     }
 
     // --candidate: keep its ancestors (the chain) and its descendants.

@@ -79,8 +79,10 @@ int cmd_merge(const Args& args) {
     }
     report["total"] = stats_json(total);
     {
-      Stmt st(catalog.handle(), "SELECT COUNT(*), COALESCE(SUM(state = 'done'), 0) FROM jobs");
-      if (st.step()) report["jobs"] = {{"total", st.col(0)}, {"done", st.col(1)}};
+      long long jobs = 0;
+      const auto counts = catalog.job_state_counts();
+      for (const auto& [state, n] : counts) jobs += n;
+      report["jobs"] = {{"total", jobs}, {"done", counts.count("done") ? counts.at("done") : 0}};
     }
     if (vm->count("json")) {
       std::cout << report.dump(2) << "\n";

@@ -17,7 +17,6 @@
 // a confirmation round, Mann-Whitney U p < 0.01 and the median more than
 // --min-effect slower (stats/regression.h); otherwise the median more than
 // --threshold slower.
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +31,7 @@
 #include <sstream>
 
 #include "catalog/job_key.h"
+#include "catalog/job_lookup.h"
 #include "cli/cli_util.h"
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
@@ -69,7 +69,6 @@ struct JobReport {
   long long id = 0;
   std::string key, op, dtype, target, state, message;
   json shape, params;
-  double created_at = 0;
   bool ran_now = false;                  // not done before this nightly, done or failed after it
   std::optional<BestInfo> now, previous;
   std::optional<double> ratio;           // now / previous, same basis only
@@ -120,7 +119,6 @@ std::optional<BestInfo> read_best(const Catalog& catalog, long long job_id, cons
 std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<NewJob>& jobs,
                                     const std::map<std::string, std::string>& state_before,
                                     bool report_only, double threshold, double min_effect) {
-  sqlite3* db = catalog.handle();
   std::set<std::string> current_keys;
   for (const NewJob& nj : jobs) current_keys.insert(nj.key);
   std::vector<JobReport> out;
@@ -132,51 +130,28 @@ std::vector<JobReport> build_report(const Catalog& catalog, const std::vector<Ne
     r.target = nj.target;
     r.shape = nj.shape;
     r.params = nj.params.is_null() ? json::object() : nj.params;
-    {
-      Stmt st(db, "SELECT id, state, COALESCE(message, ''), created_at, shape, params FROM jobs WHERE key = ?1");
-      sqlite3_bind_text(st.s, 1, nj.key.c_str(), -1, SQLITE_TRANSIENT);
-      if (!st.step()) {
-        r.status = "missing";  // report-only on a manifest that was never submitted here
-        out.push_back(std::move(r));
-        continue;
-      }
-      r.id = st.col(0).get<long long>();
-      r.state = st.col(1).get<std::string>();
-      r.message = st.col(2).get<std::string>();
-      r.created_at = st.col(3).get<double>();
-      r.shape = json::parse(st.col(4).get<std::string>());
-      r.params = json::parse(st.col(5).get<std::string>());
+    const std::optional<JobRow> row = job_by_key(catalog, nj.key);
+    if (!row) {
+      r.status = "missing";  // report-only on a manifest that was never submitted here
+      out.push_back(std::move(r));
+      continue;
     }
+    r.id = row->id;
+    r.state = row->state;
+    r.message = row->message;
+    r.shape = row->shape;
+    r.params = row->params;
     auto before = state_before.find(nj.key);
     const bool was_done = before != state_before.end() && before->second == "done";
     r.ran_now = report_only || (!was_done && (r.state == "done" || r.state == "failed"));
     r.now = read_best(catalog, r.id, r.key);
-    {
-      // The same job, older: (op, shape, dtype, params, target) equal, another
-      // key (not one of this manifest's: two entries may differ only in their
-      // search settings), done with a best, created before this one. shape and
-      // params are canonical JSON in the catalog, so text equality is value equality.
-      Stmt st(db,
-              "SELECT j.id, j.key FROM jobs j JOIN best b ON b.job_id = j.id "
-              "WHERE j.op = ?1 AND j.shape = ?2 AND j.dtype = ?3 AND j.params = ?4 AND j.target = ?5 "
-              "AND j.key <> ?6 AND j.state = 'done' "
-              "AND (j.created_at < ?7 OR (j.created_at = ?7 AND j.id < ?8)) "
-              "ORDER BY j.created_at DESC, j.id DESC");
-      const std::string shape = canonical_json(r.shape), params = canonical_json(r.params);
-      sqlite3_bind_text(st.s, 1, r.op.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(st.s, 2, shape.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(st.s, 3, r.dtype.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(st.s, 4, params.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(st.s, 5, r.target.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_text(st.s, 6, r.key.c_str(), -1, SQLITE_TRANSIENT);
-      sqlite3_bind_double(st.s, 7, r.created_at);
-      sqlite3_bind_int64(st.s, 8, r.id);
-      while (st.step()) {
-        const std::string key = st.col(1).get<std::string>();
-        if (current_keys.count(key)) continue;
-        r.previous = read_best(catalog, st.col(0).get<long long>(), key);
-        break;
-      }
+    // The same job, older: (op, shape, dtype, params, target) equal, another
+    // key (not one of this manifest's: two entries may differ only in their
+    // search settings), done with a best, created before this one.
+    for (const auto& [id, key] : earlier_jobs_of_kernel(catalog, r.id)) {
+      if (current_keys.count(key)) continue;
+      r.previous = read_best(catalog, id, key);
+      break;
     }
     if (r.now && r.previous && r.now->basis == r.previous->basis && r.previous->ms > 0)
       r.ratio = r.now->ms / r.previous->ms;
@@ -404,14 +379,8 @@ int cmd_nightly(const Args& args) {
 
     // States before this nightly: what was done already is "unchanged".
     std::map<std::string, std::string> before;
-    {
-      Stmt st(catalog.handle(), "SELECT state FROM jobs WHERE key = ?1");
-      for (const auto& j : jobs) {
-        sqlite3_reset(st.s);
-        sqlite3_bind_text(st.s, 1, j.key.c_str(), -1, SQLITE_TRANSIENT);
-        if (st.step()) before[j.key] = st.col(0).get<std::string>();
-      }
-    }
+    for (const auto& j : jobs)
+      if (const auto row = job_by_key(catalog, j.key)) before[j.key] = row->state;
 
     // The run's metrics, then (--metrics-file) the comparison's (metrics/nightly_metrics.h).
     metrics::MetricsSetup metrics_setup = metrics::start_metrics(metrics_flags, std::cerr, "kiln nightly");
@@ -425,14 +394,9 @@ int cmd_nightly(const Args& args) {
       batch = sub.batch_id;
       std::cerr << "kiln nightly: batch " << sub.batch_id << " (" << m.name << "): " << sub.total_jobs
                 << " jobs, " << sub.new_jobs << " new\n";
-      int runnable = 0;
-      {
-        Stmt st(catalog.handle(),
-                "SELECT COUNT(*) FROM jobs WHERE state IN ('queued', 'running') AND id IN "
-                "(SELECT job_id FROM batch_jobs WHERE batch_id = ?1)");
-        sqlite3_bind_text(st.s, 1, sub.batch_id.c_str(), -1, SQLITE_TRANSIENT);
-        if (st.step()) runnable = st.col(0).get<int>();
-      }
+      const auto counts = catalog.job_state_counts(sub.batch_id);
+      const long long runnable = (counts.count("queued") ? counts.at("queued") : 0) +
+                                 (counts.count("running") ? counts.at("running") : 0);
       if (runnable > 0) {
         o.batch = sub.batch_id;
         o.metrics = metrics_setup.run.get();
@@ -463,9 +427,9 @@ int cmd_nightly(const Args& args) {
     }
 
     // Packages: targets with a kernel that changed now (new, improved, same, or
-    // not comparable) and no regression. A temporary copy of the catalog keeps
-    // only this manifest's best selections, so a superseded key of the same
-    // kernel is not packaged beside its replacement.
+    // not comparable) and no regression. Only this manifest's jobs are
+    // packaged, so a superseded key of the same kernel is not packaged beside
+    // its replacement.
     json packages = json::array();
     if (vm->count("package-dir") && !interrupted && !report_only) {
       std::map<std::string, bool> changed, regressed;
@@ -473,30 +437,13 @@ int cmd_nightly(const Args& args) {
         if (r.counts_as_regression) regressed[r.target] = true;
         if (r.ran_now && r.state == "done" && r.now) changed[r.target] = true;
       }
-      std::filesystem::path tmpdir;
-      std::optional<Catalog> view;
+      std::vector<long long> manifest_jobs;
+      for (const auto& r : reports)
+        if (r.id) manifest_jobs.push_back(r.id);
       for (const auto& [target_name, yes] : changed) {
         if (regressed.count(target_name)) {
           packages.push_back({{"target", target_name}, {"skipped", "regressions"}});
           continue;
-        }
-        if (!view) {
-          tmpdir = (o.scratch_dir.empty() ? std::filesystem::temp_directory_path() : o.scratch_dir) /
-                   ("kiln-nightly-" + std::to_string(::getpid()));
-          std::filesystem::create_directories(tmpdir);
-          const auto copy = tmpdir / "package-view.db";
-          Stmt vac(catalog.handle(), "VACUUM INTO ?1");
-          sqlite3_bind_text(vac.s, 1, copy.c_str(), -1, SQLITE_TRANSIENT);
-          if (sqlite3_step(vac.s) != SQLITE_DONE)
-            throw std::runtime_error(std::string("cannot copy the catalog for packaging: ") +
-                                     sqlite3_errmsg(catalog.handle()));
-          view.emplace(Catalog::open(copy, false));
-          std::string ids;
-          for (const auto& r : reports)
-            if (r.id) ids += (ids.empty() ? "" : ",") + std::to_string(r.id);
-          const std::string del = "DELETE FROM best WHERE job_id NOT IN (" + (ids.empty() ? "0" : ids) + ")";
-          if (sqlite3_exec(view->handle(), del.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK)
-            throw std::runtime_error(std::string("packaging view: ") + sqlite3_errmsg(view->handle()));
         }
         const Target* t = knowledge.targets.find(target_name);
         const auto out = std::filesystem::path((*vm)["package-dir"].as<std::string>()) / target_name;
@@ -505,16 +452,12 @@ int cmd_nightly(const Args& args) {
           popts.out = out;
           popts.force = true;
           popts.protected_dirs = {std::filesystem::absolute(catalog_path).parent_path()};
-          const PackageResult pr = package_with_worker(*view, {t}, popts, KILN_VERSION);
+          popts.only_jobs = manifest_jobs;
+          const PackageResult pr = package_with_worker(catalog, {t}, popts, KILN_VERSION);
           packages.push_back({{"target", target_name}, {"dir", pr.dir.string()}, {"kernels", pr.kernels}});
         } catch (const std::exception& e) {
           packages.push_back({{"target", target_name}, {"skipped", e.what()}});
         }
-      }
-      if (view) {
-        view.reset();
-        std::error_code ec;
-        std::filesystem::remove_all(tmpdir, ec);
       }
     }
 

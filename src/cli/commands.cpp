@@ -1,7 +1,5 @@
 #include "cli/commands.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -18,6 +16,7 @@
 
 #include "catalog/catalog.h"
 #include "catalog/job_key.h"
+#include "catalog/reports.h"
 #include "cli/cli_util.h"
 #include "metrics/flags.h"
 #include "cli/table.h"
@@ -195,46 +194,25 @@ int cmd_status(const Args& args) {
     auto vm = parse(args, d, nullptr, "usage: kiln status [--batch ID] [--json]");
     if (!vm) return 0;
     Catalog catalog = open_catalog(*vm, true);
-    sqlite3* db = catalog.handle();
     const bool one = vm->count("batch") > 0;
     const std::string batch = one ? (*vm)["batch"].as<std::string>() : "";
-    const std::string job_filter =
-        one ? " WHERE j.id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)" : "";
+    const StatusReport report = status_report(catalog, one ? std::optional<std::string>(batch) : std::nullopt);
 
     json out = {{"catalog", (*vm)["catalog"].as<std::string>()}};
     json batches = json::array();
-    {
-      Stmt st(db, std::string("SELECT b.id, b.name, b.created_at, "
-                              "SUM(j.state='queued'), SUM(j.state='running'), SUM(j.state='done'), "
-                              "SUM(j.state='failed'), COUNT(j.id) FROM batches b "
-                              "LEFT JOIN batch_jobs bj ON bj.batch_id = b.id LEFT JOIN jobs j ON j.id = bj.job_id ") +
-                      (one ? "WHERE b.id = ?1 " : "") + "GROUP BY b.id ORDER BY b.created_at");
-      if (one) sqlite3_bind_text(st.s, 1, batch.c_str(), -1, SQLITE_TRANSIENT);
-      while (st.step())
-        batches.push_back({{"id", st.col(0)}, {"name", st.col(1)}, {"created_at", st.col(2)},
-                           {"queued", st.col(3)}, {"running", st.col(4)}, {"done", st.col(5)},
-                           {"failed", st.col(6)}, {"jobs", st.col(7)}});
-    }
+    for (const BatchStatus& b : report.batches)
+      batches.push_back({{"id", b.id}, {"name", b.name}, {"created_at", b.created_at},
+                         {"queued", b.queued}, {"running", b.running}, {"done", b.done},
+                         {"failed", b.failed}, {"jobs", b.jobs}});
     if (one && batches.empty()) throw std::runtime_error("no batch " + batch + " in the catalog");
     out["batches"] = batches;
     json evals = json::object();
-    {
-      Stmt st(db, "SELECT e.status, COUNT(*) FROM evaluations e JOIN candidates c ON c.id = e.candidate_id "
-                  "JOIN jobs j ON j.id = c.job_id" + job_filter + " GROUP BY e.status ORDER BY e.status");
-      if (one) sqlite3_bind_text(st.s, 1, batch.c_str(), -1, SQLITE_TRANSIENT);
-      while (st.step()) evals[st.col(0).get<std::string>()] = st.col(1);
-    }
+    for (const auto& [status, n] : report.evaluations) evals[status] = n;
     out["evaluations"] = evals;
     json failed = json::array();
-    {
-      Stmt st(db, "SELECT j.op, j.shape, j.dtype, j.target, j.message FROM jobs j" +
-                      (job_filter.empty() ? std::string(" WHERE") : job_filter + " AND") +
-                      " j.state = 'failed' ORDER BY j.id");
-      if (one) sqlite3_bind_text(st.s, 1, batch.c_str(), -1, SQLITE_TRANSIENT);
-      while (st.step())
-        failed.push_back({{"op", st.col(0)}, {"shape", json::parse(st.col(1).get<std::string>())},
-                          {"dtype", st.col(2)}, {"target", st.col(3)}, {"message", st.col(4)}});
-    }
+    for (const FailedJob& f : report.failed_jobs)
+      failed.push_back({{"op", f.op}, {"shape", f.shape}, {"dtype", f.dtype}, {"target", f.target},
+                        {"message", or_null(f.message)}});
     out["failed_jobs"] = failed;
     if (vm->count("json")) {
       std::cout << out.dump(2) << "\n";
@@ -379,54 +357,40 @@ int cmd_best(const Args& args) {
       target = t->name;
     }
     Catalog catalog = open_catalog(*vm, true);
-    std::string sql =
-        "SELECT j.op, j.shape, j.dtype, j.target, j.arch, j.state, b.basis, b.value_ms, b.device, "
-        "c.config, e.max_rel_err, e.registers, e.spills, e.shared_bytes, e.occupancy, a.kind, "
-        "a.sha256, a.kernel_name, bl.data, j.message, e.exec_device, e.seeds, c.id, e.p99_ms, e.mean_ms, j.id, "
-        "b.confirmed_run "
-        "FROM jobs j LEFT JOIN best b ON b.job_id = j.id "
-        "LEFT JOIN candidates c ON c.id = b.candidate_id "
-        "LEFT JOIN evaluations e ON e.candidate_id = c.id "
-        "LEFT JOIN artifacts a ON a.candidate_id = c.id AND a.target = j.target "
-        "LEFT JOIN blobs bl ON bl.sha256 = a.sha256 WHERE 1=1";
-    if (vm->count("op")) sql += " AND j.op = ?1";
-    if (!target.empty()) sql += " AND j.target = ?2";
-    if (vm->count("batch")) sql += " AND j.id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?3)";
-    sql += " ORDER BY j.op, j.target, j.dtype, j.id";
-    Stmt st(catalog.handle(), sql);
-    if (vm->count("op")) sqlite3_bind_text(st.s, 1, (*vm)["op"].as<std::string>().c_str(), -1, SQLITE_TRANSIENT);
-    if (!target.empty()) sqlite3_bind_text(st.s, 2, target.c_str(), -1, SQLITE_TRANSIENT);
-    if (vm->count("batch"))
-      sqlite3_bind_text(st.s, 3, (*vm)["batch"].as<std::string>().c_str(), -1, SQLITE_TRANSIENT);
+    BestFilter filter;
+    if (vm->count("op")) filter.op = (*vm)["op"].as<std::string>();
+    if (!target.empty()) filter.target = target;
+    if (vm->count("batch")) filter.batch = (*vm)["batch"].as<std::string>();
     json rows = json::array();
-    while (st.step()) {
-      json r = {{"op", st.col(0)}, {"shape", json::parse(st.col(1).get<std::string>())},
-                {"dtype", st.col(2)}, {"target", st.col(3)}, {"arch", st.col(4)}, {"state", st.col(5)}};
-      if (!st.col(6).is_null()) {
-        r["basis"] = st.col(6);
-        r["ms"] = st.col(7);
-        r["device"] = st.col(8);
-        r["config"] = json::parse(st.col(9).get<std::string>());
-        r["candidate_id"] = st.col(22);
-        r["max_rel_err"] = st.col(10);
-        r["checked_on"] = st.col(20);
-        r["seeds"] = st.col(21);
-        r["p99_ms"] = r["basis"] == "measured" ? st.col(23) : json(nullptr);
-        r["mean_ms"] = r["basis"] == "measured" ? st.col(24) : json(nullptr);
-        r["confirmed"] = confirmed_summary(catalog, st.col(25).get<long long>(), st.col(22).get<long long>(),
-                                           st.col(26).is_null() ? "" : st.col(26).get<std::string>());
-        r["registers"] = st.col(11);
-        r["spills"] = st.col(12);
-        r["shared_bytes"] = st.col(13);
-        r["occupancy"] = st.col(14);
-        if (!st.col(15).is_null()) {
-          const CodeObjectInfo info = inspect_code_object(st.blob(18));
-          r["code_object"] = {{"kind", st.col(15)}, {"sha256", st.col(16)}, {"kernel_name", st.col(17)},
+    for (const BestReportRow& row : best_report(catalog, filter)) {
+      json r = {{"op", row.op}, {"shape", row.shape}, {"dtype", row.dtype},
+                {"target", row.target}, {"arch", row.arch}, {"state", row.state}};
+      if (row.best) {
+        const BestReportRow::Best& b = *row.best;
+        r["basis"] = b.basis;
+        r["ms"] = b.value_ms;
+        r["device"] = or_null(b.device);
+        r["config"] = b.config;
+        r["candidate_id"] = b.candidate_id;
+        r["max_rel_err"] = or_null(b.max_rel_err);
+        r["checked_on"] = or_null(b.exec_device);
+        r["seeds"] = or_null(b.seeds);
+        r["p99_ms"] = b.basis == "measured" ? or_null(b.p99_ms) : json(nullptr);
+        r["mean_ms"] = b.basis == "measured" ? or_null(b.mean_ms) : json(nullptr);
+        r["confirmed"] = confirmed_summary(catalog, row.job_id, b.candidate_id, b.confirmed_run.value_or(""));
+        r["registers"] = or_null(b.registers);
+        r["spills"] = or_null(b.spills);
+        r["shared_bytes"] = or_null(b.shared_bytes);
+        r["occupancy"] = or_null(b.occupancy);
+        if (b.code_object) {
+          const CodeObjectInfo info = inspect_code_object(b.code_object->bytes);
+          r["code_object"] = {{"kind", b.code_object->kind}, {"sha256", b.code_object->sha256},
+                              {"kernel_name", b.code_object->kernel_name},
                               {"elf_machine", info.machine}, {"gfx", info.flags_gfx},
                               {"note_target", info.note_target}, {"summary", info.summary()}};
         }
       } else {
-        r["message"] = st.col(19);
+        r["message"] = or_null(row.message);
       }
       rows.push_back(std::move(r));
     }

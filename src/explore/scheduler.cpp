@@ -1,6 +1,5 @@
 #include "explore/scheduler.h"
 
-#include <sqlite3.h>
 
 #include <ctime>
 #include <iomanip>
@@ -8,6 +7,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "catalog/evaluations.h"
 #include "catalog/job_key.h"
 #include "common/hash.h"
 #include "evaluate/artifact_file.h"
@@ -654,41 +654,20 @@ void Scheduler::publish_evaluation(Job& job, const EvaluationIn& e) {
 
 std::vector<Outcome> Scheduler::history(const Job& job) const {
   std::vector<Outcome> out;
-  sqlite3* db = catalog_.handle();
-  sqlite3_stmt* st = nullptr;
-  const char* sql =
-      "SELECT c.id, e.status, e.message, e.result, e.bench_device, e.median_ms, e.estimate_ms "
-      "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ? ORDER BY c.id";
-  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) throw_sqlite_error(db, "history: prepare");
-  sqlite3_bind_int64(st, 1, job.ctx.row.id);
-  std::map<long long, CandidateRow> rows;
-  for (auto& c : catalog_.candidates(job.ctx.row.id)) rows[c.id] = c;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  for (JobEvaluation& e : evaluations(catalog_, job.ctx.row.id)) {
     Outcome o;
-    const long long cid = sqlite3_column_int64(st, 0);
-    o.candidate = rows[cid];
-    auto text = [&](int i) {
-      const unsigned char* t = sqlite3_column_text(st, i);
-      return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
-    };
-    o.status = text(1);
-    o.message = text(2);
-    o.result = json::parse(text(3), nullptr, false);
+    o.candidate = std::move(e.candidate);
+    o.status = std::move(e.status);
+    o.message = std::move(e.message);
+    o.result = std::move(e.result);
     if (o.status == "ok") {
-      if (job.ctx.measured && sqlite3_column_type(st, 5) != SQLITE_NULL)
-        o.score_ms = sqlite3_column_double(st, 5);
-      else if (sqlite3_column_type(st, 6) != SQLITE_NULL)
-        o.score_ms = sqlite3_column_double(st, 6);
+      if (job.ctx.measured && e.median_ms)
+        o.score_ms = e.median_ms;
+      else if (e.estimate_ms)
+        o.score_ms = e.estimate_ms;
     }
     out.push_back(std::move(o));
   }
-  if (rc != SQLITE_DONE) {
-    const std::string why = sqlite3_errmsg(db);
-    sqlite3_finalize(st);
-    throw CatalogError("catalog " + catalog_.path().string() + ": history: " + why);
-  }
-  sqlite3_finalize(st);
   return out;
 }
 

@@ -1,58 +1,31 @@
 #include "explore/select.h"
 
-#include <sqlite3.h>
-
 #include <map>
+
+#include "catalog/evaluations.h"
 
 namespace kiln {
 
-namespace {
-
-struct Stmt {
-  sqlite3_stmt* s = nullptr;
-  Stmt(sqlite3* db, const char* sql) {
-    if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK)
-      throw_sqlite_error(db, "select_best: prepare");
-  }
-  ~Stmt() { sqlite3_finalize(s); }
-  bool step(sqlite3* db) {
-    const int rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw_sqlite_error(db, "select_best");
-  }
-};
-
-}  // namespace
-
 Selection select_best(const Catalog& catalog, long long job_id, const Target& target) {
   Selection sel;
-  Stmt st(catalog.handle(),
-          "SELECT c.id, e.status, e.bench_device, e.median_ms, e.estimate_ms "
-          "FROM candidates c JOIN evaluations e ON e.candidate_id = c.id "
-          "WHERE c.job_id = ? ORDER BY c.id");
-  sqlite3_bind_int64(st.s, 1, job_id);
   std::optional<BestRow> measured, estimated;
   std::map<std::string, int> failures;
-  while (st.step(catalog.handle())) {
+  for (const JobEvaluation& e : evaluations(catalog, job_id)) {
     ++sel.evaluated;
-    const long long cid = sqlite3_column_int64(st.s, 0);
-    const std::string status = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 1));
-    if (status != "ok") {
-      ++failures[status];
+    const long long cid = e.candidate.id;
+    if (e.status != "ok") {
+      ++failures[e.status];
       continue;
     }
     ++sel.correct;
-    const bool has_bench = sqlite3_column_type(st.s, 2) != SQLITE_NULL &&
-                           sqlite3_column_type(st.s, 3) != SQLITE_NULL;
-    if (has_bench) {
-      const std::string device = reinterpret_cast<const char*>(sqlite3_column_text(st.s, 2));
-      const double median = sqlite3_column_double(st.s, 3);
+    if (e.bench_device && e.median_ms) {
+      const std::string& device = *e.bench_device;
+      const double median = *e.median_ms;
       if (TargetRegistry::matches_device(target, device) && (!measured || median < measured->value_ms))
         measured = BestRow{job_id, cid, "measured", median, device};
     }
-    if (sqlite3_column_type(st.s, 4) != SQLITE_NULL) {
-      const double est = sqlite3_column_double(st.s, 4);
+    if (e.estimate_ms) {
+      const double est = *e.estimate_ms;
       if (!estimated || est < estimated->value_ms) estimated = BestRow{job_id, cid, "estimated", est, ""};
     }
   }

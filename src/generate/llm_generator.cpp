@@ -1,7 +1,5 @@
 #include "generate/llm_generator.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -10,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "catalog/recent_bests.h"
 #include "common/hash.h"
 #include "common/home.h"
 #include "generate/llm_client.h"
@@ -41,11 +40,6 @@ std::string read_or_empty(const fs::path& p) {
   } catch (const std::exception&) {
     return "";
   }
-}
-
-std::string col_text(sqlite3_stmt* st, int i) {
-  const unsigned char* t = sqlite3_column_text(st, i);
-  return t ? std::string(reinterpret_cast<const char*>(t), sqlite3_column_bytes(st, i)) : std::string();
 }
 
 // The problem a library operator states: its module's docstring and reference().
@@ -111,25 +105,17 @@ std::vector<retrieval::Document> build_corpus(const fs::path& kernels_dir, const
   }
   // 2. The catalog's best kernels of other jobs (the most recent 200).
   if (!catalog) return docs;
-  sqlite3_stmt* st = nullptr;
-  const char* sql =
-      "SELECT b.job_id, j.op, j.target, j.dtype, j.spec, c.id, c.generator, c.template, c.config, c.source, "
-      "b.value_ms, b.basis FROM best b JOIN jobs j ON j.id = b.job_id JOIN candidates c ON c.id = b.candidate_id "
-      "WHERE b.job_id <> ? ORDER BY b.selected_at DESC LIMIT 200";
-  if (sqlite3_prepare_v2(catalog->handle(), sql, -1, &st, nullptr) != SQLITE_OK)
-    throw_sqlite_error(catalog->handle(), "retrieval: prepare");
-  sqlite3_bind_int64(st, 1, exclude_job);
   std::set<std::string> seen;
-  int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    const long long job_id = sqlite3_column_int64(st, 0);
-    const std::string op = col_text(st, 1), target = col_text(st, 2), dtype = col_text(st, 3);
-    const json spec = json::parse(col_text(st, 4), nullptr, false);
-    const long long cand = sqlite3_column_int64(st, 5);
-    const std::string generator = col_text(st, 6), module = col_text(st, 7), config = col_text(st, 8);
-    const std::string source = col_text(st, 9);
-    const double value_ms = sqlite3_column_double(st, 10);
-    const std::string basis = col_text(st, 11);
+  for (const RecentBest& b : recent_bests(*catalog, exclude_job)) {
+    const long long job_id = b.job_id;
+    const std::string &op = b.op, &target = b.target, &dtype = b.dtype;
+    const json& spec = b.spec;
+    const long long cand = b.candidate_id;
+    const std::string &generator = b.generator, &module = b.template_name;
+    const std::string config = b.config.dump();
+    const std::string& source = b.source;
+    const double value_ms = b.value_ms;
+    const std::string& basis = b.basis;
     retrieval::Document d;
     d.kind = "catalog";
     d.id = "catalog: best of job " + std::to_string(job_id) + " (" + op + " " + dtype + " " + target +
@@ -156,12 +142,6 @@ std::vector<retrieval::Document> build_corpus(const fs::path& kernels_dir, const
     d.meta["basis"] = basis;
     docs.push_back(std::move(d));
   }
-  if (rc != SQLITE_DONE) {
-    const std::string why = sqlite3_errmsg(catalog->handle());
-    sqlite3_finalize(st);
-    throw CatalogError("catalog " + catalog->path().string() + ": retrieval: " + why);
-  }
-  sqlite3_finalize(st);
   return docs;
 }
 

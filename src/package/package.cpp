@@ -123,7 +123,7 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
   std::vector<std::pair<const Target*, std::vector<PackageJob>>> per_target;
   size_t total_jobs = 0;
   for (const Target* t : targets) {
-    per_target.push_back({t, package_jobs(catalog, t->name, o.shortlist_max, o.shortlist_ratio)});
+    per_target.push_back({t, package_jobs(catalog, t->name, o.shortlist_max, o.shortlist_ratio, o.only_jobs)});
     total_jobs += per_target.back().second.size();
   }
   if (total_jobs == 0) {

@@ -27,6 +27,7 @@ struct PackageOptions {
   int shortlist_max = 8;                     // variants per kernel for an estimated target
   double shortlist_ratio = 1.5;              // ... whose estimate is within this x the best's
   std::vector<std::filesystem::path> protected_dirs;  // never replaced (the catalog's directory)
+  std::optional<std::vector<long long>> only_jobs;  // package only these job ids (kiln nightly); unset: all
   nlohmann::json toolchain = nlohmann::json::object();  // {"kiln", "triton", "torch"}
 };
 

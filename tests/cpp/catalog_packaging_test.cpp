@@ -5,8 +5,11 @@
 #include "stats/stats.h"
 
 #include <sqlite3.h>
+
+#include <memory>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -152,7 +155,11 @@ TEST_F(PackagingTest, ABadKernelImportsNothing) {
 }
 
 TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
-  sqlite3* db = cat->handle();  // the confirmations table of migration 0005
+  // The confirmations table of migration 0005, written raw on a connection of the test's own.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(cat->path().c_str(), &db), SQLITE_OK);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> close_db(db, sqlite3_close);
+  sqlite3_busy_timeout(db, 10000);
   std::string blob;
   for (int i = 20; i >= 1; --i) {  // 20 samples, 1..20 ms, in any order
     const float f = static_cast<float>(i);
@@ -208,4 +215,42 @@ TEST_F(PackagingTest, AMeasuredBestCarriesTheDriverAndUuidTheWorkerReported) {
   ASSERT_EQ(jobs.size(), 1u);
   EXPECT_EQ(jobs[0].measured_on,
             json({{"device", "AMD Instinct MI300X"}, {"driver", "580.159.04"}, {"uuid", "GPU-6253"}}));
+}
+
+// kiln nightly packages its manifest's jobs only: the job set filters which
+// done jobs are read, and nothing else changes.
+TEST_F(PackagingTest, OnlyTheJobsAskedFor) {
+  const auto all = package_jobs(*cat, "MI300X");
+  ASSERT_EQ(all.size(), 1u);
+  const auto same = package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{job_id, job_id + 100});
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0].job_id, job_id);
+  EXPECT_EQ(same[0].candidates.size(), all[0].candidates.size());
+  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{job_id + 1}).empty());
+  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{}).empty());
+}
+
+// A damaged catalog is an error naming the file, never "no jobs".
+TEST_F(PackagingTest, ADamagedCatalogIsAnErrorNotAnEmptyResult) {
+  const fs::path file = cat->path();
+  cat.reset();
+  {
+    // Overwrite every page after the first (the schema page stays readable).
+    const auto size = fs::file_size(file);
+    std::FILE* f = std::fopen(file.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 4096, SEEK_SET);
+    const std::string junk(size > 4096 ? size - 4096 : 0, '\x5a');
+    std::fwrite(junk.data(), 1, junk.size(), f);
+    std::fclose(f);
+  }
+  fs::remove(file.string() + "-wal");
+  fs::remove(file.string() + "-shm");
+  try {
+    Catalog damaged = Catalog::open(file, true, kMigrations);
+    package_jobs(damaged, "MI300X");
+    FAIL() << "package_jobs read a damaged catalog without an error";
+  } catch (const CatalogError& e) {
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+  }
 }

@@ -229,19 +229,10 @@ TEST_F(CatalogTest, MigrationsAppliedOnceAndTracked) {
                           "('batches','jobs','batch_jobs','candidates','evaluations','blobs',"
                           "'artifacts','best')"),
               8);
-    sqlite3_stmt* st = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(cat.handle(), "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
-    sqlite3_finalize(st);
-    ASSERT_EQ(sqlite3_prepare_v2(cat.handle(), "PRAGMA foreign_keys", -1, &st, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(st, 0), 1);
-    sqlite3_finalize(st);
-    ASSERT_EQ(sqlite3_prepare_v2(cat.handle(), "PRAGMA synchronous", -1, &st, nullptr), SQLITE_OK);
-    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(st, 0), 1);  // NORMAL
-    sqlite3_finalize(st);
+    const Catalog::Settings settings = cat.settings();
+    EXPECT_EQ(settings.journal_mode, "wal");
+    EXPECT_TRUE(settings.foreign_keys);
+    EXPECT_EQ(settings.synchronous, 1);  // NORMAL
     cat.submit("b", "m.yaml", "t", make_jobs(2));
   }
   // Reopening neither fails (CREATE TABLE would) nor loses data.

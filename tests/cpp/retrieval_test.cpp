@@ -298,14 +298,18 @@ TEST(CatalogLlm, MigrationKeepsEvaluationsAndAddsLlmCalls) {
   {
     Catalog v1 = Catalog::open(dir / "k.db", false, dir / "m1");
     ASSERT_EQ(v1.schema_version(), 1);
-    // Raw SQL: this build's submit and claim_job use columns of later schemas.
-    ASSERT_EQ(sqlite3_exec(v1.handle(),
+    // Raw SQL, on a connection of the test's own: this build's submit and
+    // claim_job use columns of later schemas.
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open((dir / "k.db").c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
                            "INSERT INTO jobs (key, op, shape, dtype, params, target, arch, spec, state, "
                            "lease_owner, lease_expires, attempts, created_at) VALUES ('k1', 'add', '[8]', "
                            "'fp32', '{}', 'H200', 'sm_90', '{\"op\":\"add\"}', 'running', 'h:1', 1e12, 1, 0)",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
-    job = sqlite3_last_insert_rowid(v1.handle());
+    job = sqlite3_last_insert_rowid(raw);
+    sqlite3_close(raw);
     CandidateRow c;
     c.job_id = job;
     c.generator = "template";

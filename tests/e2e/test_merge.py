@@ -194,3 +194,80 @@ def test_merge_errors_leave_out_untouched(merged, tmp_path):
     r = kiln("merge", out, check=False)
     assert r.returncode == 2
     assert "usage: kiln merge" in kiln("merge", "--help").stdout
+
+
+# --- a hostile shard: every row merge imports is checked ---------------------------------------
+
+FIRST = "(SELECT MIN(id) FROM {t})"
+
+# (name, SQL run on a copy of a good shard, fragments the refusal must name)
+HOSTILE = [
+    ("type", "UPDATE evaluations SET median_ms = 'fast' WHERE id = " + FIRST.format(t="evaluations"),
+     ["evaluations row", "median_ms", "is text, not a number"]),
+    ("not finite", "UPDATE evaluations SET estimate_ms = 1e999 WHERE id = " + FIRST.format(t="evaluations"),
+     ["evaluations row", "estimate_ms", "not finite"]),
+    ("range", "UPDATE best SET value_ms = -1 WHERE job_id = (SELECT MIN(job_id) FROM best)",
+     ["best row", "value_ms", "outside"]),
+    ("negative count", "UPDATE jobs SET attempts = -5 WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "attempts", "outside"]),
+    ("status", "UPDATE evaluations SET status = 'trusted' WHERE id = " + FIRST.format(t="evaluations"),
+     ["evaluations row", "status", "'trusted' is not one of"]),
+    ("state", "UPDATE jobs SET state = 'owned' WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "state", "is not one of"]),
+    ("artifact kind", "UPDATE artifacts SET kind = 'elf' WHERE id = " + FIRST.format(t="artifacts"),
+     ["artifacts row", "kind"]),
+    ("op escapes", "UPDATE jobs SET op = '../../x/pwn' WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "op '../../x/pwn'", "file path"]),
+    ("target escapes", "UPDATE jobs SET target = '..' WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "target", "starts with '.'"]),
+    ("template escapes", "UPDATE candidates SET template = '../../../etc/passwd' WHERE id = "
+     + FIRST.format(t="candidates"), ["candidates row", "template"]),
+    ("kernel name escapes", "UPDATE artifacts SET kernel_name = '/tmp/owned' WHERE id = "
+     + FIRST.format(t="artifacts"), ["artifacts row", "kernel_name"]),
+    ("shape", "UPDATE jobs SET shape = '[0, -1]' WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "shape", "is not a shape"]),
+    ("spec disagrees", "UPDATE jobs SET dtype = 'int8' WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "dtype 'int8' is not what its spec says"]),
+    ("candidate key", "UPDATE candidates SET key = '" + "ab" * 32 + "' WHERE id = " + FIRST.format(t="candidates"),
+     ["candidates row", "key", "is not the key of its generator"]),
+    ("job key", "UPDATE jobs SET key = 'not-a-hash' WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "key 'not-a-hash' is not 64 lowercase hex digits"]),
+    ("blob checksum", "UPDATE blobs SET data = x'00112233', size = 4 WHERE sha256 = (SELECT MIN(sha256) FROM blobs)",
+     ["blobs row", "sha256", "is not the checksum of its data"]),
+    ("blob size", "UPDATE blobs SET size = size + 1 WHERE sha256 = (SELECT MIN(sha256) FROM blobs)",
+     ["blobs row", "size", "bytes"]),
+    ("text size", "UPDATE jobs SET message = hex(zeroblob(8500000)) WHERE id = " + FIRST.format(t="jobs"),
+     ["jobs row", "message", "more than"]),
+    ("best of another job", "UPDATE best SET candidate_id = (SELECT c.id FROM candidates c WHERE c.job_id <> best.job_id "
+     "LIMIT 1) WHERE job_id = (SELECT MIN(job_id) FROM best)", ["best row", "is not a candidate of job"]),
+    ("missing job", "PRAGMA foreign_keys = OFF; UPDATE candidates SET job_id = 999999 WHERE id = "
+     + FIRST.format(t="candidates"), ["references job 999999"]),
+]
+
+
+@pytest.mark.parametrize("name,sql,expect", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_merge_refuses_a_hostile_shard_and_imports_nothing(merged, tmp_path, name, sql, expect):
+    """A shard whose rows a merge must not trust (written here with Python's
+    sqlite3, CHECK constraints off): the merge is refused with a message naming
+    the table, row and column, nothing of the shard is imported, and the good
+    shard still merges afterwards."""
+    good, other = merged["ins"]
+    out = tmp_path / "out.db"
+    kiln("merge", out, good)
+    before = content(out)
+    hostile = tmp_path / "hostile.db"
+    shutil.copy(other, hostile)
+    con = sqlite3.connect(hostile)
+    con.execute("PRAGMA ignore_check_constraints = ON")
+    con.executescript(sql)
+    con.commit()
+    con.close()
+    r = kiln("merge", out, hostile, check=False)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "refused, nothing was merged" in r.stderr, r.stderr
+    for fragment in expect:
+        assert fragment in r.stderr, (fragment, r.stderr)
+    assert len(r.stderr) < 2000  # a short excerpt, never the whole value
+    assert content(out) == before
+    kiln("merge", out, other)
+    assert content(out) == content(merged["out"])

@@ -1,12 +1,13 @@
-#include "checkpoint.h"
+#include "catalog/backup.h"
 
 #include <sqlite3.h>
 
 #include <chrono>
-#include <stdexcept>
 #include <system_error>
 
-namespace kiln::mpi {
+#include "catalog/sql.h"
+
+namespace kiln {
 
 namespace fs = std::filesystem;
 
@@ -16,7 +17,7 @@ double now_s() {
 }
 }  // namespace
 
-CatalogCopy::CatalogCopy(sqlite3* source, fs::path path)
+CatalogBackup::CatalogBackup(const Catalog& source, fs::path path)
     : path_(std::move(path)), tmp_(path_.string() + ".tmp"), t0_(now_s()) {
   std::error_code ec;
   if (path_.has_parent_path()) fs::create_directories(path_.parent_path(), ec);
@@ -24,13 +25,13 @@ CatalogCopy::CatalogCopy(sqlite3* source, fs::path path)
   if (sqlite3_open_v2(tmp_.c_str(), &dest_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK)
     fail("cannot create " + tmp_.string());
   sqlite3_busy_timeout(dest_, 10000);
-  backup_ = sqlite3_backup_init(dest_, "main", source, "main");
+  backup_ = sqlite3_backup_init(dest_, "main", sql::Access::db(source), "main");
   if (!backup_) fail("sqlite3_backup_init");
 }
 
-CatalogCopy::~CatalogCopy() { abandon(); }
+CatalogBackup::~CatalogBackup() { abandon(); }
 
-void CatalogCopy::abandon() {
+void CatalogBackup::abandon() {
   if (backup_) sqlite3_backup_finish(backup_);
   backup_ = nullptr;
   if (dest_) sqlite3_close_v2(dest_);
@@ -41,14 +42,14 @@ void CatalogCopy::abandon() {
   }
 }
 
-void CatalogCopy::fail(const std::string& what) {
-  std::string msg = "checkpoint to " + path_.string() + ": " + what;
+void CatalogBackup::fail(const std::string& what) {
+  std::string msg = "copy of the catalog to " + path_.string() + ": " + what;
   if (dest_) msg += ": " + std::string(sqlite3_errmsg(dest_));
   abandon();
-  throw std::runtime_error(msg);
+  throw CatalogError(msg);
 }
 
-bool CatalogCopy::step(int pages) {
+bool CatalogBackup::step(int pages) {
   if (!backup_) return true;
   for (int tries = 0;; ++tries) {
     const int rc = sqlite3_backup_step(backup_, pages);
@@ -68,7 +69,7 @@ bool CatalogCopy::step(int pages) {
   }
 }
 
-CheckpointResult CatalogCopy::commit() {
+BackupResult CatalogBackup::commit() {
   if (!step(-1)) fail("incomplete copy");
   const int rc = sqlite3_backup_finish(backup_);
   backup_ = nullptr;
@@ -86,21 +87,21 @@ CheckpointResult CatalogCopy::commit() {
   fs::rename(tmp_, path_, ec);
   if (ec) {
     fs::remove(tmp_, ec);
-    throw std::runtime_error("checkpoint to " + path_.string() + ": rename from " + tmp_.string() +
-                             " failed: " + ec.message());
+    throw CatalogError("copy of the catalog to " + path_.string() + ": rename from " + tmp_.string() +
+                       " failed: " + ec.message());
   }
   done_ = true;
-  CheckpointResult r;
+  BackupResult r;
   r.pages = pages_;
   r.bytes = static_cast<long long>(fs::file_size(path_, ec));
   r.seconds = now_s() - t0_;
   return r;
 }
 
-CheckpointResult checkpoint_catalog(sqlite3* source, const fs::path& path) {
-  CatalogCopy copy(source, path);
+BackupResult backup_catalog(const Catalog& source, const fs::path& path) {
+  CatalogBackup copy(source, path);
   copy.step(-1);
   return copy.commit();
 }
 
-}  // namespace kiln::mpi
+}  // namespace kiln

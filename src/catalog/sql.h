@@ -1,0 +1,124 @@
+// The catalog's one statement and transaction helper. Internal to
+// src/catalog: no header outside this folder includes it, and nothing outside
+// this folder speaks SQL.
+//
+// Failure: every failed prepare, bind or step throws CatalogError
+// "catalog FILE: WHAT: SQLITE'S MESSAGE" (with the fix for a damaged file),
+// never "no rows". Threading: as Catalog, one connection per thread.
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "catalog/catalog.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+struct sqlite3_value;
+
+namespace kiln::sql {
+
+// Throws CatalogError "catalog PATH: WHAT[: SQLite's message for db][: the fix
+// when the file is damaged]". db may be null (a message of ours).
+[[noreturn]] void fail(sqlite3* db, const std::filesystem::path& path, const std::string& what);
+
+// The connection behind a Catalog (Catalog befriends this one accessor).
+struct Access {
+  static sqlite3* db(const Catalog& c) { return c.db_; }
+};
+
+class Stmt {
+ public:
+  // Prepares `sql` on db; `what` names the operation in error messages
+  // (default: the statement's first line).
+  Stmt(sqlite3* db, std::filesystem::path path, std::string_view sql, std::string what = "");
+  Stmt(const Catalog& c, std::string_view sql, std::string what = "");
+  ~Stmt();
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  // Binding (1-based). "" -> NULL with bind_text_or_null; nullopt -> NULL.
+  Stmt& bind(int i, std::nullptr_t);
+  Stmt& bind(int i, long long v);
+  Stmt& bind(int i, int v) { return bind(i, static_cast<long long>(v)); }
+  Stmt& bind(int i, double v);
+  Stmt& bind(int i, const std::string& v);
+  Stmt& bind(int i, const char* v) { return bind(i, std::string(v)); }
+  Stmt& bind_blob(int i, const std::string& v);
+  Stmt& bind_value(int i, sqlite3_value* v);  // a column of another statement
+  Stmt& bind_text_or_null(int i, const std::string& v) { return v.empty() ? bind(i, nullptr) : bind(i, v); }
+  template <class T>
+  Stmt& bind(int i, const std::optional<T>& v) {
+    return v ? bind(i, *v) : bind(i, nullptr);
+  }
+
+  // true: a row is available; false: done. Throws on any error.
+  bool step();
+  // Steps to the end (a write, or rows nobody reads), then resets.
+  void run();
+  // Resets and clears the bindings, for the next use.
+  Stmt& reset();
+  // sqlite3_step's own result code, for callers that tell constraint errors
+  // apart; they must fail() on anything else.
+  int rc_step();
+
+  // Columns (0-based) of the current row.
+  bool is_null(int c) const;
+  int type(int c) const;  // SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT, SQLITE_BLOB, SQLITE_NULL
+  long long i64(int c) const;
+  double dbl(int c) const;
+  std::string text(int c) const;  // "" for NULL
+  std::string blob(int c) const;
+  long long bytes(int c) const;
+  std::optional<long long> opt_i64(int c) const;
+  std::optional<double> opt_dbl(int c) const;
+  std::optional<std::string> opt_text(int c) const;
+  // A JSON column: null for NULL; text that does not parse is a discarded value.
+  nlohmann::json js(int c) const;
+  // Same, but text that does not parse throws CatalogError naming the column.
+  nlohmann::json js_strict(int c) const;
+  sqlite3_value* value(int c) const;
+  int columns() const;
+
+  // Rows changed by the last write of this connection; the last rowid inserted.
+  int changes() const;
+  long long last_insert_rowid() const;
+  [[noreturn]] void fail(const std::string& what) const { sql::fail(db_, path_, what); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  sqlite3* db_;
+  std::filesystem::path path_;
+  std::string what_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+// Runs `sql` (several statements allowed); throws CatalogError naming `what`.
+void exec(sqlite3* db, const std::filesystem::path& path, const std::string& sql, const std::string& what);
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted.
+class Tx {
+ public:
+  Tx(sqlite3* db, std::filesystem::path path);
+  explicit Tx(const Catalog& c) : Tx(Access::db(c), c.path()) {}
+  ~Tx();
+  Tx(const Tx&) = delete;
+  Tx& operator=(const Tx&) = delete;
+  void commit();
+
+ private:
+  sqlite3* db_;
+  std::filesystem::path path_;
+  bool done_ = false;
+};
+
+bool has_table(sqlite3* db, const std::filesystem::path& path, const std::string& table);
+// The table's columns in declaration order (empty when there is no such table).
+std::vector<std::string> table_columns(sqlite3* db, const std::filesystem::path& path, const std::string& table);
+
+}  // namespace kiln::sql
