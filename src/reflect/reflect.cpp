@@ -78,15 +78,15 @@ Diagnosis diagnose(const Outcome& o, std::optional<double> best_so_far_ms,
                    std::optional<double> reference_ms) {
   Diagnosis d;
   const EvaluationResult r = read_evaluation_result(o.result);
-  const std::optional<double> max_abs_err = r.correctness ? r.correctness->max_abs_err : std::nullopt;
-  const std::optional<double> max_rel_err = r.correctness ? r.correctness->max_rel_err : std::nullopt;
+  const Correctness correctness = r.correctness.value_or(Correctness{});
+  const std::optional<double> max_abs_err = correctness.max_abs_err, max_rel_err = correctness.max_rel_err;
   const std::string msg = o.message.empty() ? r.message : o.message;
   const std::string m = lower(msg);
   const std::string ex = excerpt(msg);
   const std::string& s = o.status;
 
   if (s == "ok") {
-    const auto measured = r.latency ? r.latency->median_ms : std::nullopt;
+    const std::optional<double> measured = r.latency.value_or(Latency{}).median_ms;
     const auto abs_err = max_abs_err;
     std::string evidence = "correct";
     if (abs_err) evidence += " (max abs error " + fmt(*abs_err, 3) + ")";
