@@ -1,6 +1,7 @@
 #include "coordinator.h"
 
 #include "evaluate/artifact_file.h"
+#include "evaluate/protocol.h"
 
 #include <sys/resource.h>
 
@@ -216,16 +217,15 @@ void Coordinator::on_ready(Peer& p, const json& m) {
 }
 
 std::string Coordinator::attach_artifact(Peer& p, long long item_id, json& reply, const json& m) {
-  auto r = reply.find("result");
-  if (r == reply.end() || !r->is_object()) return "";
-  auto a = r->find("artifact");
-  if (a == r->end() || !a->is_object() || !a->contains("path")) return "";
+  // Read typed (evaluate/protocol.h); the path is then rewritten in the reply.
+  const EvaluationResult res = read_evaluation_result(reply);
+  if (!res.artifact || !res.artifact->object.contains("path") || !reply.contains("result")) return "";
   // Kept in memory under a path of rank 0's scratch (no file is written): the
   // scheduler reads it through SchedulerOptions::read_artifact.
   const std::string key =
       (artifact_dir_ / ("from-rank-" + std::to_string(p.rank)) / ("item-" + std::to_string(item_id) + ".bin"))
           .string();
-  (*a)["path"] = key;
+  reply["result"]["artifact"]["path"] = key;
   auto b = m.find("artifact_b64");
   if (b == m.end() || !b->is_string()) {  // the scheduler records the candidate as a crash
     auto e = m.find("artifact_error");
@@ -266,12 +266,10 @@ void Coordinator::on_result(Peer& p, const json& m) {
   scheduler_->complete(item, o, m.value("worker", "rank " + std::to_string(p.rank)));
   if (item.kind == WorkItem::Kind::kEvaluate && o.kind == WorkerOutcome::Kind::kReply) {
     // A code object the scheduler did not take (its job was released meanwhile).
-    if (auto r = o.reply.find("result"); r != o.reply.end() && r->is_object())
-      if (auto a = r->find("artifact"); a != r->end() && a->is_object() && (*a)["path"].is_string())
-      {
-        artifacts_.erase((*a)["path"].get<std::string>());
-        artifact_errors_.erase((*a)["path"].get<std::string>());
-      }
+    if (const EvaluationResult res = read_evaluation_result(o.reply); res.artifact && res.artifact->path) {
+      artifacts_.erase(*res.artifact->path);
+      artifact_errors_.erase(*res.artifact->path);
+    }
   }
   pump();
 }

@@ -269,7 +269,7 @@ void WorkerRank::run_noop(const Work& w, const json& job) {
     const std::string backend = target.value("backend", "cuda");
     const std::string bytes = "KILN-NOOP\n" + config.dump();
     reply["result"] = {
-        {"status", "ok"},
+        {"status", to_string(EvalStatus::kOk)},
         {"message", ""},
         {"exec_device", "noop (no evaluation)"},
         {"correctness", {{"seeds", 0}, {"max_abs_err", 0.0}, {"max_rel_err", 0.0}, {"passed", true}}},

@@ -12,7 +12,7 @@
 #                  (shapes the config model and the strategy were never tuned on)
 #   PRIORS_FROM    catalogs (space-separated) of earlier runs on this GPU: the
 #                  halving run starts from a merge of them (`kiln merge`), so it
-#                  takes its priors there (src/explore/priors.h), and runs in a
+#                  takes its priors there (src/search/priors.h), and runs in a
 #                  catalog of its own (the exhaustive run's results must not be
 #                  its priors); the replays add halving with priors from them,
 #                  leave-one-out (search_efficiency.py --priors-from)

@@ -12,11 +12,11 @@
 // device of the job's target kind, else the static estimate; failed configs have
 // none. The config model gets each config's grid and shared memory from the
 // recorded code object (what the worker's `space` hints give). The strategy
-// sees only what it asked for: src/explore/strategy.h's next_round() is called
+// sees only what it asked for: src/search/strategy.h's next_round() is called
 // round after round with the history of the configs it proposed, until a round
 // proposes nothing new, as the scheduler does.
 //
-// --priors-from gives halving its priors (src/explore/priors.h) as a live run
+// --priors-from gives halving its priors (src/search/priors.h) as a live run
 // takes them from its catalog, but from the catalogs named and leave-one-out:
 // past jobs of the replayed job's own shape (and params, dtype) never count.
 //
@@ -39,8 +39,8 @@
 #include "catalog/catalog.h"
 #include "catalog/evaluations.h"
 #include "common/home.h"
-#include "explore/priors.h"
-#include "explore/strategy.h"
+#include "search/priors.h"
+#include "search/strategy.h"
 #include "manifest/manifest.h"
 
 using nlohmann::json;
@@ -95,13 +95,11 @@ Job load_job(const std::string& path, long long id, const kiln::Knowledge& knowl
     if (job.template_name.empty()) job.template_name = e.candidate.template_name;
     r.hint = json::object();
     if (result.is_object()) {
-      if (job.traffic.bytes <= 0 && result.contains("traffic"))
-        job.traffic = kiln::Traffic::from_json(result["traffic"]);
-      auto a = result.find("artifact");
-      if (a != result.end() && a->is_object()) {
-        if (a->contains("grid")) r.hint["grid"] = (*a)["grid"];
-        if (a->contains("shared_bytes") && (*a)["shared_bytes"].is_number())
-          r.hint["shared_bytes"] = (*a)["shared_bytes"];
+      const kiln::EvaluationResult res = kiln::read_evaluation_result(result);  // typed: evaluate/protocol.h
+      if (job.traffic.bytes <= 0 && res.traffic) job.traffic = *res.traffic;
+      if (res.artifact) {
+        if (!res.artifact->grid.empty()) r.hint["grid"] = res.artifact->grid;
+        if (res.artifact->shared_bytes) r.hint["shared_bytes"] = *res.artifact->shared_bytes;
       }
     }
     job.space.push_back(std::move(r));

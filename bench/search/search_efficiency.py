@@ -4,7 +4,7 @@
 Takes a catalog in which an exhaustive run evaluated every config of a job's
 space (measured medians on a device of the target's kind), and replays each
 strategy against it with kiln-replay (bench/search/replay.cpp): the strategy is Kiln's
-own C++ code (src/explore/strategy.cpp), called round after round exactly as the
+own C++ code (src/search/strategy.cpp), called round after round exactly as the
 scheduler calls it, and it sees only the scores of the configs it asked for.
 Prints, per job and strategy, the evaluations used and the best found relative
 to the exhaustive best, over many seeds.
@@ -23,7 +23,7 @@ Strategies replayed per job:
                    evaluations (rounded up): the same budget without the model
   halving+priors   with --priors-from: halving that starts from the configs that
                    were fastest on the nearest jobs of those catalogs
-                   (src/explore/priors.h), leave-one-out: a job of the replayed
+                   (src/search/priors.h), leave-one-out: a job of the replayed
                    job's own shape there never counts; also capped at a fifth
 """
 from __future__ import annotations

@@ -25,6 +25,7 @@
 #include "catalog/sql.h"
 #include "common/hash.h"
 #include "common/home.h"
+#include "evaluate/protocol.h"
 #include "stats/stats.h"
 
 namespace fs = std::filesystem;
@@ -125,42 +126,6 @@ bool owner_gone(const std::string& owner, const std::string& host) {
   auto [h, pid] = parse_owner(owner);
   if (pid <= 0 || host.empty() || h != host) return false;
   return kill((pid_t)pid, 0) == -1 && errno == ESRCH;
-}
-
-// ---- typed evaluation fields ------------------------------------------------
-
-const json* at(const json& j, std::initializer_list<const char*> keys) {
-  const json* p = &j;
-  for (const char* k : keys) {
-    if (!p->is_object()) return nullptr;
-    auto it = p->find(k);
-    if (it == p->end()) return nullptr;
-    p = &*it;
-  }
-  return p;
-}
-
-std::optional<double> num(const json& j, std::initializer_list<const char*> keys) {
-  const json* p = at(j, keys);
-  if (!p || !p->is_number()) return std::nullopt;
-  return p->get<double>();
-}
-
-std::optional<long long> integer(const json& j, std::initializer_list<const char*> keys) {
-  const json* p = at(j, keys);
-  if (!p || !p->is_number()) return std::nullopt;
-  if (p->is_number_float()) {
-    double d = p->get<double>();
-    if (!(d >= -9.2e18 && d <= 9.2e18)) return std::nullopt;
-    return (long long)d;
-  }
-  return p->get<long long>();
-}
-
-std::optional<std::string> str(const json& j, std::initializer_list<const char*> keys) {
-  const json* p = at(j, keys);
-  if (!p || !p->is_string()) return std::nullopt;
-  return p->get<std::string>();
 }
 
 // ---- migrations -------------------------------------------------------------
@@ -799,13 +764,12 @@ void Catalog::record_evaluations(const std::vector<std::pair<long long, Evaluati
            "VALUES (?, ?, ?, ?, ?, ?, ?)");
   const double now = now_s();
   for (const auto& [candidate_id, e] : batch) {
-    // The typed columns come from the worker's result object; accept the whole
-    // answer ({"id", "ok", "result": {...}}) too.
-    const json* rp = &e.result;
-    if (e.result.is_object() && e.result.contains("ok") && e.result.contains("result") &&
-        e.result["result"].is_object())
-      rp = &e.result["result"];
-    const json& r = *rp;
+    // The typed columns come from the worker's result object, read through its
+    // typed form (evaluate/protocol.h; the whole answer is accepted too).
+    const EvaluationResult r = read_evaluation_result(e.result);
+    const Correctness c = r.correctness.value_or(Correctness{});
+    const Latency l = r.latency.value_or(Latency{});
+    const ArtifactInfo a = r.artifact.value_or(ArtifactInfo{});
     chk.reset();
     chk.bind(1, candidate_id);
     if (chk.step())
@@ -814,28 +778,28 @@ void Catalog::record_evaluations(const std::vector<std::pair<long long, Evaluati
     ins.reset();
     ins.bind(1, candidate_id)
         .bind(2, e.status)
-        .bind_text_or_null(3, e.message.empty() ? str(r, {"message"}).value_or("") : e.message)
-        .bind(4, str(r, {"exec_device"}))
-        .bind(5, integer(r, {"correctness", "seeds"}))
-        .bind(6, num(r, {"correctness", "max_abs_err"}))
-        .bind(7, num(r, {"correctness", "max_rel_err"}))
-        .bind(8, str(r, {"latency", "device"}))
-        .bind(9, integer(r, {"latency", "runs"}))
-        .bind(10, num(r, {"latency", "mean_ms"}))
-        .bind(11, num(r, {"latency", "median_ms"}))
-        .bind(12, num(r, {"latency", "p99_ms"}))
-        .bind(13, num(r, {"latency", "min_ms"}))
-        .bind(14, num(r, {"latency", "stddev_ms"}))
+        .bind_text_or_null(3, e.message.empty() ? r.message : e.message)
+        .bind(4, r.exec_device)
+        .bind(5, c.seeds)
+        .bind(6, c.max_abs_err)
+        .bind(7, c.max_rel_err)
+        .bind(8, l.device)
+        .bind(9, l.runs)
+        .bind(10, l.mean_ms)
+        .bind(11, l.median_ms)
+        .bind(12, l.p99_ms)
+        .bind(13, l.min_ms)
+        .bind(14, l.stddev_ms)
         .bind(15, e.estimate_ms)
-        .bind(16, integer(r, {"artifact", "registers"}))
-        .bind(17, integer(r, {"artifact", "sgprs"}))
-        .bind(18, integer(r, {"artifact", "spills"}))
-        .bind(19, integer(r, {"artifact", "shared_bytes"}))
-        .bind(20, integer(r, {"artifact", "scratch_bytes"}))
-        .bind(21, num(r, {"artifact", "occupancy"}))
-        .bind(22, num(r, {"timings", "compile_s"}))
-        .bind(23, num(r, {"timings", "check_s"}))
-        .bind(24, num(r, {"timings", "bench_s"}))
+        .bind(16, a.registers)
+        .bind(17, a.sgprs)
+        .bind(18, a.spills)
+        .bind(19, a.shared_bytes)
+        .bind(20, a.scratch_bytes)
+        .bind(21, a.occupancy)
+        .bind(22, r.timings.compile_s)
+        .bind(23, r.timings.check_s)
+        .bind(24, r.timings.bench_s)
         .bind_text_or_null(25, e.worker)
         .bind(26, e.result.is_null() ? std::string("{}")
                                      : e.result.dump(-1, ' ', false, json::error_handler_t::replace))

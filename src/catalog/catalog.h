@@ -274,7 +274,7 @@ class Catalog {
   // `per_job` fastest correct configs, jobs in id order. Only the `max_jobs`
   // most recent jobs of that operator and arch are read, so the cost stays
   // flat as the catalog grows. What the halving strategy starts from on a new
-  // shape (src/explore/priors.h).
+  // shape (src/search/priors.h).
   std::vector<MeasuredJob> measured_configs(const std::string& op, const std::string& arch,
                                             const std::string& template_name, const std::string& device,
                                             int per_job, int max_jobs = 256) const;

@@ -16,7 +16,7 @@
 
 #include "catalog/catalog.h"
 #include "catalog/job_key.h"
-#include "evaluate/estimate.h"
+#include "search/estimate.h"
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
 #include "explore/scheduling_flags.h"

@@ -69,12 +69,13 @@ EvaluateReply parse_evaluate_result(const json& r) {
   EvaluateReply out;
   auto st = r.find("status");
   if (st == r.end()) throw ReplyFault("'result.status' is missing");
-  if (!st->is_string()) bad("result.status", "a string", *st);
-  out.status = st->get<std::string>();
-  if (auto m = r.find("message"); m != r.end() && !m->is_null()) {
-    if (!m->is_string()) bad("result.message", "a string", *m);
-    out.message = m->get<std::string>();
+  if (!st->is_string() || !parse_status(st->get<std::string>())) {
+    std::string names;
+    for (const auto& n : status_names()) names += (names.empty() ? "" : ", ") + n;
+    bad("result.status", "one of " + names, *st);
   }
+  if (auto m = r.find("message"); m != r.end() && !m->is_null() && !m->is_string())
+    bad("result.message", "a string", *m);
   for (const char* k : {"latency", "correctness", "traffic", "timings"})
     optional_member(r, k, std::string("result.") + k, "an object", is_obj);
   if (auto l = r.find("latency"); l != r.end() && l->is_object())
@@ -115,7 +116,7 @@ EvaluateReply parse_evaluate_result(const json& r) {
       out.artifact = std::move(c);
     }
   }
-  out.result = r;
+  out.result = read_evaluation_result(r);
   return out;
 }
 

@@ -1,4 +1,4 @@
-// The worker's replies (docs/worker-protocol.md), parsed and validated in one
+// The worker's replies (the schema: src/evaluate/protocol.json), parsed and validated in one
 // place before the engine uses them. A reply is untrusted input: a field of
 // the wrong type, a missing field or a result that is not an object is a
 // ReplyFault naming the field, never a JSON exception somewhere in the engine.
@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evaluate/protocol.h"
 #include "evaluate/worker_process.h"
 
 namespace kiln {
@@ -36,18 +37,16 @@ struct ArtifactClaim {
   nlohmann::json metadata;  // the artifact object without "path" (resources, grid, args)
 };
 
-// An evaluate result.
+// An evaluate result, typed (evaluate/protocol.h).
 struct EvaluateReply {
-  std::string status;   // "ok", "compile_error", ... (a string; its value is the catalog's to check)
-  std::string message;  // "" if absent
-  nlohmann::json result;                // the whole result object, as recorded
-  std::optional<ArtifactClaim> artifact;  // absent or null: none
+  EvaluationResult result;                // status, message, latency, ...; result.raw as sent
+  std::optional<ArtifactClaim> artifact;  // absent, null or without a path: none
 };
 
 // The envelope of any reply. Throws ReplyFault.
 ReplyEnvelope parse_envelope(const nlohmann::json& reply);
 
-// An evaluate result: status a string; message a string or absent; latency,
+// An evaluate result: status one of the schema's statuses; message a string or absent; latency,
 // correctness, traffic objects or null; numeric fields the engine reads are
 // numbers or null; artifact null or an object with a string path (or null
 // path: no file) and, with a path, a sha256 of 64 hex digits. Throws ReplyFault.

@@ -1,5 +1,6 @@
 #include "explore/explorer.h"
 
+#include "evaluate/protocol.h"
 #include "evaluate/reply.h"
 
 #include <unistd.h>
@@ -25,7 +26,7 @@
 #include "evaluate/fork_server.h"
 #include "common/hash.h"
 #include "common/home.h"
-#include "evaluate/estimate.h"
+#include "search/estimate.h"
 #include "evaluate/startup_steps.h"
 #include "evaluate/worker_process.h"
 #include "explore/select.h"
@@ -56,33 +57,20 @@ double union_seconds(std::vector<std::pair<double, double>> spans, double from, 
   return total;
 }
 
+// Both read the timings and latency of an evaluate or confirm answer, typed
+// (evaluate/protocol.h: the two share $defs.timings).
 void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double, double>>& all,
                       std::vector<std::pair<double, double>>* bench) {
-  auto r = reply.find("result");
-  if (r == reply.end() || !r->is_object()) return;
-  auto t = r->find("timings");
-  if (t == r->end() || !t->is_object()) return;
-  auto spans = t->find("gpu_spans");
-  if (spans == t->end() || !spans->is_array()) return;
-  for (const auto& sp : *spans) {
-    if (!sp.is_array() || sp.size() < 2 || !sp[0].is_number() || !sp[1].is_number()) continue;
-    const std::pair<double, double> span{sp[0].get<double>(), sp[1].get<double>()};
-    all.push_back(span);
-    if (bench && sp.size() > 2 && sp[2] == "bench") bench->push_back(span);
+  for (const GpuSpan& sp : read_evaluation_result(reply).timings.gpu_spans) {
+    all.emplace_back(sp.start, sp.end);
+    if (bench && sp.kind == "bench") bench->emplace_back(sp.start, sp.end);
   }
 }
 
 double device_kernel_seconds(const nlohmann::json& reply) {
-  auto r = reply.find("result");
-  if (r == reply.end() || !r->is_object()) return 0;
-  double s = 0;
-  if (auto t = r->find("timings"); t != r->end() && t->is_object())
-    if (auto k = t->find("kernel_s"); k != t->end() && k->is_number()) s += k->get<double>();
-  if (auto l = r->find("latency"); l != r->end() && l->is_object()) {
-    auto m = l->find("mean_ms"), n = l->find("runs");
-    if (m != l->end() && n != l->end() && m->is_number() && n->is_number())
-      s += m->get<double>() * n->get<double>() / 1000;
-  }
+  const EvaluationResult r = read_evaluation_result(reply);
+  double s = r.timings.kernel_s.value_or(0);
+  if (r.latency && r.latency->mean_ms && r.latency->runs) s += *r.latency->mean_ms * *r.latency->runs / 1000;
   return s;
 }
 

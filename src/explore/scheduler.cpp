@@ -11,7 +11,7 @@
 #include "catalog/job_key.h"
 #include "common/hash.h"
 #include "evaluate/artifact_file.h"
-#include "evaluate/estimate.h"
+#include "search/estimate.h"
 #include "evaluate/reply.h"
 #include "explore/confirm.h"
 #include "explore/select.h"
@@ -22,12 +22,9 @@ using nlohmann::json;
 
 namespace {
 
-// The median of a worker result's `latency` object, when it holds a number.
-std::optional<double> latency_median(const json& latency) {
-  if (!latency.is_object()) return std::nullopt;
-  auto m = latency.find("median_ms");
-  if (m == latency.end() || !m->is_number()) return std::nullopt;
-  return m->get<double>();
+// The median of a worker result's latency, when it has one.
+std::optional<double> latency_median(const EvaluationResult& r) {
+  return r.latency ? r.latency->median_ms : std::nullopt;
 }
 
 // exploration.timeout_s from a job's spec, within the manifest's bounds
@@ -260,7 +257,7 @@ void Scheduler::complete(const WorkItem& item, const WorkerOutcome& raw, const s
     job.ctx.traffic = Traffic::from_json(r.value("traffic", json::object()));
     job.ctx.space = r.value("configs", json::array()).get<std::vector<json>>();
     // Optional, parallel to configs: launch grid and shared memory per config,
-    // for the strategies' config model (src/explore/strategy.h).
+    // for the strategies' config model (src/search/strategy.h).
     if (auto h = r.find("hints"); h != r.end() && h->is_array() && h->size() == job.ctx.space.size())
       job.ctx.space_hints = h->get<std::vector<json>>();
     job.space_known = true;
@@ -303,9 +300,10 @@ void Scheduler::plan(Job& job) {
     // after the first round record() keeps best_ms up to date.
     if (job.ctx.measured && job.rounds == 1)
       for (const auto& o : past) {
-        const json lat = o.result.value("latency", json());
-        const auto ms = latency_median(lat);
-        if (o.status == "ok" && ms && TargetRegistry::matches_device(*job.ctx.target, lat.value("device", std::string())))
+        const EvaluationResult r = read_evaluation_result(o.result);
+        const auto ms = latency_median(r);
+        if (o.status == "ok" && ms &&
+            TargetRegistry::matches_device(*job.ctx.target, r.latency->device.value_or("")))
           job.improve_best(*ms);
       }
     job.generator->propose(job.ctx, past,
@@ -559,9 +557,9 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
         e.message = "worker error: " + env.error;
       } else {
         reply = parse_evaluate_result(env.result);
-        e.result = reply->result;
-        e.status = reply->status;
-        e.message = reply->message;
+        e.result = reply->result.raw;
+        e.status = to_string(reply->result.status);
+        e.message = reply->result.message;
       }
     } catch (const ReplyFault& f) {
       e.status = "crash";
@@ -597,10 +595,10 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
     }
     if (e.status == "ok") {
       try {
-        Traffic tr = Traffic::from_json(e.result.value("traffic", json::object()));
+        Traffic tr = reply->result.traffic.value_or(Traffic{});
         if (tr.bytes <= 0) tr = job.ctx.traffic;
         Estimate est = estimate_latency(*job.ctx.target, job.ctx.row.dtype, tr,
-                                        KernelResources::from_artifact(claim.metadata));
+                                        KernelResources::from_artifact(*reply->result.artifact));
         e.estimate_ms = est.ms;
         e.result["estimate"] = est.to_json();
       } catch (const std::exception&) {
@@ -621,12 +619,14 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
     return;
   }
   ++stats_.candidates;
-  if (opts_.metrics) publish_evaluation(job, e);
+  static const EvaluationResult none;
+  const EvaluationResult& typed = reply ? reply->result : none;
+  if (opts_.metrics) publish_evaluation(job, e, typed);
   if (e.status != "ok") {
     ++stats_.candidate_failures;
     return;
   }
-  const auto ms = latency_median(e.result.value("latency", json()));
+  const auto ms = latency_median(typed);
   if (job.ctx.measured && ms) {
     job.improve_best(*ms);
     stats_.last_best = job.label() + " " + fmt_ms(*ms) + " (measured)";
@@ -635,17 +635,13 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
     stats_.last_best = job.label() + " " + fmt_ms(*e.estimate_ms) + " (estimated)";
 }
 
-void Scheduler::publish_evaluation(Job& job, const EvaluationIn& e) {
-  const json timings = e.result.is_object() ? e.result.value("timings", json::object()) : json::object();
-  auto seconds = [&](const char* k) {
-    auto it = timings.find(k);
-    return it != timings.end() && it->is_number() ? it->get<double>() : 0.0;
-  };
-  opts_.metrics->evaluation(e.status, seconds("compile_s"), seconds("check_s"), seconds("bench_s"));
+void Scheduler::publish_evaluation(Job& job, const EvaluationIn& e, const EvaluationResult& r) {
+  opts_.metrics->evaluation(e.status, r.timings.compile_s.value_or(0), r.timings.check_s.value_or(0),
+                            r.timings.bench_s.value_or(0));
   if (e.status != "ok") return;
   // The job's best so far on the basis its best is selected on: measured
   // where the device is of the target's kind, else the static estimate.
-  const auto ms = latency_median(e.result.value("latency", json()));
+  const auto ms = latency_median(r);
   std::optional<double> v = job.ctx.measured ? ms : e.estimate_ms;
   if (!v || (job.shown_best_ms && *job.shown_best_ms <= *v)) return;
   job.shown_best_ms = v;

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
+#include "evaluate/protocol.h"
 #include "evaluate/worker_process.h"
 #include "explore/dispatch.h"
 #include "explore/scheduling.h"
@@ -128,7 +129,7 @@ class Scheduler {
   void select_and_finish(Job& job);
   void finish(Job& job, bool ok, const std::string& message);
   void record(const WorkItem& item, const WorkerOutcome& o, const std::string& worker);
-  void publish_evaluation(Job& job, const EvaluationIn& e);
+  void publish_evaluation(Job& job, const EvaluationIn& e, const EvaluationResult& result);
   std::vector<Outcome> history(const Job& job) const;
   void fail(const std::string& why);
 

@@ -1,6 +1,6 @@
 // Generators propose candidates for a job, round after round, from what has
 // been evaluated so far. The `template` generator instantiates a kernels/
-// template over its config space (strategies in src/explore/strategy.h); the
+// template over its config space (strategies in src/search/strategy.h); the
 // `llm` generator asks a chat-completions endpoint for code. The scheduler asks
 // again whenever every proposal of the job has been evaluated; an empty answer
 // ends the job's exploration.
@@ -15,7 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
-#include "evaluate/estimate.h"
+#include "search/candidate.h"
+#include "search/estimate.h"
 #include "manifest/manifest.h"
 #include "metrics/run_metrics.h"
 
@@ -41,25 +42,6 @@ struct JobContext {
 
   const nlohmann::json& explore() const;      // spec["explore"]
   bool is_reference() const;                  // spec has "reference"
-};
-
-struct Proposal {
-  std::string generator = "template";
-  std::string template_name;
-  nlohmann::json config = nlohmann::json::object();
-  std::optional<std::string> source;          // generated code (llm)
-  std::optional<long long> parent_id;         // lineage
-  int round = 0, instance = 0;
-  std::optional<long long> llm_call_id;       // the llm_calls row that produced the code
-};
-
-// One evaluated candidate of the job, as the generator sees it.
-struct Outcome {
-  CandidateRow candidate;
-  std::string status;                         // ok | compile_error | ... (see evaluations.status)
-  std::string message;
-  nlohmann::json result;                      // the worker's answer ({} for timeout/crash)
-  std::optional<double> score_ms;             // measured median on the target's kind, else estimate
 };
 
 class Generator {

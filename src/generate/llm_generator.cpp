@@ -303,9 +303,9 @@ void LlmGenerator::propose(const JobContext& job, const std::vector<Outcome>& hi
   if (job.measured && job.reference_info.is_object()) {
     for (const char* k : {"eager_ms", "reference_ms"})
       if (job.reference_info.contains(k) && job.reference_info[k].is_number()) reference_ms = job.reference_info[k].get<double>();
-    const json& lat = job.reference_info.value("latency", json());  // the worker's eager benchmark
-    if (!reference_ms && lat.is_object() && lat.contains("median_ms") && lat["median_ms"].is_number())
-      reference_ms = lat["median_ms"].get<double>();
+    // The worker's eager benchmark (evaluate/protocol.h).
+    const std::optional<Latency> lat = read_latency(job.reference_info.value("latency", json()));
+    if (!reference_ms && lat && lat->median_ms) reference_ms = lat->median_ms;
   }
   base.best_so_far_ms = best_so_far;
 

@@ -5,6 +5,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "evaluate/protocol.h"
+
 namespace kiln::prompt {
 
 using nlohmann::json;
@@ -78,13 +80,12 @@ std::string reference_info_text(const json& info) {
   std::optional<double> eager;
   for (const char* k : {"eager_ms", "reference_ms"})
     if (info.contains(k) && info[k].is_number()) eager = info[k].get<double>();
-  if (!eager && info.contains("latency") && info["latency"].is_object() && info["latency"].contains("median_ms") &&
-      info["latency"]["median_ms"].is_number())
-    eager = info["latency"]["median_ms"].get<double>();
+  const std::optional<Latency> lat =  // evaluate/protocol.h
+      info.is_object() && info.contains("latency") ? read_latency(info["latency"]) : std::nullopt;
+  if (!eager && lat && lat->median_ms) eager = lat->median_ms;
   if (eager) {
     std::string dev = info.value("device", std::string());
-    if (dev.empty() && info.contains("latency") && info["latency"].is_object())
-      dev = info["latency"].value("device", std::string());
+    if (dev.empty() && lat) dev = lat->device.value_or("");
     out += "PyTorch eager latency: " + fmt(*eager) + " ms" + (dev.empty() ? "" : " on " + dev) +
            " — the kernel should beat it.\n";
   }

@@ -3,23 +3,23 @@
 #include <set>
 
 #include "catalog/job_key.h"
-#include "explore/priors.h"
-#include "explore/strategy.h"
-#include "reflect/reflect.h"
+#include "search/priors.h"
+#include "search/prune.h"
+#include "search/strategy.h"
 
 namespace kiln {
 
 void TemplateGenerator::propose(const JobContext& job, const std::vector<Outcome>& history,
                                 Done done) {
   // The strategy is a pure function of (space, principles, settings, history)
-  // (src/explore/strategy.h). Exhaustive and random return their whole plan
+  // (src/search/strategy.h). Exhaustive and random return their whole plan
   // every time: candidates evaluated earlier (this run's first round, or an
   // interrupted run) have the same keys, so the scheduler skips them, and a
   // round with nothing new ends the search. Halving returns only new configs,
   // round after round, until its budget is spent or it has converged.
   // Reflection first: resource errors prune the configs that cannot fit either
-  // (src/reflect/reflect.h).
-  const reflect::PruneResult pruned = reflect::prune_space(job.space, history);
+  // (src/search/prune.h).
+  const PruneResult pruned = prune_space(job.space, history);
   SearchSpace space;
   space.configs = pruned.configs;
   if (job.space_hints.size() == job.space.size())

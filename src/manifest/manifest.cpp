@@ -509,7 +509,7 @@ class Parser {
     }
   }
 
-  // exploration.halving: the halving strategy's settings (src/explore/strategy.h,
+  // exploration.halving: the halving strategy's settings (src/search/strategy.h,
   // SearchSettings), each checked here so that a bad value names its line.
   json halving_section(const KV& sec, const std::string& s) const {
     json out = json::object();
@@ -863,14 +863,6 @@ nlohmann::json LlmSettings::to_json() const {
               {"retrieval_threshold", retrieval_threshold},
               {"rounds", rounds},
               {"instance_timeout_s", instance_timeout_s}};
-}
-
-Knowledge Knowledge::load(const std::filesystem::path& home) {
-  Knowledge k;
-  k.targets = TargetRegistry::load(home / "configs" / "targets");
-  k.operators = OperatorRegistry::load(home / "kernels" / "operators.yaml");
-  k.principles = PrincipleRegistry::load(home / "configs" / "principles.yaml");
-  return k;
 }
 
 Manifest parse_manifest(const std::string& text, const std::string& filename,

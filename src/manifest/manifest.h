@@ -9,9 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "knowledge/operators.h"
-#include "knowledge/principles.h"
-#include "knowledge/targets.h"
+#include "knowledge/knowledge.h"
 
 namespace kiln {
 
@@ -103,14 +101,6 @@ struct Manifest {
   std::filesystem::path path;
   std::string text;                     // the file's bytes
   std::vector<JobSpec> jobs;
-};
-
-struct Knowledge {
-  TargetRegistry targets;
-  OperatorRegistry operators;
-  PrincipleRegistry principles;
-  // Loads configs/targets, kernels/operators.yaml, configs/principles.yaml under home.
-  static Knowledge load(const std::filesystem::path& home);
 };
 
 // Parses and validates; throws ManifestError on any user error.

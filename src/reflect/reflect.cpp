@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cmath>
 #include <iomanip>
-#include <set>
 #include <sstream>
 
 namespace kiln::reflect {
@@ -26,18 +25,6 @@ std::string fmt(double v, int precision = 4) {
   std::ostringstream os;
   os << std::setprecision(precision) << v;
   return os.str();
-}
-
-std::optional<double> num_at(const json& j, std::initializer_list<const char*> path) {
-  const json* p = &j;
-  for (const char* k : path) {
-    if (!p->is_object()) return std::nullopt;
-    auto it = p->find(k);
-    if (it == p->end()) return std::nullopt;
-    p = &*it;
-  }
-  if (p->is_number()) return p->get<double>();
-  return std::nullopt;
 }
 
 std::vector<std::string> split_lines(const std::string& s) {
@@ -87,29 +74,20 @@ std::string excerpt(const std::string& message, size_t max_chars) {
   return head + "[...]\n" + tail;
 }
 
-std::optional<double> block_product(const json& config) {
-  if (!config.is_object()) return std::nullopt;
-  double p = 1;
-  bool any = false;
-  for (const auto& [k, v] : config.items())
-    if (k.rfind("BLOCK", 0) == 0 && v.is_number()) {
-      p *= v.get<double>();
-      any = true;
-    }
-  return any ? std::optional<double>(p) : std::nullopt;
-}
-
 Diagnosis diagnose(const Outcome& o, std::optional<double> best_so_far_ms,
                    std::optional<double> reference_ms) {
   Diagnosis d;
-  const std::string msg = o.message.empty() ? o.result.value("message", std::string()) : o.message;
+  const EvaluationResult r = read_evaluation_result(o.result);
+  const Correctness correctness = r.correctness.value_or(Correctness{});
+  const std::optional<double> max_abs_err = correctness.max_abs_err, max_rel_err = correctness.max_rel_err;
+  const std::string msg = o.message.empty() ? r.message : o.message;
   const std::string m = lower(msg);
   const std::string ex = excerpt(msg);
   const std::string& s = o.status;
 
   if (s == "ok") {
-    const auto measured = num_at(o.result, {"latency", "median_ms"});
-    const auto abs_err = num_at(o.result, {"correctness", "max_abs_err"});
+    const std::optional<double> measured = r.latency.value_or(Latency{}).median_ms;
+    const auto abs_err = max_abs_err;
     std::string evidence = "correct";
     if (abs_err) evidence += " (max abs error " + fmt(*abs_err, 3) + ")";
     if (measured && reference_ms && *measured > *reference_ms) {
@@ -160,9 +138,9 @@ Diagnosis diagnose(const Outcome& o, std::optional<double> best_so_far_ms,
   if (s == "incorrect") {
     d.kind = "incorrect";
     std::string evidence;
-    if (auto a = num_at(o.result, {"correctness", "max_abs_err"})) evidence += "max abs error " + fmt(*a, 3);
-    if (auto r = num_at(o.result, {"correctness", "max_rel_err"}))
-      evidence += (evidence.empty() ? "" : ", ") + std::string("max rel error ") + fmt(*r, 3);
+    if (max_abs_err) evidence += "max abs error " + fmt(*max_abs_err, 3);
+    if (max_rel_err)
+      evidence += (evidence.empty() ? "" : ", ") + std::string("max rel error ") + fmt(*max_rel_err, 3);
     d.summary = "The output does not match the reference" + (evidence.empty() ? "" : " (" + evidence + ")") +
                 ":\n" + ex;
     if (has(m, "nan"))
@@ -197,58 +175,6 @@ Diagnosis diagnose(const Outcome& o, std::optional<double> best_so_far_ms,
     d.constraint = "make the module run: allocate the output with torch.empty on the input's device and pass "
                    "contiguous tensors to the kernel";
   return d;
-}
-
-PruneResult prune_space(const std::vector<json>& space, const std::vector<Outcome>& history) {
-  PruneResult r;
-  struct Limit {
-    double product;
-    std::optional<double> stages;
-  };
-  std::vector<Limit> limits;
-  std::set<std::string> evaluated;
-  for (const Outcome& o : history) {
-    evaluated.insert(o.candidate.config.dump());
-    if (o.status != "resource_error") continue;
-    auto p = block_product(o.candidate.config);
-    if (!p) continue;
-    std::optional<double> st;
-    if (auto it = o.candidate.config.find("num_stages"); it != o.candidate.config.end() && it->is_number())
-      st = it->get<double>();
-    limits.push_back({*p, st});
-  }
-  if (limits.empty()) {
-    r.configs = space;
-    for (size_t i = 0; i < space.size(); ++i) r.kept.push_back(i);
-    return r;
-  }
-  for (size_t i = 0; i < space.size(); ++i) {
-    const json& c = space[i];
-    bool drop = false;
-    if (!evaluated.count(c.dump()))
-      if (auto p = block_product(c))
-        for (const Limit& l : limits) {
-          if (*p < l.product) continue;
-          auto it = c.find("num_stages");
-          if (l.stages && it != c.end() && it->is_number() && it->get<double>() < *l.stages) continue;
-          drop = true;
-          break;
-        }
-    if (drop) {
-      ++r.removed;
-    } else {
-      r.configs.push_back(c);
-      r.kept.push_back(i);
-    }
-  }
-  if (r.removed > 0) {
-    double smallest = limits.front().product;
-    for (const Limit& l : limits) smallest = std::min(smallest, l.product);
-    r.notes.push_back("reflection: " + std::to_string(limits.size()) + " resource_error(s); dropped " +
-                      std::to_string(r.removed) + " config(s) with a BLOCK product >= " + fmt(smallest, 10) +
-                      " and as many stages");
-  }
-  return r;
 }
 
 }  // namespace kiln::reflect

@@ -2,7 +2,7 @@
 // (or right), in a sentence or a paragraph an LLM can act on, and a constraint
 // for the next attempt. The llm generator puts the diagnosis and the constraints
 // into its repair prompt; the template generator prunes its config space with
-// the same outcomes (prune_space).
+// the same outcomes (src/search/prune.h).
 #pragma once
 #include <optional>
 #include <string>
@@ -10,7 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generate/generator.h"
+#include "evaluate/protocol.h"
+#include "search/candidate.h"
 
 namespace kiln::reflect {
 
@@ -31,22 +32,5 @@ Diagnosis diagnose(const Outcome& o, std::optional<double> best_so_far_ms,
 // The message's most telling lines (the error lines and the end of a traceback),
 // at most max_chars.
 std::string excerpt(const std::string& message, size_t max_chars = 1500);
-
-// The product of a config's block sizes (keys starting with BLOCK); nullopt
-// when it has none.
-std::optional<double> block_product(const nlohmann::json& config);
-
-// Template pruning from outcomes: a resource_error (LDS / shared memory or
-// registers exceeded) at block product P and num_stages S drops every config
-// of the space whose block product is >= P and whose num_stages is >= S (when
-// both have num_stages): a larger tile with as deep a pipeline needs at least
-// as much. Configs that were evaluated are never dropped (their outcome stands).
-struct PruneResult {
-  std::vector<nlohmann::json> configs;
-  std::vector<size_t> kept;   // indices into the space of `configs` (for parallel arrays)
-  size_t removed = 0;
-  std::vector<std::string> notes;
-};
-PruneResult prune_space(const std::vector<nlohmann::json>& space, const std::vector<Outcome>& history);
 
 }  // namespace kiln::reflect

@@ -1,5 +1,5 @@
 // The static model: it must prefer what the hardware prefers, all else equal.
-#include "evaluate/estimate.h"
+#include "search/estimate.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Halving's priors: the distance between jobs and the order of past jobs'
-// fastest configs (src/explore/priors.h).
-#include "explore/priors.h"
+// fastest configs (src/search/priors.h).
+#include "search/priors.h"
 
 #include <cmath>
 

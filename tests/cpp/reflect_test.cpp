@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "reflect/reflect.h"
+#include "search/prune.h"
 
 using nlohmann::json;
 
@@ -109,10 +110,10 @@ TEST(Prune, ResourceErrorDropsLargerTiles) {
   for (int m : {32, 64, 128})
     for (int n : {32, 64, 128})
       for (int s : {1, 2}) space.push_back({{"BLOCK_M", m}, {"BLOCK_N", n}, {"num_stages", s}, {"num_warps", 4}});
-  EXPECT_EQ(*reflect::block_product(space[0]), 32.0 * 32);
-  EXPECT_FALSE(reflect::block_product(json{{"num_warps", 4}}));
+  EXPECT_EQ(*block_product(space[0]), 32.0 * 32);
+  EXPECT_FALSE(block_product(json{{"num_warps", 4}}));
   // Nothing failed: nothing pruned.
-  auto none = reflect::prune_space(space, {});
+  auto none = prune_space(space, {});
   EXPECT_EQ(none.configs.size(), space.size());
   EXPECT_EQ(none.removed, 0u);
   EXPECT_EQ(none.kept.size(), space.size());
@@ -120,10 +121,10 @@ TEST(Prune, ResourceErrorDropsLargerTiles) {
   Outcome o = outcome("resource_error", "out of resource: shared memory");
   o.candidate.generator = "template";
   o.candidate.config = {{"BLOCK_M", 64}, {"BLOCK_N", 128}, {"num_stages", 2}, {"num_warps", 4}};
-  auto r = reflect::prune_space(space, {o});
+  auto r = prune_space(space, {o});
   // Dropped: product >= 8192 with num_stages >= 2, except the failing config itself (evaluated).
   for (const auto& c : r.configs) {
-    const double p = *reflect::block_product(c);
+    const double p = *block_product(c);
     const int s = c["num_stages"];
     if (c == o.candidate.config) continue;
     EXPECT_FALSE(p >= 8192 && s >= 2) << c.dump();
@@ -139,7 +140,7 @@ TEST(Prune, ResourceErrorDropsLargerTiles) {
   // Other failures do not prune.
   Outcome bad = outcome("incorrect", "");
   bad.candidate.config = o.candidate.config;
-  EXPECT_EQ(reflect::prune_space(space, {bad}).removed, 0u);
+  EXPECT_EQ(prune_space(space, {bad}).removed, 0u);
 }
 
 }  // namespace

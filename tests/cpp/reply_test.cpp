@@ -46,7 +46,14 @@ json ok_result() {
 
 TEST(Reply, WellFormedEvaluateResultParses) {
   const EvaluateReply r = parse_evaluate_result(ok_result());
-  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.result.status, EvalStatus::kOk);
+  ASSERT_TRUE(r.result.latency);
+  EXPECT_EQ(r.result.latency->median_ms, 0.1);
+  ASSERT_TRUE(r.result.traffic);
+  EXPECT_EQ(r.result.traffic->bytes, 1e6);
+  ASSERT_TRUE(r.result.artifact);
+  EXPECT_EQ(r.result.artifact->registers, 32);
+  EXPECT_EQ(r.result.raw, ok_result());
   ASSERT_TRUE(r.artifact);
   EXPECT_EQ(r.artifact->path, "/x/k.cubin");
   EXPECT_EQ(r.artifact->kind, "cubin");
@@ -69,6 +76,7 @@ TEST(Reply, MalformedRepliesAreTypedFaults) {
     return r;
   };
   EXPECT_THROW(parse_evaluate_result(broken("status", 7)), ReplyFault);
+  EXPECT_THROW(parse_evaluate_result(broken("status", "fine")), ReplyFault);  // not a status of the schema
   EXPECT_THROW(parse_evaluate_result(broken("message", json::array())), ReplyFault);
   EXPECT_THROW(parse_evaluate_result(broken("latency", "fast")), ReplyFault);
   EXPECT_THROW(parse_evaluate_result(broken("latency", {{"median_ms", "0.1"}})), ReplyFault);

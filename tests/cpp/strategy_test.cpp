@@ -1,6 +1,6 @@
 // Candidate planning: principles, then the strategy and the candidate budget;
 // the config model and the halving strategy round by round.
-#include "explore/strategy.h"
+#include "search/strategy.h"
 
 #include <gtest/gtest.h>
 

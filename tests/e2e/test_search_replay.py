@@ -17,7 +17,7 @@ after the config model had been tuned on the seed shape. Halving missed it by
 test guards it rather than proving it on unseen data.
 
 tests/data/search/h200-2026-12-01/holdout2/kiln-h200-search-slim.db holds eight
-shapes recorded after halving's priors (src/explore/priors.h) were fixed; the
+shapes recorded after halving's priors (src/search/priors.h) were fixed; the
 priors come from the catalogs recorded before it (leave-one-out: a job of the
 replayed shape never counts). The model alone misses most of its conv2d jobs;
 with priors, every seed of seven of the eight jobs lands within 3% at a budget

@@ -1,4 +1,4 @@
-"""The JSON-lines protocol loop (see docs/architecture.md, "The worker protocol")."""
+"""The JSON-lines protocol loop (the protocol: src/evaluate/protocol.json; its names: protocol.py)."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,11 @@ import sys
 import traceback
 from typing import Any, BinaryIO, TextIO
 
-from .. import __version__
+from .. import __version__, protocol
 from ..processes.device import Device
 from .jsonsafe import json_safe
 
-EXIT_DEVICE_LOST = 4
+EXIT_DEVICE_LOST = protocol.EXIT_DEVICE_LOST
 
 
 def protect_stdout() -> TextIO:
@@ -77,14 +77,9 @@ class Server:
                 self.error(None, "malformed request: 'id' must be an integer")
                 continue
             method = req.get("method")
-            handler = {"hello": self.hello, "space": self.space, "evaluate": self.evaluate,
-                       "reference_info": self.reference_info, "traffic": self.traffic,
-                       "package_info": self.package_info,
-                       "confirm": self.confirm}.get(method) \
-                if isinstance(method, str) else None
+            handler = getattr(self, method) if method in protocol.METHODS else None
             if handler is None:
-                self.error(rid, f"unknown method {method!r} "
-                                "(expected hello, space, evaluate, reference_info, traffic, package_info or confirm)")
+                self.error(rid, protocol.unknown_method(method))
                 continue
             try:
                 result = handler(req)
@@ -135,9 +130,8 @@ class Server:
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
-            "methods": ["hello", "space", "evaluate", "reference_info", "traffic", "package_info", "confirm"],
-            "generated": {"statuses": ["ok", "compile_error", "resource_error", "incorrect",
-                                       "crash", "rejected", "timeout"]},
+            "methods": list(protocol.METHODS),
+            "generated": {"statuses": list(protocol.STATUSES)},
         }
 
     def space(self, req: dict) -> dict:

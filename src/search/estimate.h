@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evaluate/protocol.h"
 #include "knowledge/targets.h"
 
 namespace kiln {
@@ -22,14 +23,10 @@ struct KernelResources {
   std::optional<long long> scratch_bytes;  // per thread
   std::optional<double> occupancy;    // AMD: waves per SIMD; NVIDIA: resident warps per SM
 
-  // From the worker's "artifact" object; missing fields stay unset.
+  // From the worker's artifact (evaluate/protocol.h); missing fields stay unset.
+  static KernelResources from_artifact(const ArtifactInfo& artifact);
+  // The same from an artifact object as stored (read_evaluation_result's rules).
   static KernelResources from_artifact(const nlohmann::json& artifact);
-};
-
-struct Traffic {
-  double bytes = 0;
-  double flops = 0;
-  static Traffic from_json(const nlohmann::json& j);
 };
 
 struct Estimate {

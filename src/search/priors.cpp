@@ -1,4 +1,4 @@
-#include "explore/priors.h"
+#include "search/priors.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "evaluate/estimate.h"
+#include "search/estimate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,36 +20,24 @@ constexpr double kLaunchMs = 0.004;
 // Resident waves per SIMD needed to hide memory latency.
 constexpr double kWavesToHideLatency = 2.0;
 
-template <typename T>
-std::optional<T> opt(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return std::nullopt;  // absent, null or not a number
-  return it->get<T>();
-}
-
 }  // namespace
 
-KernelResources KernelResources::from_artifact(const nlohmann::json& a) {
+KernelResources KernelResources::from_artifact(const ArtifactInfo& a) {
   KernelResources k;
-  if (auto v = opt<int>(a, "num_warps")) k.num_warps = *v;
-  if (auto v = opt<int>(a, "warp_size")) k.warp_size = *v;
-  if (auto g = a.find("grid"); g != a.end() && g->is_array()) {
-    for (size_t i = 0; i < 3 && i < g->size(); ++i)
-      if ((*g)[i].is_number()) k.grid[i] = (*g)[i].get<long long>();
-  }
-  k.registers = opt<int>(a, "registers");
-  k.spills = opt<int>(a, "spills");
-  k.shared_bytes = opt<long long>(a, "shared_bytes");
-  k.scratch_bytes = opt<long long>(a, "scratch_bytes");
-  k.occupancy = opt<double>(a, "occupancy");
+  if (a.num_warps) k.num_warps = static_cast<int>(*a.num_warps);
+  if (a.warp_size) k.warp_size = static_cast<int>(*a.warp_size);
+  for (size_t i = 0; i < 3 && i < a.grid.size(); ++i) k.grid[i] = a.grid[i];
+  if (a.registers) k.registers = static_cast<int>(*a.registers);
+  if (a.spills) k.spills = static_cast<int>(*a.spills);
+  k.shared_bytes = a.shared_bytes;
+  k.scratch_bytes = a.scratch_bytes;
+  k.occupancy = a.occupancy;
   return k;
 }
 
-Traffic Traffic::from_json(const nlohmann::json& j) {
-  Traffic t;
-  if (auto v = opt<double>(j, "bytes")) t.bytes = *v;
-  if (auto v = opt<double>(j, "flops")) t.flops = *v;
-  return t;
+KernelResources KernelResources::from_artifact(const nlohmann::json& artifact) {
+  const EvaluationResult r = read_evaluation_result({{"artifact", artifact}});
+  return r.artifact ? from_artifact(*r.artifact) : KernelResources{};
 }
 
 nlohmann::json Estimate::to_json() const {

@@ -14,7 +14,7 @@
 //               the last `tiles` share of them each on a tile -- BLOCK_* but
 //               BLOCK_K -- that no other pick has), after up to `priors`
 //               configs that were fastest on similar jobs (SearchSpace::priors,
-//               src/explore/priors.h; never pruned by the model; one the space
+//               src/search/priors.h; never pruned by the model; one the space
 //               lacks stands for its nearest config, at most two knobs away),
 //               which take the places of as many model picks, down to two;
 //               every later round keeps the best measured configs (their
@@ -39,7 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "evaluate/estimate.h"
+#include "search/estimate.h"
 #include "knowledge/principles.h"
 #include "knowledge/targets.h"
 
@@ -67,7 +67,7 @@ Plan plan_candidates(const std::vector<nlohmann::json>& space,
 // the reduction step, num_warps, num_stages), the launch grid and the
 // template's shared-memory estimate (the worker's `space` answer carries both
 // per config as `hints`), the target's specs and the job's minimum traffic. It
-// is the static estimate's model (src/evaluate/estimate.cpp: memory and compute
+// is the static estimate's model (src/search/estimate.cpp: memory and compute
 // time at full machine use, waves, tail, latency hiding) with the occupancy
 // derived from the config instead of the compiler's report:
 //
@@ -118,7 +118,7 @@ struct SearchSpace {
   std::string dtype;
   Traffic traffic;
   // Configs that were fastest on similar jobs, most telling first
-  // (src/explore/priors.h); halving evaluates up to SearchSettings::priors of
+  // (src/search/priors.h); halving evaluates up to SearchSettings::priors of
   // those that are in the space in round 0, before the model's picks.
   std::vector<nlohmann::json> priors;
 };

@@ -1,0 +1,203 @@
+#include "evaluate/protocol.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+using nlohmann::json;
+
+const std::vector<std::string>& method_names() {
+  static const std::vector<std::string> names = {"hello",   "space",        "evaluate", "reference_info",
+                                                 "traffic", "package_info", "confirm"};
+  return names;
+}
+
+const std::string& to_string(Method m) { return method_names().at(static_cast<size_t>(m)); }
+
+const std::vector<std::string>& status_names() {
+  static const std::vector<std::string> names = {"ok",    "compile_error", "resource_error", "incorrect",
+                                                 "crash", "rejected",      "timeout"};
+  return names;
+}
+
+const std::string& to_string(EvalStatus s) { return status_names().at(static_cast<size_t>(s)); }
+
+std::optional<EvalStatus> parse_status(std::string_view name) {
+  const auto& names = status_names();
+  auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) return std::nullopt;
+  return static_cast<EvalStatus>(it - names.begin());
+}
+
+Traffic Traffic::from_json(const json& j) {
+  Traffic t;
+  if (!j.is_object()) return t;
+  if (auto b = j.find("bytes"); b != j.end() && b->is_number()) t.bytes = b->get<double>();
+  if (auto f = j.find("flops"); f != j.end() && f->is_number()) t.flops = f->get<double>();
+  return t;
+}
+
+namespace {
+
+// Reads members of one object by name; with `seen`, also notes each member it
+// was asked for (its path and expected type), so that the list the schema test
+// checks is the list this code reads.
+class Reader {
+ public:
+  Reader(const json& obj, std::string prefix, std::vector<std::pair<std::string, std::string>>* seen)
+      : obj_(obj), prefix_(std::move(prefix)), seen_(seen) {}
+
+  std::optional<double> number(const char* key) const {
+    const json* p = member(key, "number");
+    if (!p || !p->is_number()) return std::nullopt;
+    return p->get<double>();
+  }
+  std::optional<long long> integer(const char* key) const {
+    const json* p = member(key, "integer");
+    if (!p || !p->is_number()) return std::nullopt;
+    if (p->is_number_float()) {
+      const double d = p->get<double>();
+      if (!(d >= -9.2e18 && d <= 9.2e18)) return std::nullopt;
+      return static_cast<long long>(d);
+    }
+    return p->get<long long>();
+  }
+  std::optional<std::string> string(const char* key) const {
+    const json* p = member(key, "string");
+    if (!p || !p->is_string()) return std::nullopt;
+    return p->get<std::string>();
+  }
+  std::optional<bool> boolean(const char* key) const {
+    const json* p = member(key, "boolean");
+    if (!p || !p->is_boolean()) return std::nullopt;
+    return p->get<bool>();
+  }
+  const json* array(const char* key) const {
+    const json* p = member(key, "array");
+    return p && p->is_array() ? p : nullptr;
+  }
+  // A member that is an object (absent, null or another type: nullopt).
+  std::optional<Reader> object(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || !it->is_object()) return std::nullopt;
+    return Reader(*it, prefix_ + key + ".", seen_);
+  }
+
+ private:
+  const json* member(const char* key, const char* type) const {
+    if (seen_) seen_->emplace_back(prefix_ + key, type);
+    auto it = obj_.find(key);
+    return it == obj_.end() ? nullptr : &*it;
+  }
+  const json& obj_;
+  std::string prefix_;
+  std::vector<std::pair<std::string, std::string>>* seen_;
+};
+
+Latency read_latency_members(const Reader& l) {
+  Latency k;
+  k.device = l.string("device");
+  k.runs = l.integer("runs");
+  k.mean_ms = l.number("mean_ms");
+  k.median_ms = l.number("median_ms");
+  k.p99_ms = l.number("p99_ms");
+  k.min_ms = l.number("min_ms");
+  k.max_ms = l.number("max_ms");
+  k.stddev_ms = l.number("stddev_ms");
+  k.kernel_s = l.number("kernel_s");
+  return k;
+}
+
+EvaluationResult read(const json& top, std::vector<std::pair<std::string, std::string>>* seen) {
+  EvaluationResult out;
+  const json* rp = &top;
+  if (top.is_object() && top.contains("ok") && top.contains("result") && top["result"].is_object())
+    rp = &top["result"];
+  static const json empty = json::object();
+  const json& r = rp->is_object() ? *rp : empty;
+  out.raw = r;
+  const Reader in(r, "", seen);
+  if (auto s = in.string("status"))
+    if (auto st = parse_status(*s)) out.status = *st;
+  out.message = in.string("message").value_or("");
+  out.exec_device = in.string("exec_device");
+  if (auto c = in.object("correctness")) {
+    Correctness k;
+    k.seeds = c->integer("seeds");
+    k.max_abs_err = c->number("max_abs_err");
+    k.max_rel_err = c->number("max_rel_err");
+    k.passed = c->boolean("passed");
+    out.correctness = k;
+  }
+  if (auto l = in.object("latency")) out.latency = read_latency_members(*l);
+  if (auto a = in.object("artifact")) {
+    ArtifactInfo k;
+    k.path = a->string("path");
+    k.sha256 = a->string("sha256").value_or("");
+    k.kind = a->string("kind").value_or("");
+    k.kernel_name = a->string("kernel_name").value_or("");
+    k.num_warps = a->integer("num_warps");
+    k.warp_size = a->integer("warp_size");
+    k.registers = a->integer("registers");
+    k.sgprs = a->integer("sgprs");
+    k.spills = a->integer("spills");
+    k.shared_bytes = a->integer("shared_bytes");
+    k.scratch_bytes = a->integer("scratch_bytes");
+    k.size_bytes = a->integer("size_bytes");
+    k.occupancy = a->number("occupancy");
+    if (const json* g = a->array("grid"))
+      for (const auto& v : *g)
+        if (v.is_number()) k.grid.push_back(v.get<long long>());
+    k.object = r["artifact"];
+    out.artifact = std::move(k);
+  }
+  if (auto t = in.object("traffic")) {
+    Traffic k;
+    k.bytes = t->number("bytes").value_or(0);
+    k.flops = t->number("flops").value_or(0);
+    out.traffic = k;
+  }
+  if (auto t = in.object("timings")) {
+    Timings& k = out.timings;
+    k.compile_s = t->number("compile_s");
+    k.check_s = t->number("check_s");
+    k.bench_s = t->number("bench_s");
+    k.setup_s = t->number("setup_s");
+    k.preload_s = t->number("preload_s");
+    k.gpu_s = t->number("gpu_s");
+    k.kernel_s = t->number("kernel_s");
+    if (const json* spans = t->array("gpu_spans"))
+      for (const auto& s : *spans) {
+        // [start, end, kind]: a span of another shape is skipped
+        if (!s.is_array() || s.size() < 2 || !s[0].is_number() || !s[1].is_number()) continue;
+        GpuSpan g;
+        g.start = s[0].get<double>();
+        g.end = s[1].get<double>();
+        if (s.size() > 2 && s[2].is_string()) g.kind = s[2].get<std::string>();
+        k.gpu_spans.push_back(std::move(g));
+      }
+  }
+  return out;
+}
+
+}  // namespace
+
+EvaluationResult read_evaluation_result(const json& result) { return read(result, nullptr); }
+
+std::optional<Latency> read_latency(const json& latency) {
+  if (!latency.is_object()) return std::nullopt;
+  return read_latency_members(Reader(latency, "latency.", nullptr));
+}
+
+const std::vector<std::pair<std::string, std::string>>& evaluation_result_fields() {
+  static const std::vector<std::pair<std::string, std::string>> fields = [] {
+    std::vector<std::pair<std::string, std::string>> seen;
+    const json all = {{"correctness", json::object()}, {"latency", json::object()}, {"artifact", json::object()},
+                      {"traffic", json::object()}, {"timings", json::object()}};
+    read(all, &seen);
+    return seen;
+  }();
+  return fields;
+}
+
+}  // namespace kiln
