@@ -430,7 +430,7 @@ std::string render_dashboard(const Catalog& catalog, const TargetRegistry& targe
 
   p.o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-         "<title>Kiln dashboard</title><style>"
+         "<link rel=\"icon\" href=\"data:,\"><title>Kiln dashboard</title><style>"
       << kStyle << "</style></head><body>\n";
   p.o << "<h1>Kiln dashboard</h1>\n<p class=\"meta\">catalog " << escape_xml(opt.source);
   if (opt.batch_id) p.o << ", batch " << escape_xml(*opt.batch_id);

@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <utility>  // before Asio (Boost 1.74 under newer GCC)
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -219,6 +220,7 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = version;
     keep_alive_ = false;
     head_ = false;
+    unread_input_ = true;
     write(error_reply(status, message));
   }
 
@@ -237,8 +239,26 @@ class Session : public std::enable_shared_from_this<Session> {
     if (head_) res_.body().clear();  // Content-Length stays the GET's
     stream_.expires_after(std::chrono::seconds(60));
     http::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (!ec && self->unread_input_) return self->linger_close();
       if (ec || !self->res_.keep_alive()) return self->close();
       self->read();
+    });
+  }
+
+  // After an answer to a request not read whole: stop sending, read and drop
+  // what the client still sends (at most 1 MiB, 2 s), then close -- closing
+  // with unread input would reset the connection before the client reads the answer.
+  void linger_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(2));
+    drain();
+  }
+  void drain() {
+    stream_.async_read_some(asio::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > (1u << 20)) return self->close();
+      self->drain();
     });
   }
 
@@ -255,7 +275,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
   unsigned version_ = 11;
-  bool keep_alive_ = false, head_ = false;
+  bool keep_alive_ = false, head_ = false, unread_input_ = false;
+  std::array<char, 16384> scratch_{};
+  std::size_t drained_ = 0;
 };
 
 }  // namespace
