@@ -569,3 +569,56 @@ def test_dashboard_and_report_render_in_chromium(served, browser, tmp_path):
     assert r.returncode == 2 and "no batch 'nope'" in r.stderr and not (tmp_path / "x.html").exists()
     r = kiln("report", "--out", tmp_path / "missing" / "x.html", catalog=cat, check=False)
     assert r.returncode == 2 and "no directory" in r.stderr
+
+
+# --- code objects and packages from a real run --------------------------------------
+
+REAL = """name: pkg
+targets: [H200]
+defaults:
+  dtypes: [fp32]
+  exploration: {strategy: exhaustive, max_candidates: 2, timeout_s: 120}
+  validation: {seeds: 1}
+  benchmark: {warmup: 1, runs: 3}
+operators:
+  - op: add
+    shape: [256]
+"""
+
+
+def test_code_object_download_and_package_tar(tmp_path):
+    """A real CPU run (Triton cross-compiles the H200 code objects): /api/best's
+    download link gives the code object's bytes; /api/packages/H200 builds a
+    kiln-package/2 with the package code (the scripted evaluator answers
+    package_info) and serves it as a tar, then from the cache."""
+    import tarfile
+    cat = tmp_path / "kiln.db"
+    (tmp_path / "m.yaml").write_text(REAL)
+    kiln("submit", tmp_path / "m.yaml", catalog=cat)
+    kiln("run", "--device", "cpu", "--workers", "1", "--scratch", tmp_path / "s", catalog=cat, timeout=600)
+    s = Serve(tmp_path, cat, "--listen", "127.0.0.1:0", "--cache-dir", tmp_path / "cache",
+              env={"KILN_PYTHON": str(FAKE)}, name="pkg")
+    try:
+        status, b = s.json("/api/best?op=add&target=H200&shape=256&dtype=fp32")
+        assert status == 200 and b["code_object"]["kind"] == "cubin", b
+        status, headers, data = s.get(b["code_object"]["url"])
+        assert status == 200 and headers["Content-Type"] == "application/octet-stream"
+        assert hashlib.sha256(data).hexdigest() == b["code_object"]["sha256"]
+        (blob,), = db_rows(cat, "SELECT data FROM blobs WHERE sha256 = ?", (b["code_object"]["sha256"],))
+        assert data == blob and data[:4] == b"\x7fELF"
+        status, headers, tar1 = s.get("/api/packages/H200", timeout=300)
+        assert status == 200, tar1[:2000]
+        assert headers["Content-Type"] == "application/x-tar" and headers["X-Kiln-Package"] == "built"
+        (tmp_path / "p.tar").write_bytes(tar1)
+        with tarfile.open(tmp_path / "p.tar") as t:
+            t.extractall(tmp_path / "x")
+        pkg = tmp_path / "x" / "kiln-H200"
+        manifest = json.loads((pkg / "manifest.json").read_text())
+        assert manifest["format"].startswith("kiln-package/2"), manifest.get("format")
+        sums = dict(reversed(line.split(None, 1)) for line in (pkg / "SHA256SUMS").read_text().splitlines())
+        assert sums and all(hashlib.sha256((pkg / f).read_bytes()).hexdigest() == h for f, h in sums.items())
+        assert any((pkg / f).read_bytes() == blob for f in sums)   # the served code object is in it
+        status, headers, tar2 = s.get("/api/packages/H200")
+        assert status == 200 and headers["X-Kiln-Package"] == "cached" and tar2 == tar1
+    finally:
+        s.stop()
