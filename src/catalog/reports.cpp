@@ -59,15 +59,22 @@ class Query {
   sqlite3_stmt* st_ = nullptr;
 };
 
-// The columns of a JobOverview with its best, in this order (kJobColumnsN of them).
+// The columns of a JobOverview with its best, in this order (kJobColumnsN of
+// them); the light variant leaves the candidate counts 0 (the best-kernel
+// lookups, which must stay cheap: GET /api/best).
+#define KILN_JOB_HEAD \
+  "j.id, j.key, j.op, j.dtype, j.target, j.arch, j.state, COALESCE(j.message, ''), j.shape, j.params, " \
+  "j.created_at, j.started_at, j.finished_at, "
+#define KILN_JOB_BEST "b.candidate_id, b.basis, b.value_ms, COALESCE(b.device, ''), b.confirmed_run, b.confirmed_ms"
 constexpr const char* kJobColumns =
-    "j.id, j.key, j.op, j.dtype, j.target, j.arch, j.state, COALESCE(j.message, ''), j.shape, j.params, "
-    "j.created_at, j.started_at, j.finished_at, "
+    KILN_JOB_HEAD
     "(SELECT COUNT(*) FROM candidates c WHERE c.job_id = j.id), "
     "(SELECT COUNT(*) FROM candidates c JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = j.id), "
     "(SELECT COUNT(*) FROM candidates c JOIN evaluations e ON e.candidate_id = c.id "
-    "  WHERE c.job_id = j.id AND e.status = 'ok'), "
-    "b.candidate_id, b.basis, b.value_ms, COALESCE(b.device, ''), b.confirmed_run, b.confirmed_ms";
+    "  WHERE c.job_id = j.id AND e.status = 'ok'), " KILN_JOB_BEST;
+constexpr const char* kJobColumnsLight = KILN_JOB_HEAD "0, 0, 0, " KILN_JOB_BEST;
+#undef KILN_JOB_HEAD
+#undef KILN_JOB_BEST
 constexpr int kJobColumnsN = 22;
 
 JobOverview read_job(const Query& q) {
@@ -104,7 +111,7 @@ JobOverview read_job(const Query& q) {
 
 // Best kernels: the job columns, then config, code object and traffic.
 std::string best_kernel_sql(const std::string& where) {
-  return std::string("SELECT ") + kJobColumns +
+  return std::string("SELECT ") + kJobColumnsLight +
          ", c.config, COALESCE(a.kind, ''), COALESCE(a.sha256, ''), COALESCE(a.kernel_name, ''), "
          "json_extract(e.result, '$.traffic.bytes'), json_extract(e.result, '$.traffic.flops') "
          "FROM jobs j JOIN best b ON b.job_id = j.id JOIN candidates c ON c.id = b.candidate_id "

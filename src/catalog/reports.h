@@ -59,7 +59,7 @@ std::vector<CandidateResult> candidates(const Catalog& catalog, long long job_id
 
 // The best kernel of a done job, with what a deployment needs to fetch it.
 struct BestKernel {
-  JobOverview job;
+  JobOverview job;                // its candidate counts are left 0 (a cheap lookup)
   BestRow best;
   nlohmann::json config;
   std::string code_kind, code_sha256, kernel_name;  // "" when no code object for the job's target

@@ -113,7 +113,8 @@ std::string short_number(double v) {
 }
 
 std::string render_svg(const Chart& c) {
-  const double left = 64, right = 16 + (c.series.size() > 1 ? 150 : 0), top = 28, bottom = 48;
+  const double left = 64, right = 16 + (c.series.size() > 1 ? 150 : 0), top = 28;
+  const double bottom = c.x.categories.empty() ? 48 : 96;  // room for the slanted category labels
   const double w = c.width, h = c.height;
   std::vector<double> xs, ys;
   for (const auto& s : c.series)
@@ -157,7 +158,7 @@ std::string render_svg(const Chart& c) {
     for (size_t i = 0; i < n; i += every) {
       const double x = sx(static_cast<double>(i));
       o << "<text transform=\"translate(" << fmt(x) << "," << fmt(h - bottom + 10)
-        << ") rotate(30)\" font-size=\"9\">" << escape_xml(xaxis.categories[i].substr(0, 28)) << "</text>\n";
+        << ") rotate(30)\" font-size=\"9\">" << escape_xml(xaxis.categories[i].substr(0, 24)) << "</text>\n";
     }
   } else {
     for (double t : ticks(sx)) {
