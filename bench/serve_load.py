@@ -62,6 +62,12 @@ async def burst(host, port, path, n):
     return await asyncio.gather(*(one(host, port, path) for _ in range(n)))
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process so far (all its threads)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
@@ -104,6 +110,7 @@ def main():
     host, port = m.group(1), int(m.group(2))
     paths = {"/api/best": best_path, "/api/jobs": "/api/jobs", "/metrics": "/metrics"}
     results = []
+    cpu = {}  # (path, phase) -> [server CPU seconds, requests]
     run = None
     try:
         phases = ["idle"]
@@ -119,9 +126,13 @@ def main():
             for name, path in paths.items():
                 for _ in range(a.rounds if name == "/api/best" else max(1, a.rounds // 5)):
                     writing = run is not None and run.poll() is None
+                    ph = phase if phase != "while kiln run writes" or writing else "after"
+                    c0 = cpu_s(serve.pid)
                     for status, ms in asyncio.run(burst(host, port, path, a.concurrency)):
-                        results.append({"path": name, "phase": phase if phase != "while kiln run writes" or writing
-                                        else "after", "status": status, "ms": ms})
+                        results.append({"path": name, "phase": ph, "status": status, "ms": ms})
+                    acc = cpu.setdefault((name, ph), [0.0, 0])
+                    acc[0] += cpu_s(serve.pid) - c0
+                    acc[1] += a.concurrency
     finally:
         if run is not None and run.poll() is None:
             run.wait(timeout=600)
@@ -135,11 +146,15 @@ def main():
                 continue
             ms = [r["ms"] for r in rs]
             errors = sum(r["status"] != 200 for r in rs)
-            rows.append((name, phase, len(rs), errors, statistics.median(ms), pct(ms, 90), pct(ms, 99), max(ms)))
+            c, n = cpu.get((name, phase), [0.0, 1])
+            rows.append((name, phase, len(rs), errors, statistics.median(ms), pct(ms, 90), pct(ms, 99), max(ms),
+                         1000 * c / n))
     print(f"kiln serve, {a.concurrency} concurrent requests per burst, {os.cpu_count()} CPUs, --threads {a.threads}")
-    print(f"{'path':<11} {'phase':<22} {'requests':>8} {'errors':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    for name, phase, n, err, p50, p90, p99, mx in rows:
-        print(f"{name:<11} {phase:<22} {n:>8} {err:>6} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f} {mx:>8.1f}")
+    print(f"load average {os.getloadavg()[0]:.1f} (latencies include the client's own time on the same CPUs)")
+    print(f"{'path':<11} {'phase':<22} {'requests':>8} {'errors':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+          f"{'max ms':>8} {'server CPU ms/req':>18}")
+    for name, phase, n, err, p50, p90, p99, mx, c in rows:
+        print(f"{name:<11} {phase:<22} {n:>8} {err:>6} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f} {mx:>8.1f} {c:>18.3f}")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
         Path(os.environ["OUT"], "serve_load.json").write_text(json.dumps(results))

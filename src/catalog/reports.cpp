@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <utility>
+
 #include "common/hash.h"
 
 namespace kiln::reports {
@@ -10,13 +12,22 @@ namespace {
 
 using nlohmann::json;
 
-// A prepared statement of the catalog's connection; errors throw CatalogError.
+// A statement of the reader's connection (its cached one when free);
+// errors throw CatalogError.
 class Query {
  public:
-  Query(const Catalog& c, const std::string& sql) : db_(c.handle()) {
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK) throw_sqlite_error(db_, "prepare a report");
+  Query(Reader& r, const std::string& sql) : reader_(r), sql_(sql), db_(r.catalog().handle()) {
+    st_ = r.take(sql);
+    cached_ = st_ != nullptr;
+    if (!st_ && sqlite3_prepare_v2(db_, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK)
+      throw_sqlite_error(db_, "prepare a report");
   }
-  ~Query() { sqlite3_finalize(st_); }
+  ~Query() {
+    if (cached_)
+      reader_.give_back(sql_, st_);
+    else
+      sqlite3_finalize(st_);
+  }
   Query(const Query&) = delete;
   Query& operator=(const Query&) = delete;
 
@@ -55,8 +66,11 @@ class Query {
   void check(int rc) {
     if (rc != SQLITE_OK) throw_sqlite_error(db_, "bind a report's parameter");
   }
+  Reader& reader_;
+  std::string sql_;
   sqlite3* db_;
   sqlite3_stmt* st_ = nullptr;
+  bool cached_ = false;
 };
 
 // The columns of a JobOverview with its best, in this order (kJobColumnsN of
@@ -137,8 +151,34 @@ BestKernel read_best_kernel(const Query& q) {
 
 }  // namespace
 
-std::vector<BatchSummary> batches(const Catalog& catalog) {
-  Query q(catalog,
+Reader::Reader(Catalog catalog) : catalog_(std::move(catalog)) {}
+
+Reader::~Reader() {
+  for (auto& [sql, e] : cache_) sqlite3_finalize(e.st);
+}
+
+sqlite3_stmt* Reader::take(const std::string& sql) {
+  auto it = cache_.find(sql);
+  if (it == cache_.end()) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(catalog_.handle(), sql.c_str(), -1, &st, nullptr) != SQLITE_OK)
+      throw_sqlite_error(catalog_.handle(), "prepare a report");
+    it = cache_.emplace(sql, Entry{st, false}).first;
+  }
+  if (it->second.in_use) return nullptr;
+  it->second.in_use = true;
+  return it->second.st;
+}
+
+void Reader::give_back(const std::string& sql, sqlite3_stmt* st) {
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  auto it = cache_.find(sql);
+  if (it != cache_.end() && it->second.st == st) it->second.in_use = false;
+}
+
+std::vector<BatchSummary> batches(Reader& reader) {
+  Query q(reader,
           "SELECT b.id, b.name, b.created_at, (SELECT COUNT(*) FROM batch_jobs bj WHERE bj.batch_id = b.id) "
           "FROM batches b ORDER BY b.created_at DESC, b.id");
   std::vector<BatchSummary> out;
@@ -146,8 +186,8 @@ std::vector<BatchSummary> batches(const Catalog& catalog) {
   return out;
 }
 
-std::vector<JobOverview> jobs(const Catalog& catalog, const std::optional<std::string>& batch_id) {
-  Query q(catalog, std::string("SELECT ") + kJobColumns + " FROM jobs j LEFT JOIN best b ON b.job_id = j.id" +
+std::vector<JobOverview> jobs(Reader& reader, const std::optional<std::string>& batch_id) {
+  Query q(reader, std::string("SELECT ") + kJobColumns + " FROM jobs j LEFT JOIN best b ON b.job_id = j.id" +
                        (batch_id ? " WHERE j.id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)" : "") +
                        " ORDER BY j.id");
   if (batch_id) q.bind(1, *batch_id);
@@ -156,15 +196,15 @@ std::vector<JobOverview> jobs(const Catalog& catalog, const std::optional<std::s
   return out;
 }
 
-std::optional<JobOverview> job(const Catalog& catalog, long long job_id) {
-  Query q(catalog, std::string("SELECT ") + kJobColumns + " FROM jobs j LEFT JOIN best b ON b.job_id = j.id WHERE j.id = ?1");
+std::optional<JobOverview> job(Reader& reader, long long job_id) {
+  Query q(reader, std::string("SELECT ") + kJobColumns + " FROM jobs j LEFT JOIN best b ON b.job_id = j.id WHERE j.id = ?1");
   q.bind(1, job_id);
   if (!q.step()) return std::nullopt;
   return read_job(q);
 }
 
-std::vector<CandidateResult> candidates(const Catalog& catalog, long long job_id) {
-  Query q(catalog,
+std::vector<CandidateResult> candidates(Reader& reader, long long job_id) {
+  Query q(reader,
           "SELECT c.id, c.generator, COALESCE(c.template, ''), c.config, c.round, c.instance, c.parent_id, "
           "e.id IS NOT NULL, COALESCE(e.status, ''), COALESCE(e.message, ''), COALESCE(e.bench_device, ''), "
           "e.median_ms, e.estimate_ms, e.compile_s, e.created_at "
@@ -194,14 +234,14 @@ std::vector<CandidateResult> candidates(const Catalog& catalog, long long job_id
   return out;
 }
 
-std::vector<BestKernel> best_kernels(const Catalog& catalog, const BestFilter& f) {
+std::vector<BestKernel> best_kernels(Reader& reader, const BestFilter& f) {
   std::string where = "j.state = 'done'";
   if (f.op) where += " AND j.op = ?1";
   if (f.target) where += " AND j.target = ?2";
   if (f.dtype) where += " AND j.dtype = ?3";
   if (f.shape) where += " AND j.shape = ?4";
   if (f.batch_id) where += " AND j.id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?5)";
-  Query q(catalog, best_kernel_sql(where) + " ORDER BY j.created_at DESC, j.id DESC");
+  Query q(reader, best_kernel_sql(where) + " ORDER BY j.created_at DESC, j.id DESC");
   if (f.op) q.bind(1, *f.op);
   if (f.target) q.bind(2, *f.target);
   if (f.dtype) q.bind(3, *f.dtype);
@@ -212,10 +252,10 @@ std::vector<BestKernel> best_kernels(const Catalog& catalog, const BestFilter& f
   return out;
 }
 
-std::vector<BestKernel> kernel_history(const Catalog& catalog, const std::string& op, const std::string& shape,
+std::vector<BestKernel> kernel_history(Reader& reader, const std::string& op, const std::string& shape,
                                        const std::string& dtype, const std::string& params,
                                        const std::string& target) {
-  Query q(catalog, best_kernel_sql("j.state = 'done' AND j.op = ?1 AND j.shape = ?2 AND j.dtype = ?3 AND "
+  Query q(reader, best_kernel_sql("j.state = 'done' AND j.op = ?1 AND j.shape = ?2 AND j.dtype = ?3 AND "
                                    "j.params = ?4 AND j.target = ?5") +
                        " ORDER BY j.created_at, j.id");
   q.bind(1, op).bind(2, shape).bind(3, dtype).bind(4, params).bind(5, target);
@@ -224,15 +264,15 @@ std::vector<BestKernel> kernel_history(const Catalog& catalog, const std::string
   return out;
 }
 
-std::optional<std::string> code_object_bytes(const Catalog& catalog, const std::string& sha256) {
-  Query q(catalog, "SELECT data FROM blobs WHERE sha256 = ?1");
+std::optional<std::string> code_object_bytes(Reader& reader, const std::string& sha256) {
+  Query q(reader, "SELECT data FROM blobs WHERE sha256 = ?1");
   q.bind(1, sha256);
   if (!q.step()) return std::nullopt;
   return q.blob(0);
 }
 
-std::string best_fingerprint(const Catalog& catalog, const std::string& target) {
-  Query q(catalog,
+std::string best_fingerprint(Reader& reader, const std::string& target) {
+  Query q(reader,
           "SELECT j.id, b.candidate_id, b.basis, b.value_ms, COALESCE(a.sha256, '') "
           "FROM jobs j JOIN best b ON b.job_id = j.id "
           "LEFT JOIN artifacts a ON a.candidate_id = b.candidate_id AND a.target = j.target "

@@ -2,11 +2,13 @@
 // `kiln report` draws (src/server). Every function only reads; none takes SQL
 // from its caller (the filters are bound parameters).
 //
-// Threading: as Catalog (one connection per thread); open the catalog
-// read-only (Catalog::open(path, true)) for a service, so that a running
-// `kiln run` on the same WAL catalog is never blocked.
+// Threading: a Reader belongs to one thread at a time, as its Catalog; open
+// the catalog read-only (Catalog::open(path, true)) for a service, so that a
+// running `kiln run` on the same WAL catalog is never blocked.
 // Failure: an SQLite error throws CatalogError (never "no rows").
 #pragma once
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,7 +17,33 @@
 
 #include "catalog/catalog.h"
 
+struct sqlite3_stmt;
+
 namespace kiln::reports {
+
+// A catalog connection with its report statements prepared once (preparing
+// the best-kernel lookup costs more than running it). Owns the Catalog.
+class Reader {
+ public:
+  explicit Reader(Catalog catalog);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  const Catalog& catalog() const { return catalog_; }
+
+  // The statement of `sql`, reset, from the cache (nullptr when the cached one
+  // is in use: the caller prepares its own). For this file's reads only.
+  sqlite3_stmt* take(const std::string& sql);
+  void give_back(const std::string& sql, sqlite3_stmt* st);
+
+ private:
+  Catalog catalog_;
+  struct Entry {
+    sqlite3_stmt* st = nullptr;
+    bool in_use = false;
+  };
+  std::map<std::string, Entry> cache_;
+};
 
 struct BatchSummary {
   std::string id, name;
@@ -24,7 +52,7 @@ struct BatchSummary {
 };
 
 // Every batch, newest first.
-std::vector<BatchSummary> batches(const Catalog& catalog);
+std::vector<BatchSummary> batches(Reader& reader);
 
 struct JobOverview {
   long long id = 0;
@@ -37,9 +65,9 @@ struct JobOverview {
 };
 
 // The jobs (of one batch, if given), by id.
-std::vector<JobOverview> jobs(const Catalog& catalog, const std::optional<std::string>& batch_id = std::nullopt);
+std::vector<JobOverview> jobs(Reader& reader, const std::optional<std::string>& batch_id = std::nullopt);
 // One job; nullopt when there is none.
-std::optional<JobOverview> job(const Catalog& catalog, long long job_id);
+std::optional<JobOverview> job(Reader& reader, long long job_id);
 
 // A candidate and its evaluation, if it has one.
 struct CandidateResult {
@@ -55,7 +83,7 @@ struct CandidateResult {
 
 // The job's candidates in evaluation order (evaluations by id, then the
 // candidates not evaluated yet, by id): the order the search saw its results.
-std::vector<CandidateResult> candidates(const Catalog& catalog, long long job_id);
+std::vector<CandidateResult> candidates(Reader& reader, long long job_id);
 
 // The best kernel of a done job, with what a deployment needs to fetch it.
 struct BestKernel {
@@ -74,20 +102,20 @@ struct BestFilter {
 
 // Jobs with a best that match every given field, newest job first (created_at,
 // then id): for one kernel, the first is the latest nightly's.
-std::vector<BestKernel> best_kernels(const Catalog& catalog, const BestFilter& filter);
+std::vector<BestKernel> best_kernels(Reader& reader, const BestFilter& filter);
 
 // One kernel across nightly runs: its done jobs with a best and the same
 // (op, shape, dtype, params, target) -- other keys, as `kiln nightly` compares
 // them -- oldest first. shape and params are canonical JSON.
-std::vector<BestKernel> kernel_history(const Catalog& catalog, const std::string& op, const std::string& shape,
+std::vector<BestKernel> kernel_history(Reader& reader, const std::string& op, const std::string& shape,
                                        const std::string& dtype, const std::string& params,
                                        const std::string& target);
 
 // A stored code object's bytes by its sha256; nullopt when there is none.
-std::optional<std::string> code_object_bytes(const Catalog& catalog, const std::string& sha256);
+std::optional<std::string> code_object_bytes(Reader& reader, const std::string& sha256);
 
 // Text that changes whenever the set of best code objects of `target` changes
 // (jobs, candidates, code objects): a package cache key.
-std::string best_fingerprint(const Catalog& catalog, const std::string& target);
+std::string best_fingerprint(Reader& reader, const std::string& target);
 
 }  // namespace kiln::reports

@@ -143,18 +143,18 @@ int cmd_report(const Args& args) {
     if (!std::filesystem::exists(catalog_path))
       throw UsageError("no catalog at " + catalog_path + " (--catalog PATH, or $KILN_CATALOG)");
     const Knowledge knowledge = load_knowledge();
-    Catalog catalog = Catalog::open(catalog_path, true);
+    reports::Reader reader(Catalog::open(catalog_path, true));
     server::DashboardOptions o;
     if (vm->count("batch")) {
       o.batch_id = (*vm)["batch"].as<std::string>();
       bool known = false;
-      for (const auto& b : reports::batches(catalog)) known = known || b.id == *o.batch_id;
+      for (const auto& b : reports::batches(reader)) known = known || b.id == *o.batch_id;
       if (!known) throw UsageError("no batch '" + *o.batch_id + "' in " + catalog_path + " (kiln status lists them)");
     }
     o.source = catalog_path;
     o.generated_at = utc_now();
     server::Facts facts;
-    const std::string html = server::render_dashboard(catalog, knowledge.targets, facts, o);
+    const std::string html = server::render_dashboard(reader, knowledge.targets, facts, o);
     // atomically: a reader never sees half a report
     const std::filesystem::path tmp = out.string() + "." + std::to_string(getpid()) + ".tmp";
     {

@@ -106,7 +106,7 @@ std::optional<json> parse_shape(const std::string& text) {
   return out;
 }
 
-Reply api_best(const Catalog& catalog, const TargetRegistry& targets, Facts& facts, const Params& q) {
+Reply api_best(reports::Reader& reader, const TargetRegistry& targets, Facts& facts, const Params& q) {
   for (const char* p : {"op", "target", "shape", "dtype"})
     if (!q.count(p) || q.at(p).empty())
       return error_reply(400, std::string("missing parameter '") + p +
@@ -125,14 +125,14 @@ Reply api_best(const Catalog& catalog, const TargetRegistry& targets, Facts& fac
   f.target = t->name;
   f.dtype = dtype;
   f.shape = canonical_json(*shape);
-  const auto found = reports::best_kernels(catalog, f);
+  const auto found = reports::best_kernels(reader, f);
   if (found.empty()) {
     // the nearest tuned shapes of the same operator on the target (same dtype first)
     reports::BestFilter near;
     near.op = op;
     near.target = t->name;
     std::vector<std::pair<double, const reports::BestKernel*>> ranked;
-    const auto all = reports::best_kernels(catalog, near);
+    const auto all = reports::best_kernels(reader, near);
     std::set<std::string> seen;
     for (const auto& k : all) {
       if (!seen.insert(canonical_json(k.job.shape) + k.job.dtype).second) continue;
@@ -160,7 +160,7 @@ Reply api_best(const Catalog& catalog, const TargetRegistry& targets, Facts& fac
                             {"target", t->name}, {"nearest", nearest}});
   }
   const reports::BestKernel& k = found.front();
-  const auto c = facts.confirmed(catalog, k.best);
+  const auto c = facts.confirmed(reader.catalog(), k.best);
   json code = nullptr;
   if (!k.code_sha256.empty())
     code = {{"kind", k.code_kind}, {"sha256", k.code_sha256}, {"kernel_name", k.kernel_name},
@@ -187,7 +187,7 @@ Reply api_best(const Catalog& catalog, const TargetRegistry& targets, Facts& fac
   return json_reply(200, out);
 }
 
-Reply api_jobs(const Catalog& catalog, const Params& q) {
+Reply api_jobs(reports::Reader& reader, const Params& q) {
   std::optional<std::string> batch;
   if (auto it = q.find("batch"); it != q.end() && !it->second.empty()) batch = it->second;
   std::optional<std::string> state;
@@ -197,27 +197,27 @@ Reply api_jobs(const Catalog& catalog, const Params& q) {
       return error_reply(400, "bad state '" + *state + "': queued, running, done or failed");
   }
   json jobs = json::array();
-  for (const auto& j : reports::jobs(catalog, batch))
+  for (const auto& j : reports::jobs(reader, batch))
     if (!state || j.state == *state) jobs.push_back(job_json(j));
   json batches = json::array();
-  for (const auto& b : reports::batches(catalog))
+  for (const auto& b : reports::batches(reader))
     batches.push_back({{"id", b.id}, {"name", b.name}, {"created_at", b.created_at}, {"jobs", b.jobs}});
   return json_reply(200, {{"jobs", jobs}, {"batches", batches}});
 }
 
-Reply api_job(const Catalog& catalog, Facts& facts, const std::string& id_text) {
+Reply api_job(reports::Reader& reader, Facts& facts, const std::string& id_text) {
   if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos)
     return error_reply(400, "bad job id '" + id_text + "': a number, as /api/jobs lists");
   const long long id = std::stoll(id_text);
-  const auto j = reports::job(catalog, id);
+  const auto j = reports::job(reader, id);
   if (!j) return error_reply(404, "no job " + id_text + " in the catalog");
   json out = job_json(*j);
   if (j->best) {
-    const auto c = facts.confirmed(catalog, *j->best);
+    const auto c = facts.confirmed(reader.catalog(), *j->best);
     out["confirmed"] = confirmed_json(c.get());
   }
   json cands = json::array();
-  for (const auto& c : reports::candidates(catalog, id)) {
+  for (const auto& c : reports::candidates(reader, id)) {
     json e = nullptr;
     if (c.evaluated)
       e = {{"status", c.status},
@@ -241,10 +241,10 @@ Reply api_job(const Catalog& catalog, Facts& facts, const std::string& id_text) 
   return json_reply(200, out);
 }
 
-Reply api_code_object(const Catalog& catalog, const std::string& sha256) {
+Reply api_code_object(reports::Reader& reader, const std::string& sha256) {
   if (sha256.size() != 64 || sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
     return error_reply(400, "bad code object id: the 64 hex digits of its sha256");
-  auto bytes = reports::code_object_bytes(catalog, sha256);
+  auto bytes = reports::code_object_bytes(reader, sha256);
   if (!bytes) return error_reply(404, "no code object " + sha256 + " in the catalog");
   Reply r;
   r.content_type = "application/octet-stream";

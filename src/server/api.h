@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog/catalog.h"
+#include "catalog/reports.h"
 #include "knowledge/targets.h"
 #include "server/facts.h"
 
@@ -42,13 +43,13 @@ std::optional<nlohmann::json> parse_shape(const std::string& text);
 // kernel: its latency (basis, confirmed median and 95% interval), speedups,
 // config, code object (sha256 and a download link) and the package link.
 // 404 for a shape not in the catalog, naming the nearest tuned shapes.
-Reply api_best(const Catalog& catalog, const TargetRegistry& targets, Facts& facts, const Params& q);
+Reply api_best(reports::Reader& reader, const TargetRegistry& targets, Facts& facts, const Params& q);
 // GET /api/jobs[?batch=ID][&state=S]: the jobs with their best.
-Reply api_jobs(const Catalog& catalog, const Params& q);
+Reply api_jobs(reports::Reader& reader, const Params& q);
 // GET /api/jobs/{id}: the job, its candidates with their evaluations, its best
 // with the confirmation summary.
-Reply api_job(const Catalog& catalog, Facts& facts, const std::string& id);
+Reply api_job(reports::Reader& reader, Facts& facts, const std::string& id);
 // GET /api/code-objects/{sha256}: the bytes (application/octet-stream).
-Reply api_code_object(const Catalog& catalog, const std::string& sha256);
+Reply api_code_object(reports::Reader& reader, const std::string& sha256);
 
 }  // namespace kiln::server

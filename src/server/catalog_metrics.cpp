@@ -20,7 +20,7 @@ std::string shape_text(const nlohmann::json& shape) {
 
 }  // namespace
 
-std::string render_catalog_metrics(const Catalog& catalog, Facts& facts) {
+std::string render_catalog_metrics(reports::Reader& reader, Facts& facts) {
   using metrics::Type;
   metrics::Registry r;
   r.define("kiln_catalog_jobs", Type::kGauge, "Jobs in the catalog by state.", {"state"});
@@ -41,17 +41,17 @@ std::string render_catalog_metrics(const Catalog& catalog, Facts& facts) {
            {"op", "shape", "dtype", "target"});
 
   for (const char* s : {"queued", "running", "done", "failed"}) r.set("kiln_catalog_jobs", {s}, 0);
-  for (const auto& [state, n] : catalog.job_state_counts()) r.set("kiln_catalog_jobs", {state}, static_cast<double>(n));
+  for (const auto& [state, n] : reader.catalog().job_state_counts()) r.set("kiln_catalog_jobs", {state}, static_cast<double>(n));
 
   std::set<std::vector<std::string>> seen;
   int kernels = 0;
-  for (const auto& k : reports::best_kernels(catalog, {})) {  // newest first: the first of a kernel wins
+  for (const auto& k : reports::best_kernels(reader, {})) {  // newest first: the first of a kernel wins
     const std::vector<std::string> id{k.job.op, shape_text(k.job.shape), k.job.dtype, k.job.target};
     if (!seen.insert(id).second) continue;
     ++kernels;
     const auto& [op, shape, dtype, target] = std::tie(id[0], id[1], id[2], id[3]);
     r.set("kiln_catalog_kernel_latency_seconds", {op, shape, dtype, target, k.best.basis}, k.best.value_ms / 1000);
-    const auto c = facts.confirmed(catalog, k.best);
+    const auto c = facts.confirmed(reader.catalog(), k.best);
     if (c) {
       r.set("kiln_catalog_kernel_confirmed_latency_seconds", {op, shape, dtype, target, c->device, "median"}, c->median_ms / 1000);
       r.set("kiln_catalog_kernel_confirmed_latency_seconds", {op, shape, dtype, target, c->device, "ci95_lo"}, c->ci.lo / 1000);
@@ -62,12 +62,12 @@ std::string render_catalog_metrics(const Catalog& catalog, Facts& facts) {
         r.set("kiln_catalog_kernel_speedup_ratio", {op, shape, dtype, target, b.name, "ci95_hi"}, b.speedup_ci.hi);
       }
     }
-    const auto hist = reports::kernel_history(catalog, k.job.op, canonical_json(k.job.shape), k.job.dtype,
+    const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
                                               canonical_json(k.job.params), k.job.target);
     const reports::BestKernel* prev = nullptr;
     for (size_t i = 1; i < hist.size(); ++i)
       if (hist[i].job.id == k.job.id) prev = &hist[i - 1];
-    const Regression reg = facts.regression(catalog, prev, k);
+    const Regression reg = facts.regression(reader.catalog(), prev, k);
     r.set("kiln_catalog_kernel_regressed", {op, shape, dtype, target, reg.status}, reg.regressed ? 1 : 0);
     r.set("kiln_catalog_kernel_runs", {op, shape, dtype, target}, static_cast<double>(hist.size()));
   }

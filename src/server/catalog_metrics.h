@@ -10,10 +10,11 @@
 #include <string>
 
 #include "catalog/catalog.h"
+#include "catalog/reports.h"
 #include "server/facts.h"
 
 namespace kiln::server {
 
-std::string render_catalog_metrics(const Catalog& catalog, Facts& facts);
+std::string render_catalog_metrics(reports::Reader& reader, Facts& facts);
 
 }  // namespace kiln::server

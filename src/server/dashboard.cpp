@@ -80,13 +80,13 @@ struct Page {
   }
 };
 
-void best_table(Page& p, const std::vector<BestKernel>& kernels, Facts& facts, const Catalog& catalog,
+void best_table(Page& p, const std::vector<BestKernel>& kernels, Facts& facts, reports::Reader& reader,
                 const std::map<long long, Regression>& regressions, bool served) {
   p.o << "<table class=\"best\"><tr><th>job</th><th>op</th><th>shape</th><th>dtype</th><th>target</th>"
          "<th>best</th><th>basis</th><th>confirmed median [95% CI]</th><th>speedup [95% CI]</th>"
          "<th>vs previous</th><th>config</th><th>code object</th></tr>\n";
   for (const auto& k : kernels) {
-    const auto c = facts.confirmed(catalog, k.best);
+    const auto c = facts.confirmed(reader.catalog(), k.best);
     std::string conf = "-", speed = "-";
     if (c)
       conf = short_number(c->median_ms) + " [" + short_number(c->ci.lo) + ", " + short_number(c->ci.hi) + "] ms" +
@@ -119,7 +119,7 @@ void best_table(Page& p, const std::vector<BestKernel>& kernels, Facts& facts, c
   p.o << "</table>\n";
 }
 
-void speedup_section(Page& p, const std::vector<BestKernel>& kernels, Facts& facts, const Catalog& catalog) {
+void speedup_section(Page& p, const std::vector<BestKernel>& kernels, Facts& facts, reports::Reader& reader) {
   p.o << "<h2 id=\"speedup\">Speedup over baselines</h2>\n";
   Chart c;
   c.id = "speedup";
@@ -130,7 +130,7 @@ void speedup_section(Page& p, const std::vector<BestKernel>& kernels, Facts& fac
   std::map<std::string, Series> by_baseline;
   int x = 0;
   for (const auto& k : kernels) {
-    const auto conf = facts.confirmed(catalog, k.best);
+    const auto conf = facts.confirmed(reader.catalog(), k.best);
     if (!conf || conf->baselines.empty()) continue;
     for (const auto& b : conf->baselines) {
       Series& s = by_baseline[b.name];
@@ -154,7 +154,7 @@ void speedup_section(Page& p, const std::vector<BestKernel>& kernels, Facts& fac
 }
 
 void roofline_section(Page& p, const std::vector<BestKernel>& kernels, const TargetRegistry& targets, Facts& facts,
-                      const Catalog& catalog) {
+                      reports::Reader& reader) {
   p.o << "<h2 id=\"roofline\">Roofline</h2>\n<div class=\"charts\">\n";
   std::map<std::string, std::vector<const BestKernel*>> by_target;
   for (const auto& k : kernels) by_target[k.job.target].push_back(&k);
@@ -175,7 +175,7 @@ void roofline_section(Page& p, const std::vector<BestKernel>& kernels, const Tar
         unplaced.push_back(kernel_label(k->job) + ": no traffic model");
         continue;
       }
-      const auto conf = facts.confirmed(catalog, k->best);
+      const auto conf = facts.confirmed(reader.catalog(), k->best);
       const double ms = latency_ms(*k, conf.get());
       if (ms <= 0) continue;
       const double ai = *k->traffic_flops / *k->traffic_bytes;
@@ -288,11 +288,11 @@ void failures_section(Page& p, const std::map<std::string, Failure>& by_status,
   }
 }
 
-void history_section(Page& p, const std::vector<BestKernel>& kernels, const Catalog& catalog, Facts& facts) {
+void history_section(Page& p, const std::vector<BestKernel>& kernels, reports::Reader& reader, Facts& facts) {
   p.o << "<h2 id=\"history\">History across nightly runs</h2>\n<div class=\"charts\">\n";
   int drawn = 0;
   for (const auto& k : kernels) {
-    const auto hist = reports::kernel_history(catalog, k.job.op, canonical_json(k.job.shape), k.job.dtype,
+    const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
                                               canonical_json(k.job.params), k.job.target);
     if (hist.size() < 2) continue;
     Chart c;
@@ -305,7 +305,7 @@ void history_section(Page& p, const std::vector<BestKernel>& kernels, const Cata
     Series conf{"confirmed median, 95% CI", Mark::kPoints, {}, "#ff7f0e", false};
     for (size_t i = 0; i < hist.size(); ++i) {
       const auto& h = hist[i];
-      const auto cf = facts.confirmed(catalog, h.best);
+      const auto cf = facts.confirmed(reader.catalog(), h.best);
       const double ms = latency_ms(h, cf.get());
       c.x.categories.push_back(date_text(h.job.created_at));
       line.points.push_back({static_cast<double>(i), ms, {}, {},
@@ -407,25 +407,25 @@ void job_section(Page& p, const reports::JobOverview& j, const std::vector<repor
 
 }  // namespace
 
-std::string render_dashboard(const Catalog& catalog, const TargetRegistry& targets, Facts& facts,
+std::string render_dashboard(reports::Reader& reader, const TargetRegistry& targets, Facts& facts,
                              const DashboardOptions& opt) {
   Page p;
-  const auto jobs = reports::jobs(catalog, opt.batch_id);
+  const auto jobs = reports::jobs(reader, opt.batch_id);
   reports::BestFilter filter;
   filter.batch_id = opt.batch_id;
-  const auto kernels = latest_per_kernel(reports::best_kernels(catalog, filter));
+  const auto kernels = latest_per_kernel(reports::best_kernels(reader, filter));
 
   std::map<std::string, int> states;
   for (const auto& j : jobs) ++states[j.state];
   // each kernel's regression status against its previous run
   std::map<long long, Regression> regressions;
   for (const auto& k : kernels) {
-    const auto hist = reports::kernel_history(catalog, k.job.op, canonical_json(k.job.shape), k.job.dtype,
+    const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
                                               canonical_json(k.job.params), k.job.target);
     const BestKernel* prev = nullptr;
     for (size_t i = 0; i < hist.size(); ++i)
       if (hist[i].job.id == k.job.id && i > 0) prev = &hist[i - 1];
-    regressions[k.job.id] = facts.regression(catalog, prev, k);
+    regressions[k.job.id] = facts.regression(reader.catalog(), prev, k);
   }
 
   p.o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -448,9 +448,9 @@ std::string render_dashboard(const Catalog& catalog, const TargetRegistry& targe
   if (kernels.empty())
     p.o << "<p class=\"note\">No finished job with a best kernel yet.</p>\n";
   else
-    best_table(p, kernels, facts, catalog, regressions, opt.served);
-  speedup_section(p, kernels, facts, catalog);
-  roofline_section(p, kernels, targets, facts, catalog);
+    best_table(p, kernels, facts, reader, regressions, opt.served);
+  speedup_section(p, kernels, facts, reader);
+  roofline_section(p, kernels, targets, facts, reader);
 
   // candidates of every job: failures and the per-job charts
   std::map<std::string, Failure> by_status;
@@ -458,7 +458,7 @@ std::string render_dashboard(const Catalog& catalog, const TargetRegistry& targe
   std::vector<std::pair<const reports::JobOverview*, std::vector<reports::CandidateResult>>> per_job;
   for (const auto& j : jobs) {
     if (j.state == "failed") failed_jobs.push_back(j);
-    auto cands = reports::candidates(catalog, j.id);
+    auto cands = reports::candidates(reader, j.id);
     for (const auto& c : cands) {
       if (!c.evaluated || c.status == "ok") continue;
       Failure& f = by_status[c.status];
@@ -468,7 +468,7 @@ std::string render_dashboard(const Catalog& catalog, const TargetRegistry& targe
     per_job.push_back({&j, std::move(cands)});
   }
   failures_section(p, by_status, failed_jobs);
-  history_section(p, kernels, catalog, facts);
+  history_section(p, kernels, reader, facts);
 
   p.o << "<h2 id=\"jobs\">Jobs</h2>\n";
   if (per_job.empty()) p.o << "<p class=\"note\">No job.</p>\n";

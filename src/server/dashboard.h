@@ -16,6 +16,7 @@
 #include <string>
 
 #include "catalog/catalog.h"
+#include "catalog/reports.h"
 #include "knowledge/targets.h"
 #include "server/facts.h"
 
@@ -29,7 +30,7 @@ struct DashboardOptions {
   int max_job_sections = 300;           // per-job charts for at most this many jobs (the newest)
 };
 
-std::string render_dashboard(const Catalog& catalog, const TargetRegistry& targets, Facts& facts,
+std::string render_dashboard(reports::Reader& reader, const TargetRegistry& targets, Facts& facts,
                              const DashboardOptions& options);
 
 }  // namespace kiln::server

@@ -92,11 +92,12 @@ std::string now_text() {
   return buf;
 }
 
-// Read-only catalog connections, one per handler thread at a time.
+// Read-only catalog connections with their prepared reads, one per handler
+// thread at a time.
 class CatalogPool {
  public:
-  explicit CatalogPool(fs::path path) : path_(std::move(path)) { put(std::make_unique<Catalog>(Catalog::open(path_, true))); }
-  std::unique_ptr<Catalog> take() {
+  explicit CatalogPool(fs::path path) : path_(std::move(path)) { put(open()); }
+  std::unique_ptr<reports::Reader> take() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!free_.empty()) {
@@ -105,18 +106,19 @@ class CatalogPool {
         return c;
       }
     }
-    return std::make_unique<Catalog>(Catalog::open(path_, true));
+    return open();
   }
-  void put(std::unique_ptr<Catalog> c) {
+  void put(std::unique_ptr<reports::Reader> c) {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(std::move(c));
   }
   const fs::path& path() const { return path_; }
 
  private:
+  std::unique_ptr<reports::Reader> open() const { return std::make_unique<reports::Reader>(Catalog::open(path_, true)); }
   fs::path path_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<Catalog>> free_;
+  std::vector<std::unique_ptr<reports::Reader>> free_;
 };
 
 }  // namespace
@@ -145,7 +147,7 @@ struct Server::Impl {
     *opts.log << "kiln serve: " << line << std::endl;
   }
 
-  Reply package(const Catalog& catalog, const std::string& name);
+  Reply package(reports::Reader& reader, const std::string& name);
   Reply route(const std::string& path, const Params& q);
   void accept();
 };
@@ -283,7 +285,7 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 Reply Server::Impl::route(const std::string& path, const Params& q) {
-  std::unique_ptr<Catalog> cat;
+  std::unique_ptr<reports::Reader> cat;
   try {
     cat = pool.take();
     Reply r;
@@ -323,15 +325,15 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
   }
 }
 
-Reply Server::Impl::package(const Catalog& catalog, const std::string& name) {
+Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
   const Target* t = opts.targets->find(name);
   if (!t) return error_reply(404, "unknown target '" + name + "'");
   if (!opts.build_package) return error_reply(501, "this server builds no packages");
   reports::BestFilter f;
   f.target = t->name;
-  if (reports::best_kernels(catalog, f).empty())
+  if (reports::best_kernels(reader, f).empty())
     return error_reply(404, "no finished job with a best kernel for " + t->name + " in the catalog");
-  const std::string fp = reports::best_fingerprint(catalog, t->name).substr(0, 16);
+  const std::string fp = reports::best_fingerprint(reader, t->name).substr(0, 16);
   const fs::path cached = opts.cache_dir / (t->name + "-" + fp + ".tar");
   std::string how = "cached";
   {
