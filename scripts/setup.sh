@@ -18,6 +18,7 @@ APT_PACKAGES=(build-essential cmake pkg-config git
   libamdhip64-dev libmsgpack-cxx-dev  # src/runtime: HIP headers + runtime (dlopen'd), msgpack.hpp
   clang-tools-15 openssl      # clang-offload-bundler-15 (kiln package --bundle, runtime tests); --sign keys
   prometheus                  # promtool: tests check the metrics (kiln run --metrics) and configs/prometheus rules
+  chromium                    # tests/e2e/test_serve.py: the dashboard and kiln report in headless Chromium
 )
 
 BUILD=${KILN_BUILD_DIR:-build}

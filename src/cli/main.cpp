@@ -21,6 +21,8 @@ commands:
   merge OUT IN...      merge catalogs (e.g. the shards of a Slurm job array)
   nightly MANIFEST     regenerate a kernel set: run what changed, report regressions (exit 4)
   decide               kiln nightly's regression decision on raw samples (JSON on stdin)
+  serve                a read-only HTTP service over the catalog: dashboard, /api, /metrics
+  report --out FILE    the dashboard as one static HTML file
 
 Every command takes --help. The catalog is --catalog PATH, else $KILN_CATALOG,
 else ./kiln.db. Docs: docs/manifest.md, docs/catalog.md, docs/architecture.md.
@@ -54,6 +56,8 @@ int main(int argc, char** argv) {
   if (cmd == "nightly") return kiln::cmd_nightly(args);
   if (cmd == "decide") return kiln::cmd_decide(args);
   if (cmd == "lineage") return kiln::cmd_lineage(args);
+  if (cmd == "serve") return kiln::cmd_serve(args);
+  if (cmd == "report") return kiln::cmd_report(args);
   std::cerr << "kiln: unknown command '" << cmd << "'\n\n" << kUsage;
   return 2;
 }

@@ -400,7 +400,7 @@ def test_prometheus_scrapes_a_running_kiln_run(tmp_path):
         with urllib.request.urlopen(f"{base}/api/v1/rules", timeout=10) as r:
             groups = json.loads(r.read())["data"]["groups"]
         rules = [rule for g in groups for rule in g["rules"]]
-        assert len(rules) == 5 and all(rule["health"] in ("ok", "unknown") for rule in rules), rules
+        assert len(rules) == 7 and all(rule["health"] in ("ok", "unknown") for rule in rules), rules
     finally:
         prom.terminate()
         prom.wait(timeout=30)
