@@ -80,7 +80,7 @@ class Server:
             handler = {"hello": self.hello, "space": self.space, "evaluate": self.evaluate,
                        "reference_info": self.reference_info, "traffic": self.traffic,
                        "package_info": self.package_info,
-                       "confirm": self.confirm}.get(method) \
+                       "confirm": self.confirm, "match": self.match}.get(method) \
                 if isinstance(method, str) else None
             if handler is None:
                 self.error(rid, f"unknown method {method!r} "
@@ -135,7 +135,7 @@ class Server:
             "kernels_dir": str(self.lib.dir),
             "templates": self.lib.template_hashes(),
             "operators": list(self.lib.operators.keys()),
-            "methods": ["hello", "space", "evaluate", "reference_info", "traffic", "package_info", "confirm"],
+            "methods": ["hello", "space", "evaluate", "reference_info", "traffic", "package_info", "confirm", "match"],
             "generated": {"statuses": ["ok", "compile_error", "resource_error", "incorrect",
                                        "crash", "rejected", "timeout"]},
         }
@@ -143,7 +143,16 @@ class Server:
     def space(self, req: dict) -> dict:
         self.require_device()
         from .evaluate import space
-        return space(self.lib, req.get("job"))
+        job = req.get("job")
+        if isinstance(job, dict) and job.get("oracle"):  # a reference job a template serves
+            from .structural import oracle
+            oracle.verify(self.lib, job, self.dev.torch_device)
+        return space(self.lib, job)
+
+    def match(self, req: dict) -> dict:
+        """Reference jobs traced and matched against the template families."""
+        from .structural import method
+        return method.run(self.lib, req)
 
     def traffic(self, req: dict) -> dict:
         """The minimum traffic of each job in req["jobs"] and the size of its
