@@ -205,6 +205,12 @@ def bind_row_reduce(op, what):
     return bind
 
 
+def bind_cumsum(env, g):
+    last_dim(g, env["x"], (env["dim"],), "cumulative sum")
+    return {"shape": rows_cols(shape_of(g, env["x"])), "params": {},
+            "inputs": {"x": leaf(g, env["x"], "the input")}}
+
+
 # -- the declarations -----------------------------------------------------------
 
 X = V("x")
@@ -244,4 +250,5 @@ PATTERNS: list[Pattern] = [
     Pattern("row_sum", "x.sum(-1)", P("sum", X, C("dims"), C("keep")), bind_row_reduce("row_sum", "sum")),
     Pattern("row_mean", "x.mean(-1)", P("mean", X, C("dims"), C("keep")), bind_row_reduce("row_mean", "mean")),
     Pattern("row_max", "x.amax(-1)", P("amax", X, C("dims"), C("keep")), bind_row_reduce("row_max", "max")),
+    Pattern("cumsum", "torch.cumsum(x, dim=-1)", P("cumsum", X, C("dim")), bind_cumsum),
 ]
