@@ -45,7 +45,7 @@ def leaf(g: Graph, r, what: str) -> dict:
     parameter, possibly transposed (2-D)."""
     n = g.nodes[int(r)]
     transpose = False
-    if n.op == "permute" and tuple(n.args[1]) == (1, 0) and isinstance(n.args[0], Ref):
+    if n.op == "permute" and isinstance(n.args[0], Ref) and _swaps_last_two(tuple(n.args[1])):
         transpose = True
         n = g.nodes[int(n.args[0])]
     if n.op == "input":
@@ -58,6 +58,11 @@ def leaf(g: Graph, r, what: str) -> dict:
     if transpose:
         out["transpose"] = True
     return out
+
+
+def _swaps_last_two(perm: tuple) -> bool:
+    k = len(perm)
+    return k >= 2 and perm == tuple(range(k - 2)) + (k - 1, k - 2)
 
 
 def shape_of(g: Graph, r) -> tuple:
@@ -96,9 +101,17 @@ def bind_scaled_softmax(op):
 
 def bind_layernorm(env, g):
     s = shape_of(g, env["x"])
-    if tuple(env["norm"]) != (s[-1],):
-        raise Refuse(f"layer norm over the last {len(env['norm'])} dims; the template normalises the last one", 0.7)
-    return {"shape": rows_cols(s), "params": {"eps": float(env["eps"])},
+    norm = tuple(env["norm"])
+    k = len(norm)
+    if k == 0 or tuple(s[-k:]) != norm or tuple(shape_of(g, env["w"])) != norm:
+        raise Refuse("layer norm whose normalised shape is not the input's trailing dims", 0.6)
+    cols = 1
+    for d in norm:
+        cols *= d
+    rows = 1
+    for d in s[:-k]:
+        rows *= d
+    return {"shape": [rows, cols], "params": {"eps": float(env["eps"])},
             "inputs": {"x": leaf(g, env["x"], "layer norm's input"), "weight": leaf(g, env["w"], "the weight"),
                        "bias": leaf(g, env["b"], "the bias")}}
 
@@ -128,7 +141,51 @@ def _mm_operands(env, g):
 
 def bind_matmul(env, g):
     shape, a, b = _mm_operands(env, g)
+    if a.get("transpose") or b.get("transpose"):
+        raise Refuse("a transposed operand: the matmul template reads contiguous A and B (bmm reads it "
+                     "through strides)", 0.7)
     return {"shape": shape, "params": {}, "inputs": {"a": a, "b": b}}
+
+
+def _strided(src: dict) -> tuple[dict, bool]:
+    """A bmm operand: the stored tensor itself (no transform) and whether the
+    kernel reads it transposed."""
+    src = dict(src)
+    return src, bool(src.pop("transpose", False))
+
+
+def bind_bmm_2d(env, g):
+    shape, a, b = _mm_operands(env, g)
+    (a, ta), (b, tb) = _strided(a), _strided(b)
+    M, N, K = shape
+    return {"shape": [1, M, N, K], "params": {"trans_a": ta, "trans_b": tb}, "inputs": {"a": a, "b": b}}
+
+
+def bind_bmm_3d(env, g):
+    sa, sb = shape_of(g, env["a"]), shape_of(g, env["b"])
+    if len(sa) != 3 or len(sb) != 3:
+        raise Refuse("bmm of operands that are not 3-D", 0.6)
+    (a, ta) = _strided(leaf(g, env["a"], "bmm's A"))
+    (b, tb) = _strided(leaf(g, env["b"], "bmm's B"))
+    bt, M, K = sa
+    N = sb[2]
+    return {"shape": [bt, M, N, K], "params": {"trans_a": ta, "trans_b": tb}, "inputs": {"a": a, "b": b}}
+
+
+def bind_tensor_matrix(env, g):
+    """(x.view(-1, K) @ b).view(..., N): a 3-D (or more) tensor times a matrix."""
+    sa, sb = shape_of(g, env["a"]), shape_of(g, env["b"])
+    if len(sb) != 2 or len(sa) < 3:
+        raise Refuse("a reshaped matmul that is not tensor @ matrix", 0.6)
+    rows = 1
+    for d in sa[:-1]:
+        rows *= d
+    K, N = sa[-1], sb[1]
+    (a, ta) = _strided(leaf(g, env["a"], "the tensor"))
+    (b, tb) = _strided(leaf(g, env["b"], "the matrix"))
+    if ta:
+        raise Refuse("a transposed batched operand", 0.6)
+    return {"shape": [1, rows, N, K], "params": {"trans_a": False, "trans_b": tb}, "inputs": {"a": a, "b": b}}
 
 
 def bind_gemm(act):
@@ -229,7 +286,11 @@ PATTERNS: list[Pattern] = [
     Pattern("rmsnorm", "x * rsqrt(mean(x^2, -1) + eps) * w",
             P("mul", X, P("rsqrt", P("add", P("mean", P("pow", X, 2.0), C("dims"), True), C("eps"))), V("w")),
             bind_rmsnorm),
-    Pattern("matmul", "a @ b (either operand may be transposed)", P("mm", V("a"), V("b")), bind_matmul),
+    Pattern("matmul", "a @ b", P("mm", V("a"), V("b")), bind_matmul),
+    Pattern("bmm", "a @ b with strides (a.t(), b.t(), fp32)", P("mm", V("a"), V("b")), bind_bmm_2d),
+    Pattern("bmm", "torch.bmm(a, b) with strides", P("bmm", V("a"), V("b")), bind_bmm_3d),
+    Pattern("bmm", "tensor @ matrix", P("view", P("mm", P("view", V("a"), C("s1")), V("b")), C("s2")),
+            bind_tensor_matrix),
     Pattern("gemm_bias_act", "a @ b + bias", P("add", P("mm", V("a"), V("b")), V("bias")), bind_gemm("none")),
     Pattern("gemm_bias_act", "relu(a @ b + bias)", P("relu", P("add", P("mm", V("a"), V("b")), V("bias"))),
             bind_gemm("relu")),

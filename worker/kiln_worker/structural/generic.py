@@ -44,7 +44,10 @@ def match_pointwise(g: Graph):
     compute = g.compute_nodes()
     if len(g.outputs) != 1 or not compute:
         return None
-    if any(g.nodes[i].op not in _ELEMENTWISE for i in compute):
+    def elementwise(i):
+        n = g.nodes[i]
+        return n.op in _ELEMENTWISE or (n.op == "view" and g.nodes[int(n.args[0])].op in ("input", "param"))
+    if not all(elementwise(i) for i in compute):
         return None
     root = g.nodes[int(g.outputs[0])]
     base = {"op": "pointwise", "pattern": "elementwise chain"}
@@ -78,6 +81,11 @@ def match_pointwise(g: Graph):
             return _num(a)
         i = int(a)
         n = g.nodes[i]
+        view_of = None
+        if n.op == "view" and g.nodes[int(n.args[0])].op in ("input", "param"):
+            view_of = n  # a reshape of an operand (e.g. unsqueeze for a broadcast): the operand at that shape
+            i = int(n.args[0])
+            n = g.nodes[i]
         if n.op in ("input", "param"):
             if not n.dtype.startswith(("fp", "bf")):
                 raise Refuse(f"an elementwise computation on a {n.dtype} tensor", 0.5)
@@ -85,11 +93,9 @@ def match_pointwise(g: Graph):
                 if len(leaves) >= 8:
                     raise Refuse("an elementwise computation over more than 8 tensors", 0.6)
                 leaves[i] = len(leaves)
-                m = mode_of(n.shape)
+                m = mode_of(view_of.shape if view_of is not None else n.shape)
                 modes.append(m)
-                src = leaf(g, a, "an operand")
-                if m == "row" and list(n.shape) != [cols]:
-                    src["shape"] = list(n.shape)
+                src = leaf(g, Ref(i), "an operand")
                 sources[f"x{leaves[i]}"] = src
             return f"x{leaves[i]}"
         args = n.args

@@ -37,7 +37,7 @@ def _digest(job: dict) -> str:
 
 def module_value(tensor, entry: dict):
     if entry.get("transpose"):
-        return tensor.t()
+        tensor = tensor.transpose(-1, -2)
     shape = entry.get("shape")
     return tensor.reshape(shape) if shape is not None and list(tensor.shape) != list(shape) else tensor
 
