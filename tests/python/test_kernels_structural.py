@@ -1,4 +1,4 @@
-"""Tests for the template families structural retrieval added: scaled_softmax and
+"""Tests for the template families structural retrieval added: bmm, scaled_softmax and
 log_softmax (softmax_variants), cumsum (scan), reduce_dim, pointwise (a
 generated kernel).
 
@@ -52,6 +52,10 @@ CASES = [  # op, shape, params, which configs (all: every config; else the first
     ("reduce_dim", [1, 129, 3], {"kind": "amin"}, None),
     ("reduce_dim", [2, 300, 5], {"kind": "argmax"}, None),
     ("reduce_dim", [5, 77, 1], {"kind": "argmin"}, None),
+    ("bmm", [1, 33, 47, 70], {}, 2),
+    ("bmm", [1, 33, 47, 70], {"trans_b": True}, 2),
+    ("bmm", [3, 16, 20, 64], {"trans_a": True}, 2),
+    ("bmm", [2, 40, 1, 50], {"trans_a": True, "trans_b": True}, 2),
     ("pointwise", [5, 77], SWIGLU, None),
     ("pointwise", [9, 40], BIAS_TANH, 3),
     ("pointwise", [4, 33], SELU, 3),
@@ -138,6 +142,9 @@ SPACE_CASES = [
     ("reduce_dim", [16, 4096, 256], {"kind": "argmax"}),
     ("reduce_dim", [4096, 4096, 1], {"kind": "sum"}),
     ("pointwise", [4096, 4096], SWIGLU),
+    ("bmm", [1, 4096, 4096, 4096], {"trans_b": True}),
+    ("bmm", [16, 512, 1024, 64], {}),
+    ("bmm", [1, 2048, 1, 4096], {}),
 ]
 
 
@@ -160,6 +167,8 @@ COMPILE_CASES = [
     ("reduce_dim", [16, 1000, 64], "fp32", {"kind": "argmax"}, "reduce_dim_kernel"),
     ("reduce_dim", [4096, 4096, 1], "bf16", {"kind": "mean"}, "reduce_dim_kernel"),
     ("pointwise", [4096, 4096], "bf16", SWIGLU, "pointwise_kernel"),
+    ("bmm", [1, 4096, 4096, 4096], "fp32", {"trans_b": True}, "bmm_kernel"),
+    ("bmm", [8, 1000, 300, 64], "bf16", {"trans_a": True}, "bmm_kernel"),
     ("pointwise", [1000, 3000], "fp32", HARD, "pointwise_kernel"),
 ]
 

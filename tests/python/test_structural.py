@@ -48,7 +48,8 @@ def m(lib, path, dtype="fp32", tmp="/tmp"):
 # The hand-written modules of tests/data/structural and what serves them (read off the modules).
 EXPECTED = [
     ("rms_manual", "fp32", "rmsnorm", [6, 48], {"eps": 1e-6}),
-    ("a_bt", "fp16", "matmul", [32, 48, 64], {}),
+    ("a_bt", "fp16", "bmm", [1, 32, 48, 64], {"trans_a": False, "trans_b": True}),
+    ("a_bt", "fp32", "bmm", [1, 32, 48, 64], {"trans_a": False, "trans_b": True}),
     ("amax", "fp32", "row_max", [16, 100], {}),
     ("bias_tanh_gelu", "fp32", "bias_gelu", [12, 40], {"approximate": "tanh"}),
     ("conv1x1", "fp32", "conv2d", [1, 4, 6, 6], {"out_channels": 8, "kernel_size": 1, "stride": 1, "padding": 0}),
@@ -76,10 +77,26 @@ def test_served_and_the_oracle_agrees(lib, tmp_path, case):
     oracle.verify(lib, job)  # raises when the template does not compute what the module computes
 
 
-def test_fp32_matmul_family_refused_by_dtype(lib, tmp_path):
-    r = m(lib, DATA / "a_bt.py", "fp32", tmp_path)
-    assert r["served"] is False and r["score"] < 0.8
-    assert "matmul" in r["reason"] and "fp16" in r["reason"]
+def test_plain_matmul_by_dtype(lib, tmp_path):
+    """a @ b: the tuned matmul template for half inputs, bmm (IEEE fp32) for fp32."""
+    p = write(tmp_path, "mm", """
+        class Model(nn.Module):
+            def forward(self, a, b):
+                return torch.matmul(a, b)
+
+
+        def get_inputs():
+            return [torch.randn(32, 64), torch.randn(64, 16)]
+
+
+        def get_init_inputs():
+            return []
+        """)
+    half = m(lib, p, "fp16", tmp_path)
+    assert half["served"] and half["op"] == "matmul" and half["shape"] == [32, 16, 64]
+    assert any(a["op"] == "bmm" for a in half["alternatives"])
+    full = m(lib, p, "fp32", tmp_path)
+    assert full["served"] and full["op"] == "bmm" and full["shape"] == [1, 32, 16, 64]
 
 
 def test_unserved_problem_says_why(lib, tmp_path):
@@ -98,10 +115,8 @@ def test_oracle_catches_a_wrong_binding(lib, tmp_path):
         oracle.verify(lib, job)
     ref = {"path": str(DATA / "a_bt.py")}
     r = m(lib, DATA / "a_bt.py", "fp16", tmp_path)
-    bad = dict(r["oracle"]["inputs"])
-    bad["b"] = {k: v for k, v in bad["b"].items() if k != "transpose"}  # forget keys.t()
-    job = {"op": "matmul", "shape": r["shape"], "dtype": "fp16", "params": {},
-           "oracle": {**r["oracle"], "inputs": bad, "reference": ref}}
+    job = {"op": "bmm", "shape": r["shape"], "dtype": "fp16", "params": {"trans_b": False},  # forget keys.t()
+           "oracle": {**r["oracle"], "reference": ref}}
     with pytest.raises(oracle.OracleMismatch):
         oracle.verify(lib, job)
 
