@@ -36,7 +36,7 @@ MODULES = [
     ("bias_tanh_gelu", "fp32", "bias_gelu"), ("conv1x1", "fp32", "conv2d"), ("causal_sdpa", "fp16", "attention"),
     ("swiglu_gate", "fp32", "pointwise"), ("temp_softmax", "fp32", "scaled_softmax"),
     ("affine_ln", "fp32", "layernorm"), ("linear_gelu", "fp16", "gemm_bias_act"), ("conv3x3", "fp32", "conv2d"),
-    ("running_total", "fp32", "cumsum"), ("sorted_rows", "fp32", None),
+    ("running_total", "fp32", "cumsum"), ("window_max_1d", "fp32", "pool2d"), ("sorted_rows", "fp32", None),
 ]
 
 
@@ -101,7 +101,7 @@ def test_dry_run_plans_every_job(binary, tmp_path):
     # the text form says the same
     t = kiln("submit", m, "--dry-run", catalog=catalog)
     assert t.returncode == 0, t.stderr
-    assert "12 served by templates, 1 need the LLM" in t.stdout
+    assert "13 served by templates, 1 need the LLM" in t.stdout
     assert "template rmsnorm 6x48" in t.stdout and "weight<-gain" in t.stdout
 
 

@@ -1,4 +1,4 @@
-"""Tests for the template families structural retrieval added: bmm, scaled_softmax and
+"""Tests for the template families structural retrieval added: bmm, pool2d, scaled_softmax and
 log_softmax (softmax_variants), cumsum (scan), reduce_dim, pointwise (a
 generated kernel).
 
@@ -56,6 +56,11 @@ CASES = [  # op, shape, params, which configs (all: every config; else the first
     ("bmm", [1, 33, 47, 70], {"trans_b": True}, 2),
     ("bmm", [3, 16, 20, 64], {"trans_a": True}, 2),
     ("bmm", [2, 40, 1, 50], {"trans_a": True, "trans_b": True}, 2),
+    ("pool2d", [2, 3, 9, 11], {"kind": "max", "kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2,
+                               "pad_h": 1, "pad_w": 1}, 3),
+    ("pool2d", [1, 4, 1, 40], {"kind": "max", "kernel_h": 1, "kernel_w": 8, "stride_h": 1, "stride_w": 1,
+                               "pad_w": 4, "dilation_w": 3}, 3),
+    ("pool2d", [2, 2, 12, 12], {"kind": "avg", "kernel_h": 5, "kernel_w": 5, "stride_h": 5, "stride_w": 5}, 3),
     ("pointwise", [5, 77], SWIGLU, None),
     ("pointwise", [9, 40], BIAS_TANH, 3),
     ("pointwise", [4, 33], SELU, 3),
@@ -145,6 +150,7 @@ SPACE_CASES = [
     ("bmm", [1, 4096, 4096, 4096], {"trans_b": True}),
     ("bmm", [16, 512, 1024, 64], {}),
     ("bmm", [1, 2048, 1, 4096], {}),
+    ("pool2d", [16, 64, 2048, 2048], {"kind": "avg", "kernel_h": 11, "kernel_w": 11, "stride_h": 11, "stride_w": 11}),
 ]
 
 
@@ -169,6 +175,8 @@ COMPILE_CASES = [
     ("pointwise", [4096, 4096], "bf16", SWIGLU, "pointwise_kernel"),
     ("bmm", [1, 4096, 4096, 4096], "fp32", {"trans_b": True}, "bmm_kernel"),
     ("bmm", [8, 1000, 300, 64], "bf16", {"trans_a": True}, "bmm_kernel"),
+    ("pool2d", [32, 64, 512, 512], "fp16", {"kind": "max", "kernel_h": 4, "kernel_w": 4, "stride_h": 1,
+                                            "stride_w": 1, "pad_h": 1, "pad_w": 1}, "pool2d_kernel"),
     ("pointwise", [1000, 3000], "fp32", HARD, "pointwise_kernel"),
 ]
 

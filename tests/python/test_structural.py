@@ -60,6 +60,9 @@ EXPECTED = [
     ("linear_gelu", "fp16", "gemm_bias_act", [16, 48, 32], {"activation": "gelu"}),
     ("conv3x3", "fp32", "conv2d", [1, 3, 8, 8], {"out_channels": 8, "kernel_size": 3, "stride": 1, "padding": 1}),
     ("running_total", "fp32", "cumsum", [6, 50], {}),
+    ("window_max_1d", "fp32", "pool2d", [2, 3, 1, 37], {"kind": "max", "kernel_w": 4, "stride_w": 2, "pad_w": 2,
+                                                        "dilation_w": 2, "kernel_h": 1}),
+    ("patch_mean_2d", "fp16", "pool2d", [1, 2, 11, 9], {"kind": "avg", "kernel_h": 3, "stride_h": 2, "pad_h": 1}),
 ]
 
 

@@ -424,6 +424,22 @@ def _rewrite(b: _Builder, op: str, args: list, kw: dict, shape, dtype, meta, sin
         beta = float(args[1]) if len(args) > 1 else float(kw.get("beta", 1.0))
         thr = float(args[2]) if len(args) > 2 else float(kw.get("threshold", 20.0))
         return b.add("softplus", (args[0], beta, thr), shape, dtype)
+    if op in ("max_pool2d_with_indices", "max_pool2d", "avg_pool2d"):
+        x = args[0]
+        pair = lambda v, d: tuple(v) * (2 if len(tuple(v)) == 1 else 1) if v else d  # noqa: E731
+        k = pair(args[1], None)
+        s = pair(args[2] if len(args) > 2 else kw.get("stride"), k)
+        p = pair(args[3] if len(args) > 3 else kw.get("padding"), (0, 0))
+        if op == "avg_pool2d":
+            ceil = bool(args[4]) if len(args) > 4 else bool(kw.get("ceil_mode", False))
+            cip = bool(args[5]) if len(args) > 5 else bool(kw.get("count_include_pad", True))
+            div = args[6] if len(args) > 6 else kw.get("divisor_override")
+            return b.add("avg_pool2d", (x, k, s, p, ceil, cip, div), shape, dtype)
+        d = pair(args[4] if len(args) > 4 else kw.get("dilation"), (1, 1))
+        ceil = bool(args[5]) if len(args) > 5 else bool(kw.get("ceil_mode", False))
+        out = _shape(meta[0]) if isinstance(meta, (list, tuple)) else shape
+        r = b.add("max_pool2d", (x, k, s, p, d, ceil), out, _dtype(meta[0]) if isinstance(meta, (list, tuple)) else dtype)
+        return (r, None) if isinstance(meta, (list, tuple)) else r
     if op == "convolution":
         x, w, bias, stride, padding, dilation, transposed, out_pad, groups = args[:9]
         return b.add("conv", (x, w, bias, tuple(stride), tuple(padding), tuple(dilation), bool(transposed),

@@ -262,6 +262,34 @@ def bind_row_reduce(op, what):
     return bind
 
 
+def _pool(kind, env, g, x_ref, shape4):
+    k, s, p = env["k"], env["s"], env["p"]
+    d = env.get("d", (1, 1))
+    if kind == "avg" and (not env.get("cip", True) or env.get("div") is not None):
+        raise Refuse("average pooling without count_include_pad or with a divisor override", 0.6)
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise Refuse("pooling padding above half the kernel", 0.5)
+    return {"shape": list(shape4), "params": {"kind": kind, "kernel_h": k[0], "kernel_w": k[1], "stride_h": s[0],
+                                              "stride_w": s[1], "pad_h": p[0], "pad_w": p[1],
+                                              "dilation_h": d[0], "dilation_w": d[1]},
+            "inputs": {"x": leaf(g, x_ref, "the pooled tensor")}}
+
+
+def bind_pool(kind, one_d):
+    def bind(env, g):
+        s = shape_of(g, env["x"])
+        if one_d:
+            if len(s) != 3:
+                raise Refuse("1-D pooling of a tensor that is not [N, C, L]", 0.5)
+            shape4 = (s[0], s[1], 1, s[2])
+        else:
+            if len(s) != 4:
+                raise Refuse("2-D pooling of a tensor that is not NCHW", 0.5)
+            shape4 = s
+        return _pool(kind, env, g, env["x"], shape4)
+    return bind
+
+
 def bind_cumsum(env, g):
     last_dim(g, env["x"], (env["dim"],), "cumulative sum")
     return {"shape": rows_cols(shape_of(g, env["x"])), "params": {},
@@ -312,4 +340,14 @@ PATTERNS: list[Pattern] = [
     Pattern("row_mean", "x.mean(-1)", P("mean", X, C("dims"), C("keep")), bind_row_reduce("row_mean", "mean")),
     Pattern("row_max", "x.amax(-1)", P("amax", X, C("dims"), C("keep")), bind_row_reduce("row_max", "max")),
     Pattern("cumsum", "torch.cumsum(x, dim=-1)", P("cumsum", X, C("dim")), bind_cumsum),
+    Pattern("pool2d", "max_pool2d(x, k, stride, padding, dilation)",
+            P("max_pool2d", X, C("k"), C("s"), C("p"), C("d"), False), bind_pool("max", False)),
+    Pattern("pool2d", "max_pool1d(x, k, stride, padding, dilation)",
+            P("view", P("max_pool2d", P("view", X, C("v1")), C("k"), C("s"), C("p"), C("d"), False), C("v2")),
+            bind_pool("max", True)),
+    Pattern("pool2d", "avg_pool2d(x, k, stride, padding)",
+            P("avg_pool2d", X, C("k"), C("s"), C("p"), False, C("cip"), C("div")), bind_pool("avg", False)),
+    Pattern("pool2d", "avg_pool1d(x, k, stride, padding)",
+            P("view", P("avg_pool2d", P("view", X, C("v1")), C("k"), C("s"), C("p"), False, C("cip"), C("div")),
+              C("v2")), bind_pool("avg", True)),
 ]
