@@ -1,14 +1,15 @@
-"""Cumulative sum over the last dim of a [rows, cols] tensor.
+"""Cumulative sum and product over the last dim of a [rows, cols] tensor.
 
-    cumsum: out[r, c] = sum(x[r, :c + 1])   (fp32 accumulation, output in the input dtype)
+    cumsum:  out[r, c] = sum(x[r, :c + 1])    (fp32 accumulation, output in the input dtype)
+    cumprod: out[r, c] = prod(x[r, :c + 1])   (likewise; PROD constexpr)
 
 Two kernels, picked by the config's BLOCK_N:
 
 * `cumsum_kernel` (BLOCK_N >= cols): BLOCK_M whole rows in registers, one
   `tl.cumsum` (a parallel associative scan) per row; one read, one write.
 * `cumsum_chunked_kernel` (BLOCK_N < cols): the row walked in BLOCK_N chunks,
-  each scanned and offset by the running total of the chunks before it (a
-  carry per row). One read, one write.
+  each scanned and combined with the running total (product) of the chunks
+  before it (a carry per row). One read, one write.
 """
 
 from __future__ import annotations
@@ -19,34 +20,50 @@ import triton.language as tl
 
 from . import common
 
-OPERATORS = ("cumsum",)
+OPERATORS = ("cumsum", "cumprod")
 MAX_ONE_PASS = 8192
 
 
 @triton.jit
-def cumsum_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def cumsum_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  PROD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    y = tl.cumsum(x, axis=1)
+    if PROD:
+        x = tl.load(x_ptr + offs, mask=mask, other=1.0).to(tl.float32)
+        y = tl.cumprod(x, axis=1)
+    else:
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        y = tl.cumsum(x, axis=1)
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def cumsum_chunked_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def cumsum_chunked_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          PROD: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_mask = rows < n_rows
     base = rows.to(tl.int64)[:, None] * n_cols
-    carry = tl.zeros([BLOCK_M], tl.float32)
+    if PROD:
+        carry = tl.full([BLOCK_M], 1.0, tl.float32)
+    else:
+        carry = tl.zeros([BLOCK_M], tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_ptr + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        y = tl.cumsum(x, axis=1) + carry[:, None]
-        tl.store(out_ptr + base + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
-        carry = carry + tl.sum(x, axis=1)
+        if PROD:
+            x = tl.load(x_ptr + base + cols[None, :], mask=mask, other=1.0).to(tl.float32)
+            y = tl.cumprod(x, axis=1) * carry[:, None]
+            tl.store(out_ptr + base + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+            carry = tl.max(tl.where(cols[None, :] == tl.minimum(n_cols - 1, start + BLOCK_N - 1), y,
+                                    -float("inf")), axis=1)
+        else:
+            x = tl.load(x_ptr + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            y = tl.cumsum(x, axis=1) + carry[:, None]
+            tl.store(out_ptr + base + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+            carry = carry + tl.sum(x, axis=1)
 
 
 def _check(op):
@@ -61,11 +78,16 @@ def _kernel(cols, config):
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
     rows, cols = shape
-    return {"x": common.randn([rows, cols], dtype, seed, device)}
+    x = common.randn([rows, cols], dtype, seed, device)
+    if op == "cumprod":  # near 1, so long products neither vanish nor overflow
+        x = (1.0 + 0.02 * x.float()).to(x.dtype)
+    return {"x": x}
 
 
 def reference(op, inputs, params):
     _check(op)
+    if op == "cumprod":
+        return torch.cumprod(inputs["x"], dim=-1)
     return torch.cumsum(inputs["x"], dim=-1)
 
 
@@ -111,7 +133,7 @@ def launch(op, inputs, out, config, params):
     x = inputs["x"]
     rows, cols = x.shape
     opts, consts = common.runtime_options(config, common.device_backend(out))
-    _kernel(cols, config)[_grid(rows, config)](x, out, rows, cols, **consts, **opts)
+    _kernel(cols, config)[_grid(rows, config)](x, out, rows, cols, PROD=op == "cumprod", **consts, **opts)
     return out
 
 
@@ -119,6 +141,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     rows, cols = shape
     opts, consts = common.runtime_options(config, common.backend(target))
+    consts["PROD"] = op == "cumprod"
     ptr = common.pointer_type(dtype)
     size = rows * cols * common.element_bytes(dtype)
     args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_rows", "i32", rows), ("n_cols", "i32", cols)]

@@ -46,6 +46,8 @@ CASES = [  # op, shape, params, which configs (all: every config; else the first
     ("log_softmax", [2, 9000], {"scale": 0.5}, 6),
     ("cumsum", [6, 50], {}, None),
     ("cumsum", [3, 700], {}, None),
+    ("cumprod", [4, 30], {}, None),
+    ("cumprod", [2, 600], {}, 4),
     ("reduce_dim", [3, 50, 1], {"kind": "sum"}, None),
     ("reduce_dim", [2, 300, 5], {"kind": "mean"}, None),
     ("reduce_dim", [4, 7, 40], {"kind": "amax"}, None),

@@ -340,6 +340,7 @@ PATTERNS: list[Pattern] = [
     Pattern("row_mean", "x.mean(-1)", P("mean", X, C("dims"), C("keep")), bind_row_reduce("row_mean", "mean")),
     Pattern("row_max", "x.amax(-1)", P("amax", X, C("dims"), C("keep")), bind_row_reduce("row_max", "max")),
     Pattern("cumsum", "torch.cumsum(x, dim=-1)", P("cumsum", X, C("dim")), bind_cumsum),
+    Pattern("cumprod", "torch.cumprod(x, dim=-1)", P("cumprod", X, C("dim")), bind_cumsum),
     Pattern("pool2d", "max_pool2d(x, k, stride, padding, dilation)",
             P("max_pool2d", X, C("k"), C("s"), C("p"), C("d"), False), bind_pool("max", False)),
     Pattern("pool2d", "max_pool1d(x, k, stride, padding, dilation)",
