@@ -1,4 +1,4 @@
-"""Tests for the template families structural retrieval added: bmm, pool2d, scaled_softmax and
+"""Tests for the template families structural retrieval added: bmm, pool2d, norm_dim, scaled_softmax and
 log_softmax (softmax_variants), cumsum (scan), reduce_dim, pointwise (a
 generated kernel).
 
@@ -63,6 +63,10 @@ CASES = [  # op, shape, params, which configs (all: every config; else the first
     ("pool2d", [1, 4, 1, 40], {"kind": "max", "kernel_h": 1, "kernel_w": 8, "stride_h": 1, "stride_w": 1,
                                "pad_w": 4, "dilation_w": 3}, 3),
     ("pool2d", [2, 2, 12, 12], {"kind": "avg", "kernel_h": 5, "kernel_w": 5, "stride_h": 5, "stride_w": 5}, 3),
+    ("norm_dim", [2, 33, 5], {"kind": "rms", "eps": 1e-5}, 3),
+    ("norm_dim", [7, 300, 1], {"kind": "l2"}, 3),
+    ("norm_dim", [1, 999, 1], {"kind": "l2"}, 3),
+    ("norm_dim", [3, 20, 40], {"kind": "l1mean"}, 3),
     ("pointwise", [5, 77], SWIGLU, None),
     ("pointwise", [9, 40], BIAS_TANH, 3),
     ("pointwise", [4, 33], SELU, 3),

@@ -62,6 +62,8 @@ EXPECTED = [
     ("running_total", "fp32", "cumsum", [6, 50], {}),
     ("window_max_1d", "fp32", "pool2d", [2, 3, 1, 37], {"kind": "max", "kernel_w": 4, "stride_w": 2, "pad_w": 2,
                                                         "dilation_w": 2, "kernel_h": 1}),
+    ("rms_channels", "fp32", "norm_dim", [2, 6, 35], {"kind": "rms", "eps": 1e-5}),
+    ("unit_rows", "fp32", "norm_dim", [9, 130, 1], {"kind": "l2"}),
     ("patch_mean_2d", "fp16", "pool2d", [1, 2, 11, 9], {"kind": "avg", "kernel_h": 3, "stride_h": 2, "pad_h": 1}),
 ]
 

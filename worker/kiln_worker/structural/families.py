@@ -290,6 +290,34 @@ def bind_pool(kind, one_d):
     return bind
 
 
+def _run_of_dims(g, x, dims, what):
+    s = shape_of(g, x)
+    dims = tuple(sorted(dims))
+    if not dims or dims != tuple(range(dims[0], dims[-1] + 1)):
+        raise Refuse(f"{what} over dims {list(dims)} that are not one run", 0.6)
+    outer = red = inner = 1
+    for i, d in enumerate(s):
+        if i < dims[0]:
+            outer *= d
+        elif i <= dims[-1]:
+            red *= d
+        else:
+            inner *= d
+    return [outer, red, inner]
+
+
+def bind_norm_dim(kind):
+    def bind(env, g):
+        if kind != "l2" and not env.get("keep", True):
+            raise Refuse("a statistic without keepdim", 0.6)
+        shape = _run_of_dims(g, env["x"], env["dims"], f"{kind} normalisation")
+        params = {"kind": kind}
+        if kind == "rms":
+            params["eps"] = float(env["eps"])
+        return {"shape": shape, "params": params, "inputs": {"x": leaf(g, env["x"], "the input")}}
+    return bind
+
+
 def bind_cumsum(env, g):
     last_dim(g, env["x"], (env["dim"],), "cumulative sum")
     return {"shape": rows_cols(shape_of(g, env["x"])), "params": {},
@@ -341,6 +369,13 @@ PATTERNS: list[Pattern] = [
     Pattern("row_max", "x.amax(-1)", P("amax", X, C("dims"), C("keep")), bind_row_reduce("row_max", "max")),
     Pattern("cumsum", "torch.cumsum(x, dim=-1)", P("cumsum", X, C("dim")), bind_cumsum),
     Pattern("cumprod", "torch.cumprod(x, dim=-1)", P("cumprod", X, C("dim")), bind_cumsum),
+    Pattern("norm_dim", "x * rsqrt(mean(x^2, dim) + eps)",
+            P("mul", X, P("rsqrt", P("add", P("mean", P("pow", X, 2.0), C("dims"), True), C("eps")))),
+            bind_norm_dim("rms")),
+    Pattern("norm_dim", "x / norm(x, 2, dim)", P("mul", X, P("reciprocal", P("norm", X, 2.0, C("dims"), C("keep")))),
+            bind_norm_dim("l2")),
+    Pattern("norm_dim", "x / mean(|x|, dim)", P("mul", X, P("reciprocal", P("mean", P("abs", X), C("dims"), True))),
+            bind_norm_dim("l1mean")),
     Pattern("pool2d", "max_pool2d(x, k, stride, padding, dilation)",
             P("max_pool2d", X, C("k"), C("s"), C("p"), C("d"), False), bind_pool("max", False)),
     Pattern("pool2d", "max_pool1d(x, k, stride, padding, dilation)",
