@@ -44,7 +44,7 @@ def main() -> int:
                                                         else 10**6, p.name))
     with tempfile.TemporaryDirectory(prefix="kiln-kb-") as tmp:
         manifest = Path(tmp) / "kernelbench_level1.yaml"
-        lines = ["name: kernelbench_level1", f"targets: [{args.target}]", f"dtypes: [{args.dtype}]", "operators:"]
+        lines = ["name: kernelbench_level1", f"targets: [{args.target}]", "defaults:", f"  dtypes: [{args.dtype}]", "operators:"]
         for f in files:
             name = "kb1_" + "".join(c if c.isalnum() or c in "_-." else "_" for c in f.stem)
             lines += [f"  - reference: {json.dumps(str(f.resolve()))}", f"    name: {name}"]
