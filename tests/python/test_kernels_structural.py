@@ -83,8 +83,18 @@ def _tol(dtype):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[2].get('kind', c[2].get('expr', ''))[:20]}")
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_matches_reference(case, dtype):
+    _matches_reference(case, dtype)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] in ("bmm", "reduce_dim", "scaled_softmax")][::2],
+                         ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}")
+def test_matches_reference_fp16(case):
+    _matches_reference(case, "fp16")
+
+
+def _matches_reference(case, dtype):
     op, shape, params, first = case
     params = defaults(op, params)
     mod = module_for(op)
