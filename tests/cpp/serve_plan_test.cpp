@@ -37,6 +37,7 @@ targets: [H200]
 operators:
   - op: softmax
     input_shape: [4, 8]
+    dtypes: [fp32]
   - reference: rms_manual.py
 )";
 
