@@ -33,6 +33,10 @@ def main() -> int:
     ap.add_argument("--target", default="H200")
     ap.add_argument("--kiln", default=str(ROOT / "build" / "kiln"))
     ap.add_argument("--out", default=os.environ.get("OUT") or "")
+    ap.add_argument("--manifest-out", default="",
+                    help="also write the manifest (with --explore settings) here, to submit and run it")
+    ap.add_argument("--explore", default="{strategy: halving, max_candidates: 24, timeout_s: 300}",
+                    help="the defaults' exploration mapping in the written manifest")
     args = ap.parse_args()
     base = Path(args.kernelbench)
     level1 = next((p for p in (base / "KernelBench" / "level1", base / "level1", base) if p.is_dir()
@@ -49,6 +53,8 @@ def main() -> int:
             name = "kb1_" + "".join(c if c.isalnum() or c in "_-." else "_" for c in f.stem)
             lines += [f"  - reference: {json.dumps(str(f.resolve()))}", f"    name: {name}"]
         manifest.write_text("\n".join(lines) + "\n")
+        if args.manifest_out:
+            Path(args.manifest_out).write_text("\n".join(lines[:4] + [f"  exploration: {args.explore}"] + lines[4:]) + "\n")
         t0 = time.perf_counter()
         r = subprocess.run([args.kiln, "submit", str(manifest), "--dry-run", "--json",
                             "--catalog", str(Path(tmp) / "unused.db")], capture_output=True, text=True)
