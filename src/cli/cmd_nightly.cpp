@@ -33,6 +33,7 @@
 #include "catalog/job_key.h"
 #include "catalog/job_lookup.h"
 #include "cli/cli_util.h"
+#include "cli/plan.h"
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
 #include "cli/package_cli.h"
@@ -363,10 +364,12 @@ int cmd_nightly(const Args& args) {
     }
 
     const Knowledge knowledge = load_knowledge();
-    const Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
+    Manifest m = load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
     json hello;
     try {
-      hello = worker_hello(m, knowledge);
+      hello = plan_manifest(m, knowledge).hello;  // reference entries served by templates where they match
+    } catch (const ManifestError&) {
+      throw;
     } catch (const std::exception& e) {
       std::cerr << "kiln nightly: cannot start the Python evaluator: " << e.what() << "\n";
       return 3;

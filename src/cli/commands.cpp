@@ -18,6 +18,7 @@
 #include "catalog/job_key.h"
 #include "catalog/reports.h"
 #include "cli/cli_util.h"
+#include "cli/plan.h"
 #include "metrics/flags.h"
 #include "cli/table.h"
 #include "common/home.h"
@@ -43,15 +44,19 @@ int cmd_submit(const Args& args) {
     add_common(d, true);
     d.add_options()("manifest", po::value<std::string>(), "the YAML manifest")(
         "misses", po::value<std::string>(),
-        "a runtime miss log (JSON lines {op, shape, dtype, target} from $KILN_MISS_LOG) instead of a manifest");
+        "a runtime miss log (JSON lines {op, shape, dtype, target} from $KILN_MISS_LOG) instead of a manifest")(
+        "dry-run", "print which generator serves each job (reference modules matched against the template "
+                   "families, nothing run at full size) and store nothing");
     po::positional_options_description pos;
     pos.add("manifest", 1);
     auto vm = parse(args, d, &pos,
-                    "usage: kiln submit MANIFEST [--catalog PATH] [--json]\n"
+                    "usage: kiln submit MANIFEST [--catalog PATH] [--json] [--dry-run]\n"
                     "       kiln submit --misses FILE [--catalog PATH] [--json]\n"
                     "Validates MANIFEST, expands it into jobs (operator x shape x dtype x target) and\n"
                     "stores them. Submitting the same manifest again adds no jobs. --misses turns each\n"
-                    "distinct miss a deployed runtime logged into a job, the same way.");
+                    "distinct miss a deployed runtime logged into a job, the same way. A reference entry\n"
+                    "(a PyTorch module) is served by the template whose graph pattern it matches, else by\n"
+                    "the LLM; --dry-run prints that plan and stores nothing.");
     if (!vm) return 0;
     if (vm->count("manifest") == vm->count("misses"))
       throw UsageError("give either a MANIFEST or --misses FILE");
@@ -59,13 +64,22 @@ int cmd_submit(const Args& args) {
     // Validate completely before the catalog is opened: a bad manifest leaves it untouched.
     std::optional<MissManifest> misses;
     if (vm->count("misses")) misses = load_misses((*vm)["misses"].as<std::string>(), knowledge);
-    const Manifest m = misses ? misses->manifest : load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
+    Manifest m = misses ? misses->manifest : load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
     json hello;
+    SubmitPlan plan;
     try {
-      hello = worker_hello(m, knowledge);
+      plan = plan_manifest(m, knowledge);
+      hello = plan.hello;
+    } catch (const ManifestError&) {
+      throw;
     } catch (const std::exception& e) {
       std::cerr << "kiln submit: cannot start the Python evaluator: " << e.what() << "\n";
       return 3;
+    }
+    if (vm->count("dry-run")) {
+      if (vm->count("json")) std::cout << plan_json(m, plan).dump() << "\n";
+      else print_plan(std::cout, m, plan);
+      return 0;
     }
     const std::string triton = hello.value("triton", "");
     Catalog catalog = open_catalog(*vm, false);
@@ -178,9 +192,17 @@ int cmd_run(const Args& args) {
                         // the lock-held figures above; the device's own account (event-timed kernels):
                         {"gpu_kernel_s", s.gpu_kernel_s},
                         {"gpu_kernel_fraction", s.gpu_kernel_fraction ? json(*s.gpu_kernel_fraction) : json(nullptr)},
-                        {"jobs_confirmed", s.jobs_confirmed}, {"confirm_failures", s.confirm_failures}}.dump()
+                        {"jobs_confirmed", s.jobs_confirmed}, {"confirm_failures", s.confirm_failures},
+                        {"jobs_need_llm", s.jobs_need_llm}}.dump()
                 << "\n";
-    return s.interrupted ? 130 : 0;
+    if (s.interrupted) return 130;
+    if (s.jobs_need_llm > 0) {  // the others ran; these need an endpoint
+      std::cerr << "kiln run: " << s.jobs_need_llm << " job(s) failed because they need an LLM (no template "
+                << "serves them): set KILN_LLM_BASE_URL and KILN_LLM_MODEL to a reachable OpenAI-compatible "
+                   "endpoint; `kiln status` lists them\n";
+      return 4;
+    }
+    return 0;
   });
 }
 

@@ -8,7 +8,7 @@ using nlohmann::json;
 
 const std::vector<std::string>& method_names() {
   static const std::vector<std::string> names = {"hello",   "space",        "evaluate", "reference_info",
-                                                 "traffic", "package_info", "confirm"};
+                                                 "traffic", "package_info", "confirm", "match"};
   return names;
 }
 

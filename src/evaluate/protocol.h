@@ -21,7 +21,7 @@
 namespace kiln {
 
 // The schema's $defs.method, in its order (hello lists them so).
-enum class Method { kHello, kSpace, kEvaluate, kReferenceInfo, kTraffic, kPackageInfo, kConfirm };
+enum class Method { kHello, kSpace, kEvaluate, kReferenceInfo, kTraffic, kPackageInfo, kConfirm, kMatch };
 const std::vector<std::string>& method_names();
 const std::string& to_string(Method m);
 

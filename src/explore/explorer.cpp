@@ -173,6 +173,7 @@ class Explorer {
     const SchedulerStats& st = scheduler_->stats();
     summary_.jobs_done = st.jobs_done;
     summary_.jobs_failed = st.jobs_failed;
+    summary_.jobs_need_llm = st.jobs_need_llm;
     summary_.candidates = st.candidates;
     summary_.candidate_failures = st.candidate_failures;
     summary_.jobs_confirmed = st.jobs_confirmed;

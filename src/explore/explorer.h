@@ -48,6 +48,7 @@ struct RunOptions {
 
 struct RunSummary {
   int jobs_done = 0, jobs_failed = 0;
+  int jobs_need_llm = 0;                    // of jobs_failed: no LLM configured or reachable
   int candidates = 0, candidate_failures = 0;
   bool interrupted = false;                 // stopped by SIGINT/SIGTERM/SIGUSR1
   double wall_s = 0;

@@ -327,7 +327,7 @@ void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std:
   // Notes: the first round's, and every round's llm/retrieval/reflection/error notes.
   for (const auto& n : notes)
     if (job.rounds == 1 || n.rfind("llm", 0) == 0 || n.rfind("retrieval", 0) == 0 || n.rfind("reflection", 0) == 0 ||
-        n.rfind("error: ", 0) == 0 || n.rfind("fatal: ", 0) == 0)
+        n.rfind("error: ", 0) == 0 || n.rfind("fatal: ", 0) == 0 || n.rfind("llm-unavailable: ", 0) == 0)
       log_ << "[" << now_hms() << "]   " << job.label() << ": " << n << std::endl;
   int fresh = 0, resumed = 0;
   try {
@@ -369,6 +369,13 @@ void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std:
     // A round with nothing new ends the search. A generator's "fatal: " note
     // fails the job and stops the run (its endpoint is unusable); an
     // "error: " note is the job's failure message if nothing was correct.
+    for (const auto& n : notes)
+      if (n.rfind("llm-unavailable: ", 0) == 0) {  // this job fails; the rest of the batch goes on
+        ++stats_.jobs_need_llm;
+        finish(job, false, n.substr(17));
+        if (wake_) wake_();
+        return;
+      }
     for (const auto& n : notes)
       if (n.rfind("fatal: ", 0) == 0) {
         const std::string why = n.substr(7);

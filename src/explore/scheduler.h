@@ -68,6 +68,9 @@ struct SchedulerStats {
   int jobs_done = 0, jobs_failed = 0;
   int jobs_confirmed = 0, confirm_failures = 0;   // confirmation rounds recorded / lost (best then from the exploration)
   int candidates = 0, candidate_failures = 0;
+  // Jobs failed because their generator needs an LLM that is not configured or
+  // not reachable (a generator's "llm-unavailable: " note); the run goes on.
+  int jobs_need_llm = 0;
   std::string last_best;
 };
 

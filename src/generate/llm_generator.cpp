@@ -268,7 +268,9 @@ void LlmGenerator::propose(const JobContext& job, const std::vector<Outcome>& hi
   auto st = state_;
   State& s = *st;
   if (s.settings.model.empty()) {
-    notes.push_back("fatal: no LLM model: set llm.model in the manifest or KILN_LLM_MODEL (" + s.client->url() + ")");
+    notes.push_back("llm-unavailable: this job needs an LLM and none is configured: no LLM model: set "
+                    "KILN_LLM_BASE_URL and KILN_LLM_MODEL (or llm.base_url / llm.model in the manifest) (" +
+                    s.client->url() + ")");
     done({}, notes);
     return;
   }
@@ -431,7 +433,9 @@ void LlmGenerator::propose(const JobContext& job, const std::vector<Outcome>& hi
         g->notes.push_back("error: instance " + std::to_string(i) + " round " + std::to_string(round) + ": " + r.error);
       }
       if (--g->pending > 0) return;
-      if (g->proposals.empty() && !g->fatal.empty()) g->notes.push_back("fatal: " + g->fatal);
+      if (g->proposals.empty() && !g->fatal.empty())  // this job fails, not the run
+        g->notes.push_back("llm-unavailable: this job needs an LLM: " + g->fatal +
+                           (g->fatal.find("KILN_LLM_MODEL") == std::string::npos ? " (KILN_LLM_BASE_URL, KILN_LLM_MODEL)" : ""));
       auto done = std::move(g->done);
       done(std::move(g->proposals), std::move(g->notes));
     });

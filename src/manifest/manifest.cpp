@@ -660,9 +660,11 @@ class Parser {
     BenchmarkSettings be;
     LlmSettings llm;
     merge_settings(defaults, L, ex, va, be, llm);
-    if (ex.generator != "llm")
-      fail(ref.key, "a reference entry needs exploration: {generator: llm} (the template generator "
-                    "serves library operators only)");
+    // No generator given: "auto" until submit matches the module against the
+    // template families (manifest/serve_plan.h): the template generator where
+    // one serves it, else the llm generator. `template` requires a match,
+    // `llm` always asks the LLM.
+    if (!L.generator && !defaults.generator) ex.generator = "auto";
 
     const json reference = {{"path", abs.string()}, {"source", source}, {"sha256", sha256_hex(source)}};
     const std::string where = file_ + ":" + std::to_string(entry.Mark().line + 1);
@@ -846,7 +848,10 @@ nlohmann::json JobSpec::to_json(const Target& t) const {
   if (explore.confirm_margin) j["explore"]["confirm_margin"] = *explore.confirm_margin;
   if (explore.baselines) j["explore"]["baselines"] = *explore.baselines;
   if (!reference.is_null()) j["reference"] = reference;
-  if (explore.generator == "llm") j["llm"] = llm.to_json();
+  if (!oracle.is_null()) j["oracle"] = oracle;
+  // "auto" (a reference entry not yet planned) carries the llm section too: the
+  // match reads its retrieval_threshold, and it becomes an llm job unless served.
+  if (explore.generator == "llm" || explore.generator == "auto") j["llm"] = llm.to_json();
   if (!description.empty()) j["description"] = description;
   return j;
 }

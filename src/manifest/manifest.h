@@ -29,7 +29,8 @@ class ManifestError : public std::runtime_error {
 };
 
 struct ExplorationSettings {
-  std::string generator = "template";   // template | llm
+  std::string generator = "template";   // template | llm; "auto" for a reference entry that
+                                        // names none, until submit plans it (serve_plan.h)
   std::string strategy = "exhaustive";  // exhaustive | random | halving
   int instances = 1;                    // independent exploration instances
   int max_candidates = 64;              // per job
@@ -89,6 +90,11 @@ struct JobSpec {
   // "source": the file's text, "sha256": of the text}; null otherwise.
   nlohmann::json reference;
   LlmSettings llm;                      // carried only when explore.generator == "llm"
+  // A reference entry a template serves (manifest/serve_plan.h): the module,
+  // the binding of its inputs and parameters to the template's, the score and
+  // pattern; the worker checks the template against the module with it
+  // (worker/kiln_worker/structural/oracle.py). Null otherwise.
+  nlohmann::json oracle;
 
   // The job as the worker sees it (op, shape, dtype, params, target document,
   // validation, benchmark, constraints, explore; plus "reference" for

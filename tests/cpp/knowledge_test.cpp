@@ -223,7 +223,10 @@ TEST(Operators, RegistryLoads) {
   const auto& ops = knowledge().operators;
   EXPECT_EQ(ops.names(), (std::vector<std::string>{"add", "bias_gelu", "softmax", "layernorm", "matmul", "conv2d",
                                                   "rmsnorm", "row_sum", "row_mean", "row_max",
-                                                  "gemm_bias_act", "attention"}));
+                                                  "gemm_bias_act", "attention", "scaled_softmax", "log_softmax",
+                                                  "cumsum", "reduce_dim", "pointwise", "bmm", "pool2d", "cumprod",
+                                                  "norm_dim"}));
+  EXPECT_TRUE(ops.find("pointwise")->params[0].required);  // expr
   const OperatorSpec* add = ops.find("add");
   ASSERT_NE(add, nullptr);
   EXPECT_EQ(add->module, "elementwise");

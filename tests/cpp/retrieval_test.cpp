@@ -238,7 +238,10 @@ TEST(LlmGenerator, NoModelIsFatal) {
   io.run();
   ASSERT_TRUE(called);
   ASSERT_FALSE(notes.empty());
-  EXPECT_EQ(notes.back().rfind("fatal: no LLM model", 0), 0u) << notes.back();
+  // This job fails, not the run: the note names both variables.
+  EXPECT_EQ(notes.back().rfind("llm-unavailable: ", 0), 0u) << notes.back();
+  EXPECT_NE(notes.back().find("KILN_LLM_BASE_URL"), std::string::npos) << notes.back();
+  EXPECT_NE(notes.back().find("KILN_LLM_MODEL"), std::string::npos) << notes.back();
   // The template generator never serves a reference job.
   job.row.spec["explore"]["generator"] = "template";
   EXPECT_THROW(make_generator(job, io), std::invalid_argument);

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # The methods a worker serves, in the order hello lists them.
 METHODS: tuple[str, ...] = (
-    "hello", "space", "evaluate", "reference_info", "traffic", "package_info", "confirm",
+    "hello", "space", "evaluate", "reference_info", "traffic", "package_info", "confirm", "match",
 )
 
 # An evaluation's verdict.

@@ -137,7 +137,16 @@ class Server:
     def space(self, req: dict) -> dict:
         self.require_device()
         from ..evaluation.evaluate import space
-        return space(self.lib, req.get("job"))
+        job = req.get("job")
+        if isinstance(job, dict) and job.get("oracle"):  # a reference job a template serves
+            from ..structural import oracle
+            oracle.verify(self.lib, job, self.dev.torch_device)
+        return space(self.lib, job)
+
+    def match(self, req: dict) -> dict:
+        """Reference jobs traced and matched against the template families."""
+        from ..structural import method
+        return method.run(self.lib, req)
 
     def traffic(self, req: dict) -> dict:
         """The minimum traffic of each job in req["jobs"] and the size of its

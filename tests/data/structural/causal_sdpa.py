@@ -1,0 +1,17 @@
+"""Causal self-attention core through SDPA."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def get_inputs():
+    return [torch.randn(1, 2, 32, 16) for _ in range(3)]
+
+
+def get_init_inputs():
+    return []

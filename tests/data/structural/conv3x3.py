@@ -1,0 +1,20 @@
+"""A 3x3 convolution with same padding."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=1, padding=1, bias=False)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(1, 3, 8, 8)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,16 @@
+"""Running total along the sequence."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(6, 50)]
+
+
+def get_init_inputs():
+    return []

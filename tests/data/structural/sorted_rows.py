@@ -1,0 +1,16 @@
+"""Rows sorted ascending: no template family computes a sort."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.sort(x, dim=-1).values
+
+
+def get_inputs():
+    return [torch.randn(4, 20)]
+
+
+def get_init_inputs():
+    return []

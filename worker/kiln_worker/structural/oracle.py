@@ -1,0 +1,120 @@
+"""The reference module as the correctness oracle of a job a template serves.
+
+A served job is a library operator job (op, shape, dtype, params) whose JOB also
+carries ``"oracle": {"reference": {...}, "inputs": BINDING, "consts": {...},
+"forward_inputs": [...]}``. Before the job's config space is answered, the
+worker draws the template's inputs (``make_inputs``, seed 0), gives them to the
+reference module through the binding (each forward argument and parameter the
+template tensor it stands for, transposed or reshaped to the reference's
+shape), runs both the reference module and the template's ``reference()`` in
+the evaluator's upcast dtype, and requires them equal within tolerance. A
+binding that does not compute what the module computes fails the job there,
+before any candidate; candidates are then checked against the template's
+reference as usual, which this step tied to the module.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+
+from ..sandbox import reference_module as rm
+
+_done: dict[str, str | None] = {}   # job digest -> None (agreed) or the failure message
+_lock = threading.Lock()
+
+
+class OracleMismatch(Exception):
+    pass
+
+
+def _digest(job: dict) -> str:
+    keep = {k: job.get(k) for k in ("op", "shape", "dtype", "params", "oracle")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def module_value(tensor, entry: dict):
+    if entry.get("transpose"):
+        tensor = tensor.transpose(-1, -2)
+    shape = entry.get("shape")
+    return tensor.reshape(shape) if shape is not None and list(tensor.shape) != list(shape) else tensor
+
+
+def compare(mod_out, tmpl_out, exact: bool) -> str | None:
+    import torch
+    if mod_out.numel() != tmpl_out.numel():
+        return f"the module's output has {mod_out.numel()} elements, the template's {tmpl_out.numel()}"
+    a = mod_out.reshape(tmpl_out.shape)
+    if exact or not tmpl_out.is_floating_point():
+        bad = (a.to(torch.float64) != tmpl_out.to(torch.float64))
+        return None if not bool(bad.any()) else f"{int(bad.sum())} of {bad.numel()} elements differ"
+    a64, b64 = a.to(torch.float64), tmpl_out.to(torch.float64)
+    err = (a64 - b64).abs()
+    tol = 1e-3 + 1e-3 * b64.abs()
+    if bool((err > tol).any()) or bool(torch.isnan(a64).any() != torch.isnan(b64).any()):
+        return f"max abs difference {float(err.max()):.3g}"
+    return None
+
+
+def verify(lib, job: dict, device: str = "cpu") -> None:
+    """Raises OracleMismatch when the template does not compute what the
+    reference module computes for this job (once per job and process)."""
+    key = _digest(job)
+    with _lock:
+        if key in _done:
+            if _done[key] is not None:
+                raise OracleMismatch(_done[key])
+            return
+    msg = _verify(lib, job, device)
+    with _lock:
+        _done[key] = msg
+    if msg is not None:
+        raise OracleMismatch(msg)
+
+
+def _verify(lib, job: dict, device: str) -> str | None:
+    import torch
+    from torch.func import functional_call
+    from ..evaluation.check import upcast_dtype
+    oracle = job["oracle"]
+    op, shape, dtype = job["op"], list(job["shape"]), job.get("dtype", "fp32")
+    params = dict((lib.operators.get(op) or {}).get("params") or {})
+    params = {k: v.get("default") for k, v in params.items() if isinstance(v, dict) and "default" in v}
+    params.update(job.get("params") or {})
+    tmpl = lib.launch_module(op)
+    inputs = tmpl.make_inputs(op, shape, dtype, params, 0, device)
+    updt = upcast_dtype(dtype)
+    up = {k: (v.to(updt) if v.is_floating_point() else v) for k, v in inputs.items()}
+    expect = tmpl.reference(op, up, params)
+    with tempfile.TemporaryDirectory(prefix="kiln-oracle-") as tmp:
+        spec = rm.reference_spec({"reference": oracle["reference"]})
+        mod = rm.load(spec, tmp, name=f"kiln_oracle_{_digest(job)[:12]}")
+        torch.manual_seed(0)
+        model = mod.Model(*rm.init_inputs(mod)).to(device)
+        state = {k: (v.detach().to(updt) if v.is_floating_point() else v)
+                 for k, v in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items()}
+        fwd = oracle.get("forward_inputs") or []
+        args: list = []
+        for i, desc in enumerate(fwd):
+            if isinstance(desc, dict) and desc.get("kind") == "tensor":
+                args.append(torch.randn(desc["shape"], dtype=updt, device=device))
+            else:
+                args.append((oracle.get("consts") or {}).get(str(i), desc))
+        for name, entry in (oracle.get("inputs") or {}).items():
+            value = module_value(up[name], entry)
+            if "input" in entry:
+                args[int(entry["input"])] = value
+            elif "param" in entry:
+                state[entry["param"]] = value
+        with torch.no_grad():
+            got = functional_call(model, state, tuple(args))
+    outs = rm.as_outputs(got)
+    if not outs or len(outs) != 1:
+        return "the reference module did not return one tensor"
+    diff = compare(outs[0], expect, exact=not expect.is_floating_point())
+    if diff is None:
+        return None
+    return (f"the {op} template does not compute what the reference module computes under the binding "
+            f"({diff}); the structural match was wrong, give exploration: {{generator: llm}} for this entry")
