@@ -18,7 +18,7 @@ if ROOT not in sys.path:
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from kernels import common  # noqa: E402
+from kernels import attention_tiles, common  # noqa: E402
 from kernel_testing import ANCHORS, TARGETS, check_close, defaults, module_for, run_case, upcast  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -40,7 +40,8 @@ def test_attention_validation():
     with pytest.raises(ValueError, match="multiple of BLOCK_N"):
         mod.launch("attention", inputs, mod.output_like("attention", inputs, p), cfg, p)
     # sm_scale 0 means 1/sqrt(D)
-    assert mod._sm_scale({"sm_scale": 0.0}, 64) == 0.125 and mod._sm_scale({"sm_scale": 0.5}, 64) == 0.5
+    assert attention_tiles.sm_scale({"sm_scale": 0.0}, 64) == 0.125
+    assert attention_tiles.sm_scale({"sm_scale": 0.5}, 64) == 0.5
 
 
 def test_attention_head_groups_cover_every_block():
