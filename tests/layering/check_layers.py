@@ -26,7 +26,7 @@ LAYERS: list[list[str]] = [
     ["search"],        # strategies, priors, config model, static estimate, pruning
     ["reflect"],
     ["generate"],
-    ["explore", "package"],
+    ["explore", "package", "server"],
     ["cli", "mpi", "bench"],
 ]
 # src/runtime (libkilnrt, kiln-rt) is a separate product: it includes nothing

@@ -92,7 +92,7 @@ def test_methods_and_statuses_mirror_the_schema():
 
 
 def test_the_server_serves_exactly_the_schemas_methods():
-    from kiln_worker.server import Server
+    from kiln_worker.service.server import Server
     for m in protocol.METHODS:
         assert callable(getattr(Server, m, None)), m
 
