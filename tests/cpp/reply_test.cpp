@@ -56,7 +56,7 @@ TEST(Reply, WellFormedEvaluateResultParses) {
   EXPECT_FALSE(parse_evaluate_result(none).artifact);
 }
 
-// Found by fuzz_reply (fuzz/corpus/reply/regress-artifact-kind-null.json): an
+// Found while writing fuzz_reply, crashing it (fuzz/corpus/reply/regress-artifact-kind-null.json): an
 // optional string given as null is absent, never an uncaught json type_error.
 TEST(Reply, NullOptionalStringsReadAsAbsent) {
   json r = ok_result();
