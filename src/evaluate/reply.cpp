@@ -1,6 +1,7 @@
 #include "evaluate/reply.h"
 
 #include <cctype>
+#include <set>
 
 namespace kiln {
 
@@ -78,6 +79,13 @@ EvaluateReply parse_evaluate_result(const json& r) {
   if (st == r.end()) throw ReplyFault("'result.status' is missing");
   if (!st->is_string()) bad("result.status", "a string", *st);
   out.status = st->get<std::string>();
+  // The statuses an evaluation can have (docs/catalog.md, evaluations.status):
+  // another one would fail the catalog's CHECK and with it the whole run.
+  static const std::set<std::string> kStatuses = {"ok", "compile_error", "resource_error", "incorrect",
+                                                  "timeout", "crash", "rejected"};
+  if (!kStatuses.count(out.status))
+    throw ReplyFault("'result.status' must be one of ok, compile_error, resource_error, incorrect, timeout, "
+                     "crash, rejected, not " + excerpt(*st));
   if (auto m = r.find("message"); m != r.end() && !m->is_null()) {
     if (!m->is_string()) bad("result.message", "a string", *m);
     out.message = m->get<std::string>();

@@ -38,7 +38,7 @@ struct ArtifactClaim {
 
 // An evaluate result.
 struct EvaluateReply {
-  std::string status;   // "ok", "compile_error", ... (a string; its value is the catalog's to check)
+  std::string status;   // one of ok, compile_error, resource_error, incorrect, timeout, crash, rejected
   std::string message;  // "" if absent
   nlohmann::json result;                // the whole result object, as recorded
   std::optional<ArtifactClaim> artifact;  // absent or null: none
@@ -47,7 +47,7 @@ struct EvaluateReply {
 // The envelope of any reply. Throws ReplyFault.
 ReplyEnvelope parse_envelope(const nlohmann::json& reply);
 
-// An evaluate result: status a string; message a string or absent; latency,
+// An evaluate result: status one of the evaluation statuses (docs/catalog.md); message a string or absent; latency,
 // correctness, traffic objects or null; numeric fields the engine reads are
 // numbers or null; artifact null or an object with a string path (or null
 // path: no file) and, with a path, a sha256 of 64 hex digits. Throws ReplyFault.

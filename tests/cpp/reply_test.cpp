@@ -85,6 +85,8 @@ TEST(Reply, MalformedRepliesAreTypedFaults) {
     return r;
   };
   EXPECT_THROW(parse_evaluate_result(broken("status", 7)), ReplyFault);
+  EXPECT_THROW(parse_evaluate_result(broken("status", "triumph")), ReplyFault);  // the catalog's CHECK would abort the run
+  EXPECT_EQ(parse_evaluate_result(broken("status", "rejected")).status, "rejected");
   EXPECT_THROW(parse_evaluate_result(broken("message", json::array())), ReplyFault);
   EXPECT_THROW(parse_evaluate_result(broken("latency", "fast")), ReplyFault);
   EXPECT_THROW(parse_evaluate_result(broken("latency", {{"median_ms", "0.1"}})), ReplyFault);
