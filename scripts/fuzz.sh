@@ -19,7 +19,7 @@ art=${KILN_FUZZ_ARTIFACTS:-$(mktemp -d)}
 mkdir -p "$art"
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   CC=${CC:-clang-15} CXX=${CXX:-clang++-15} cmake -S . -B "$build" -DKILN_FUZZ=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
+    -DCMAKE_BUILD_TYPE=Fuzz ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
 fi
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 for t in "${targets[@]}"; do

@@ -12,7 +12,8 @@ export KILN_BIN=$PWD/$BUILD/kiln
 export KILN_REQUIRE_MPI=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$(mktemp -d)/triton-cache}
 
-step() { echo; echo "=== $* ==="; }
+T0=$SECONDS
+step() { echo; echo "=== $* === (at $((SECONDS - T0)) s)"; }
 
 step "C++ unit tests (GoogleTest)"
 (cd "$BUILD" && ctest --output-on-failure --no-tests=error -j2)
@@ -23,10 +24,19 @@ step "Python: kernels and worker (pytest, Triton interpreter)"
 TRITON_INTERPRET=1 python3 -m pytest -q -n 2 tests/python
 
 step "End to end (kiln binary, real catalog, real workers; nightly, merge, --shard)"
-python3 -m pytest -q tests/e2e --ignore=tests/e2e/test_slurm.py
+# Two processes, one test file per process (--dist loadfile: a file's module
+# fixtures run once); the chaos suite runs alone next, its timings its own.
+python3 -m pytest -q -n 2 --dist loadfile tests/e2e --ignore=tests/e2e/test_slurm.py \
+  --ignore=tests/e2e/test_chaos.py
+
+step "Chaos suite (kill -9 + resume, concurrent runs, corrupt catalog, full disk, hostile workers and catalogs)"
+python3 -m pytest -q tests/e2e/test_chaos.py
+
+step "Fuzzing (libFuzzer: manifest, code objects, worker replies; 30 s each)"
+scripts/fuzz.sh 30
 
 step "Slurm (a local single-node cluster: kiln.sbatch, array.sbatch + merge, nightly.sbatch)"
 # Required, never skipped here: setup.sh installs slurm-wlm and munge.
 KILN_REQUIRE_SLURM=1 python3 -m pytest -q tests/e2e/test_slurm.py
 echo
-echo "all tests passed"
+echo "all tests passed in $((SECONDS - T0)) s"
