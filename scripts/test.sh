@@ -32,7 +32,7 @@ python3 -m pytest -q -n 2 --dist loadfile tests/e2e --ignore=tests/e2e/test_slur
 step "Chaos suite (kill -9 + resume, concurrent runs, corrupt catalog, full disk, hostile workers and catalogs)"
 python3 -m pytest -q tests/e2e/test_chaos.py
 
-step "Fuzzing (libFuzzer: manifest, code objects, worker replies; 30 s each)"
+step "Fuzzing (libFuzzer: manifest, code objects, worker replies; 30 s each, one per core)"
 scripts/fuzz.sh 30
 
 step "Slurm (a local single-node cluster: kiln.sbatch, array.sbatch + merge, nightly.sbatch)"
