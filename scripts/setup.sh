@@ -17,6 +17,7 @@ APT_PACKAGES=(build-essential cmake pkg-config git
   slurm-wlm munge             # scripts/slurm/ and its test on a local single-node cluster
   libamdhip64-dev libmsgpack-cxx-dev  # src/runtime: HIP headers + runtime (dlopen'd), msgpack.hpp
   clang-tools-15 openssl      # clang-offload-bundler-15 (kiln package --bundle, runtime tests); --sign keys
+  clang-15                    # fuzz/ (libFuzzer + ASan/UBSan: scripts/fuzz.sh)
   prometheus                  # promtool: tests check the metrics (kiln run --metrics) and configs/prometheus rules
   chromium                    # tests/e2e/test_serve.py: the dashboard and kiln report in headless Chromium
 )

@@ -1,6 +1,7 @@
 #include "evaluate/reply.h"
 
 #include <cctype>
+#include <set>
 
 namespace kiln {
 
@@ -28,6 +29,13 @@ void optional_member(const json& obj, const char* key, const std::string& field,
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return;
   if (!ok(*it)) bad(field, want, *it);
+}
+
+// A member checked to be a string, null or absent: its text, "" for the latter two.
+// (json::value("k", "") throws type_error on a null member.)
+std::string optional_string(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 bool is_num(const json& j) { return j.is_number(); }
@@ -109,8 +117,8 @@ EvaluateReply parse_evaluate_result(const json& r) {
       c.path = p->get<std::string>();
       c.sha256 = s->get<std::string>();
       for (auto& ch : c.sha256) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      c.kind = a->value("kind", "");
-      c.kernel_name = a->value("kernel_name", "");
+      c.kind = optional_string(*a, "kind");  // checked above: a string, null or absent
+      c.kernel_name = optional_string(*a, "kernel_name");
       c.metadata = *a;
       c.metadata.erase("path");
       out.artifact = std::move(c);

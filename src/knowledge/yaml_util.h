@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 namespace kiln::yamlu {
@@ -232,12 +233,40 @@ inline std::string read_file(const std::filesystem::path& path, size_t max_bytes
   return out;
 }
 
+// YAML::LoadAll, made to terminate: yaml-cpp 0.7's LoadAll loops forever,
+// allocating, on a stray top-level token such as a lone "," (each pass starts
+// a "document" at the same place and consumes nothing; found by fuzz_manifest).
+// One event pass first, with no node built, checks that every document
+// starts past the previous one. Throws YAML::ParserException.
+inline std::vector<YAML::Node> load_all(const std::string& text) {
+  struct Starts : YAML::EventHandler {
+    std::vector<YAML::Mark> at;
+    void OnDocumentStart(const YAML::Mark& m) override { at.push_back(m); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } starts;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  while (parser.HandleNextDocument(starts)) {
+    const size_t n = starts.at.size();
+    if (n >= 2 && starts.at[n - 1].pos <= starts.at[n - 2].pos)
+      throw YAML::ParserException(starts.at[n - 1], "unexpected token at the top level (a stray ',', ']' or '}'?)");
+  }
+  return YAML::LoadAll(text);
+}
+
 // Parses one YAML document; syntax errors become "file:line:column: message".
 // Throws std::runtime_error.
 inline YAML::Node load_document(const std::string& text, const std::string& file) {
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(text);
+    docs = load_all(text);
   } catch (const YAML::ParserException& e) {
     throw std::runtime_error(located(file, e.mark, "YAML syntax error: " + e.msg));
   }

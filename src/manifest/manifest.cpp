@@ -98,7 +98,7 @@ class Parser {
     m.text = text;
     std::vector<YAML::Node> docs;
     try {
-      docs = YAML::LoadAll(text);
+      docs = yu::load_all(text);  // YAML::LoadAll can loop forever
     } catch (const YAML::ParserException& e) {
       fail(e.mark, "YAML syntax error: " + e.msg);
     }

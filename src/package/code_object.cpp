@@ -11,7 +11,9 @@ namespace {
 
 template <typename T>
 bool read_at(std::string_view b, size_t off, T& out) {
-  if (off + sizeof(T) > b.size()) return false;
+  // Never `off + sizeof(T)`: a file's offset near 2^64 wraps it past the check
+  // (a read before the buffer; found by fuzz_pkg_code_object).
+  if (off > b.size() || sizeof(T) > b.size() - off) return false;
   std::memcpy(&out, b.data() + off, sizeof(T));
   return true;
 }
@@ -69,11 +71,12 @@ CodeObjectInfo inspect_code_object(std::string_view b) {
   // Walk SHT_NOTE sections for the AMDGPU metadata note (type 32, name "AMDGPU"):
   // its descriptor is MessagePack holding amdhsa.target as a plain string.
   for (uint16_t i = 0; i < shnum && shentsize >= 64; ++i) {
-    const size_t sh = shoff + size_t(i) * shentsize;
+    if (shoff > b.size()) break;
+    const size_t sh = shoff + size_t(i) * shentsize;  // < 2^17 past the file: no wrap
     uint32_t type = 0;
     uint64_t off = 0, size = 0;
     if (!read_at(b, sh + 4, type) || !read_at(b, sh + 24, off) || !read_at(b, sh + 32, size)) break;
-    if (type != 7 /* SHT_NOTE */ || off + size > b.size()) continue;
+    if (type != 7 /* SHT_NOTE */ || off > b.size() || size > b.size() - off) continue;
     size_t p = off;
     while (p + 12 <= off + size) {
       uint32_t namesz = 0, descsz = 0, ntype = 0;

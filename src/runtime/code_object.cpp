@@ -53,7 +53,13 @@ const msgpack::object* get(const msgpack::object& map, std::string_view key) {
 void read_amd_metadata(std::string_view desc, CodeObject& co, const std::string& what) {
   msgpack::object_handle oh;
   try {
-    oh = msgpack::unpack(desc.data(), desc.size());
+    // Every element takes at least one byte, so no array, map, string or
+    // binary of a well-formed note is longer than the note. msgpack-c
+    // reserves a container's declared size before reading it: without these
+    // bounds a note of a few bytes could ask for 256 GiB (fuzz_rt_code_object).
+    const size_t n = desc.size();
+    const msgpack::unpack_limit limit(/*array=*/n, /*map=*/n, /*str=*/n, /*bin=*/n, /*ext=*/n, /*depth=*/32);
+    oh = msgpack::unpack(desc.data(), desc.size(), nullptr, nullptr, limit);
   } catch (const std::exception& e) {
     throw Error(KILN_E_FORMAT, what + ": AMDGPU metadata note is not MessagePack: " + e.what());
   }

@@ -63,6 +63,22 @@ TEST(Reply, WellFormedEvaluateResultParses) {
   EXPECT_FALSE(parse_evaluate_result(none).artifact);
 }
 
+// Found while writing fuzz_reply, crashing it (fuzz/corpus/reply/regress-artifact-kind-null.json): an
+// optional string given as null is absent, never an uncaught json type_error.
+TEST(Reply, NullOptionalStringsReadAsAbsent) {
+  json r = ok_result();
+  r["artifact"]["kind"] = nullptr;
+  r["artifact"]["kernel_name"] = nullptr;
+  r["message"] = nullptr;
+  const EvaluateReply e = parse_evaluate_result(r);
+  ASSERT_TRUE(e.artifact);
+  EXPECT_EQ(e.artifact->kind, "");
+  EXPECT_EQ(e.artifact->kernel_name, "");
+  WorkerOutcome o;
+  o.reply = {{"ok", true}, {"result", r}};
+  EXPECT_EQ(checked_outcome("evaluate", o).kind, WorkerOutcome::Kind::kReply);
+}
+
 TEST(Reply, MalformedRepliesAreTypedFaults) {
   EXPECT_THROW(parse_envelope(json("a string")), ReplyFault);
   EXPECT_THROW(parse_envelope(json{{"ok", "yes"}, {"result", json::object()}}), ReplyFault);
@@ -77,6 +93,8 @@ TEST(Reply, MalformedRepliesAreTypedFaults) {
   };
   EXPECT_THROW(parse_evaluate_result(broken("status", 7)), ReplyFault);
   EXPECT_THROW(parse_evaluate_result(broken("status", "fine")), ReplyFault);  // not a status of the schema
+  EXPECT_THROW(parse_evaluate_result(broken("status", "triumph")), ReplyFault);  // the catalog's CHECK would abort the run
+  EXPECT_EQ(parse_evaluate_result(broken("status", "rejected")).result.status, EvalStatus::kRejected);
   EXPECT_THROW(parse_evaluate_result(broken("message", json::array())), ReplyFault);
   EXPECT_THROW(parse_evaluate_result(broken("latency", "fast")), ReplyFault);
   EXPECT_THROW(parse_evaluate_result(broken("latency", {{"median_ms", "0.1"}})), ReplyFault);

@@ -75,6 +75,22 @@ TEST(RuntimeCodeObject, NotElfAndTruncatedAreFormatErrors) {
   }
 }
 
+// Found by fuzz_rt_code_object: a metadata note whose MessagePack map declares
+// ~2^32 entries made msgpack-c reserve 256 GiB before reading them. Now a
+// format error, and a cheap one.
+TEST(RuntimeCodeObject, OversizedMetadataContainerIsAFormatError) {
+  const std::string image = slurp(fs::path(KILN_SOURCE_DIR) / "fuzz" / "corpus" / "rt_code_object" /
+                                  "regress-msgpack-map-size.hsaco");
+  ASSERT_FALSE(image.empty());
+  try {
+    parse_code_object(image, "huge-map.hsaco");
+    FAIL() << "parsed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status, KILN_E_FORMAT);
+    EXPECT_NE(std::string(e.what()).find("huge-map.hsaco"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RuntimeCodeObject, BundleListsThreeAndSelectsByTargetId) {
   fs::path co = pkgs() / "bundle" / "objects" / "softmax-64x1000-fp32-r0.co";
   CmdResult list = run("clang-offload-bundler-15 --list -type=bc -input=" + shell_quote(co.string()));

@@ -25,7 +25,15 @@ artifact_dir but claims a wrong sha256; $FAKE_MALFORMED, a comma-separated
 list of modes, answers the evaluate requests of the configs BLOCK = 64 x
 2, 3, ... with one malformed reply each, in that order (modes: result_string,
 status_number, latency_string, ok_string, no_result, artifact_string,
-traffic_string, not_object, sha_missing).
+traffic_string, not_object, sha_missing; and the chaos suite's, which
+misbehave as a process: hang (never answers), crash (SIGSEGV), exit (exits
+3 without answering), huge (a 65 MiB line, over the engine's 64 MiB bound),
+garbage (a line of binary junk, then the real answer), status_unknown (a
+status no evaluation can have), artifact_outside / artifact_symlink /
+artifact_dotdot / artifact_kind_null (claims $FAKE_OUTSIDE_FILE, with its true sha256, by its
+path, through a symlink in the artifact_dir, as artifact_dir/../..
+/that file, or by its path with kind and kernel_name null)). $FAKE_EVALUATOR_DELAY_S sleeps that long before each evaluate
+answer (a run long enough to be killed at random points).
 
 The engine starts it as `$KILN_PYTHON -m kiln_worker`; tests point KILN_PYTHON
 at fake_python.sh next to this file, which runs this script instead.
@@ -33,7 +41,9 @@ at fake_python.sh next to this file, which runs this script instead.
 import hashlib
 import json
 import os
+import signal
 import sys
+import time
 
 N_CONFIGS = int(os.environ.get("FAKE_EVALUATOR_CONFIGS", "12"))
 
@@ -58,6 +68,8 @@ def answer(req):
         return {"configs": [{"BLOCK": 64 * i, "num_warps": 4, "num_stages": 1} for i in range(1, N_CONFIGS + 1)],
                 "traffic": {"bytes": 1e6, "flops": 1e5}}
     if m == "evaluate":
+        if os.environ.get("FAKE_EVALUATOR_DELAY_S"):
+            time.sleep(float(os.environ["FAKE_EVALUATOR_DELAY_S"]))
         bench = (req.get("job") or {}).get("benchmark") or {}
         with open(os.environ["FAKE_EVALUATOR_LOG"], "a") as f:
             f.write(json.dumps({"config": req["config"], "benchmark": bench}) + "\n")
@@ -194,6 +206,35 @@ def malformed(req, out):
         return ["a", "list"]
     elif mode == "sha_missing":
         res["artifact"] = {"kind": "cubin", "path": os.path.join(req["artifact_dir"], "x.cubin")}
+    elif mode == "hang":
+        time.sleep(3600)
+    elif mode == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(10)
+    elif mode == "exit":
+        sys.stderr.write("fake evaluator: exiting without an answer\n")
+        sys.stderr.flush()
+        os._exit(3)
+    elif mode == "huge":
+        res["message"] = "x" * (65 << 20)
+    elif mode == "garbage":
+        sys.stdout.buffer.write(b"\xff\xfe\x00garbage\x80{\"id\": \n")
+        sys.stdout.flush()
+    elif mode == "status_unknown":
+        res["status"] = "triumph"
+    elif mode.startswith("artifact_"):
+        outside = os.environ["FAKE_OUTSIDE_FILE"]
+        with open(outside, "rb") as f:
+            sha = hashlib.sha256(f.read()).hexdigest()
+        path = outside
+        if mode == "artifact_symlink":
+            path = os.path.join(req["artifact_dir"], "k.cubin")
+            os.symlink(outside, path)
+        elif mode == "artifact_dotdot":
+            path = os.path.join(req["artifact_dir"], *[".."] * 16) + os.path.abspath(outside)
+        res["artifact"] = {"kind": "cubin", "kernel_name": "k", "path": path, "sha256": sha}
+        if mode == "artifact_kind_null":  # optional strings as null: absent, not a type error
+            res["artifact"].update(kind=None, kernel_name=None)
     return out
 
 
