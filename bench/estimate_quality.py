@@ -10,10 +10,12 @@ and reports per job:
   rho      Spearman rank correlation of estimate and measured median latency
   pick     measured latency of the estimate's first choice / the measured best
   top1/4/8 whether the estimate's first 1/4/8 hold a config within 3% of the best
-  list     the shortlist a package would ship: rank 0 and the candidates whose
-           estimate is within the family's factor (estimate.h shortlist_factor),
-           at most 8; its size, and whether it holds a config within 3%
-  old-list the same with the fixed 1.5x rule
+  list     the shortlist a package would ship (src/package/shortlist.h): rank 0
+           and the candidates whose estimate is within the family's factor
+           (estimate.h shortlist_factor), one per tile, at most 8; its size, and
+           whether it holds a config within 3%
+  old      the fixed rule before: every candidate within 1.5x, at most 8
+  need     the smallest factor whose list (first 8 by estimate) holds one
 
 Jobs are split: `fit` (the anchors, the quickstart shapes and conv2d
 32x64x56x56, which the model and the search priors were tuned on) and
@@ -42,7 +44,7 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = 1.03
 OLD_RATIO, LIST_MAX = 1.5, 8
-FLOOR, UNSURE = 1.1, 2.0  # estimate.cpp kShortlistFloor, kShortlistUnsure
+FLOOR, UNSURE = 1.5, 2.0  # estimate.cpp kShortlistFloor, kShortlistUnsure
 
 
 def holdout_keys() -> set:
@@ -135,9 +137,22 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / (va * vb) if va > 0 and vb > 0 else 0.0
 
 
-def shortlist(order: list[dict], key: str, ratio: float) -> list[dict]:
-    r0 = order[0][key]
-    return [c for c in order if c[key] <= r0 * ratio][:LIST_MAX]
+def tile(c: dict) -> str:
+    return json.dumps({k: v for k, v in c["config"].items() if k != "num_stages"}, sort_keys=True)
+
+
+def shortlist(order: list[dict], key: str, ratio: float, one_per_tile: bool = True) -> list[dict]:
+    """src/package/shortlist.cpp pick_shortlist: rank 0, then each candidate within ratio x rank 0's
+    estimate whose tile (config without num_stages) no earlier pick shares, at most 8.
+    one_per_tile=False: the fixed rule before it (every candidate within ratio)."""
+    r0, out = order[0][key], []
+    for c in order:
+        if c[key] > r0 * ratio or len(out) == LIST_MAX:
+            break
+        if one_per_tile and any(tile(c) == tile(x) for x in out):
+            continue
+        out.append(c)
+    return out
 
 
 def needed_factor(order: list[dict], key: str, best: float) -> float:
@@ -157,7 +172,7 @@ def evaluate(jobs: list[dict], key: str, factor) -> list[dict]:
         order = sorted(cs, key=lambda c: (c[key], c["measured"]))
         good = lambda sub: any(c["measured"] <= best * TOL for c in sub)
         sl = shortlist(order, key, factor(j["op"]))
-        old = shortlist(order, key, OLD_RATIO)
+        old = shortlist(order, key, OLD_RATIO, one_per_tile=False)
         rows.append({
             "split": j["split"], "op": j["op"], "shape": j["shape"], "dtype": j["dtype"],
             "catalog": j["catalog"], "n": len(cs),

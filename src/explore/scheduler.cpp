@@ -600,7 +600,7 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
         Traffic tr = Traffic::from_json(e.result.value("traffic", json::object()));
         if (tr.bytes <= 0) tr = job.ctx.traffic;
         Estimate est = estimate_latency(*job.ctx.target, job.ctx.row.dtype, tr,
-                                        KernelResources::from_artifact(claim.metadata));
+                                        KernelResources::from_artifact(claim.metadata), item.candidate.config);
         e.estimate_ms = est.ms;
         e.result["estimate"] = est.to_json();
       } catch (const std::exception&) {
