@@ -180,7 +180,7 @@ def evaluate(jobs: list[dict], key: str, factor) -> list[dict]:
             "pick": order[0]["measured"] / best,
             "top1": good(order[:1]), "top4": good(order[:4]), "top8": good(order[:8]),
             "list_n": len(sl), "list_ok": good(sl), "list_pick": min(c["measured"] for c in sl) / best,
-            "old_list_n": len(old), "old_list_ok": good(old),
+            "old_list_n": len(old), "old_list_ok": good(old), "old_list_pick": min(c["measured"] for c in old) / best,
             "needed_factor": needed_factor(order, key, best),
         })
     return rows
@@ -198,7 +198,8 @@ def summary(rows: list[dict]) -> dict:
             "old_list_mean_n": sum(r["old_list_n"] for r in rows) / n,
             "median_rho": sorted(r["rho"] for r in rows)[n // 2],
             "worst_pick": max(r["pick"] for r in rows),
-            "worst_list_pick": max(r["list_pick"] for r in rows)}
+            "worst_list_pick": max(r["list_pick"] for r in rows),
+            "worst_old_list_pick": max(r["old_list_pick"] for r in rows)}
 
 
 def factor_table(binary: str) -> dict:
@@ -249,7 +250,8 @@ def main() -> int:
                   f"top 1: {s['top1']}, top 4: {s['top4']}, top 8: {s['top8']}; median rho {s['median_rho']:.2f}; "
                   f"worst pick {s['worst_pick']:.2f}x; shortlist holds one: {s['list_ok']} "
                   f"(mean size {s['list_mean_n']:.1f}, worst {s['worst_list_pick']:.3f}x), "
-                  f"1.5x rule: {s['old_list_ok']} (mean size {s['old_list_mean_n']:.1f})")
+                  f"1.5x rule: {s['old_list_ok']} (mean size {s['old_list_mean_n']:.1f}, "
+                  f"worst {s['worst_old_list_pick']:.3f}x)")
     if a.fit:
         fam: dict = {}
         for r in rows:
