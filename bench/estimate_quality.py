@@ -265,10 +265,11 @@ def main() -> int:
             print(f"  {op:14} {need:.3f} -> {entry:.2f}  ({len(v)} jobs: {', '.join(f'{x:.2f}' for x in v)})")
     if a.json:
         with open(a.json, "w") as f:
+            for r in rows:  # JSON has no infinity: "no factor catches it" is null
+                r["needed_factor"] = None if math.isinf(r["needed_factor"]) else r["needed_factor"]
             json.dump({"basis": key, "model": "before" if a.before else ("recorded" if a.recorded else "current"),
                        "tolerance": TOL, "rows": rows, "summary": sums,
-                       "catalogs": [os.path.relpath(p, ROOT) for p in a.catalogs]}, f, indent=1,
-                      default=lambda x: None if isinstance(x, float) and math.isinf(x) else x)
+                       "catalogs": [os.path.relpath(p, ROOT) for p in a.catalogs]}, f, indent=1)
     return 0
 
 
