@@ -56,8 +56,18 @@ def holdout_keys() -> set:
     return keys
 
 
+def warp_sizes() -> dict:
+    """Target name -> warp size (configs/targets): the compiled kernel's, which the slim catalogs leave out."""
+    out = {}
+    for path in glob.glob(os.path.join(ROOT, "configs", "targets", "*.yaml")):
+        t = yaml.safe_load(open(path))
+        out[t["name"]] = t.get("warp_size", 64)
+    return out
+
+
 def load_jobs(paths: list[str]) -> list[dict]:
     held = holdout_keys()
+    ws = warp_sizes()
     best: dict = {}
     for path in paths:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -78,6 +88,7 @@ def load_jobs(paths: list[str]) -> list[dict]:
             cfg = json.loads(config)
             art = dict(r.get("artifact") or {})
             art.setdefault("num_warps", cfg.get("num_warps", 4))
+            art.setdefault("warp_size", ws.get(target, 64))
             for k, v in (("registers", regs), ("spills", spills), ("shared_bytes", shared), ("occupancy", occ)):
                 if v is not None:
                     art.setdefault(k, v)
@@ -174,7 +185,7 @@ def evaluate(jobs: list[dict], key: str, factor) -> list[dict]:
         sl = shortlist(order, key, factor(j["op"]))
         old = shortlist(order, key, OLD_RATIO, one_per_tile=False)
         rows.append({
-            "split": j["split"], "op": j["op"], "shape": j["shape"], "dtype": j["dtype"],
+            "split": j["split"], "op": j["op"], "shape": j["shape"], "dtype": j["dtype"], "params": j["params"],
             "catalog": j["catalog"], "n": len(cs),
             "rho": spearman([c[key] for c in cs], [c["measured"] for c in cs]),
             "pick": order[0]["measured"] / best,
