@@ -29,7 +29,8 @@ double element_bytes(const std::string& dtype) {
   return 4;
 }
 
-// A positive number from a config object; nullopt if absent or not positive.
+// A positive number from a JSON object (a config, a target file's raw
+// document); nullopt if absent, not a number or not positive.
 std::optional<double> knob(const nlohmann::json& config, const char* key) {
   if (!config.is_object()) return std::nullopt;
   auto it = config.find(key);
@@ -44,8 +45,6 @@ std::optional<T> opt(const nlohmann::json& j, const char* key) {
   if (it == j.end() || !it->is_number()) return std::nullopt;  // absent, null or not a number
   return it->get<T>();
 }
-
-std::optional<double> positive(const nlohmann::json& j, const char* key) { return knob(j, key); }
 
 }  // namespace
 
@@ -139,7 +138,7 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
   // input many times; the minimum traffic above counts it once.
   if (knob(config, "BLOCK_K") && traffic.flops > 0)
     if (auto bn = knob(config, "BLOCK_N")) {
-      const double l2 = positive(t.raw, "l2_bandwidth_gbs").value_or(kL2OverHbm * t.memory_bandwidth_gbs);
+      const double l2 = knob(t.raw, "l2_bandwidth_gbs").value_or(kL2OverHbm * t.memory_bandwidth_gbs);
       e.operand_ms = traffic.flops / 2.0 / *bn * element_bytes(dtype) / (l2 * 1e9 * kBandwidthEfficiency) * 1e3;
     }
   e.ms = std::max(e.memory_ms, e.compute_ms) / e.utilisation + e.operand_ms + e.spill_ms + kLaunchMs;
