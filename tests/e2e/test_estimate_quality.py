@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EST = Path(os.environ.get("KILN_ESTIMATE", ROOT / "build" / "kiln-estimate"))
+# built beside kiln (bench/CMakeLists.txt)
+EST = Path(os.environ.get("KILN_ESTIMATE",
+                          Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln")).parent / "kiln-estimate"))
 SCRIPT = ROOT / "bench" / "estimate_quality.py"
 
 
