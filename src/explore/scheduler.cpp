@@ -605,7 +605,7 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
         Traffic tr = reply->result.traffic.value_or(Traffic{});
         if (tr.bytes <= 0) tr = job.ctx.traffic;
         Estimate est = estimate_latency(*job.ctx.target, job.ctx.row.dtype, tr,
-                                        KernelResources::from_artifact(*reply->result.artifact));
+                                        KernelResources::from_artifact(*reply->result.artifact), item.candidate.config);
         e.estimate_ms = est.ms;
         e.result["estimate"] = est.to_json();
       } catch (const std::exception&) {

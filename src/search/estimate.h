@@ -3,6 +3,7 @@
 // are labelled `estimated` everywhere they are shown. docs/estimate.md explains it.
 #pragma once
 #include <array>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -33,7 +34,9 @@ struct Estimate {
   double ms = 0;
   // The terms, for reports: memory and compute times at full machine use, the
   // fraction of the machine the launch keeps busy, the spill cost.
-  double memory_ms = 0, compute_ms = 0, utilisation = 1, spill_ms = 0;
+  // operand_ms: the row operand's re-reads by every column block of a tiled
+  // contraction (needs the config's BLOCK_N and BLOCK_K).
+  double memory_ms = 0, compute_ms = 0, utilisation = 1, spill_ms = 0, operand_ms = 0;
   nlohmann::json to_json() const;
 };
 
@@ -42,8 +45,21 @@ struct Estimate {
 // Throws std::invalid_argument if the target lacks bandwidth or compute units.
 double roofline_ms(const Target& target, const std::string& dtype, const Traffic& traffic);
 
+// `config` is the candidate's template config (BLOCK_* tile sizes, num_stages,
+// num_warps); an empty object leaves out the terms that need it.
 // Throws std::invalid_argument if the target lacks bandwidth or compute units.
 Estimate estimate_latency(const Target& target, const std::string& dtype, const Traffic& traffic,
-                          const KernelResources& kernel);
+                          const KernelResources& kernel,
+                          const nlohmann::json& config = nlohmann::json::object());
+
+// How sure the model is about an operator family's ranking: the factor on
+// estimate_ms within which the measured best config of a job lay behind the
+// estimate's first choice on recorded exhaustive runs (bench/estimate_quality.py
+// --fit prints what each family needs). An estimated target's package ships
+// rank 0 and the candidates whose estimate is within this factor of rank 0's
+// (at most --shortlist of them). Families without a record get the default.
+double shortlist_factor(const std::string& op);
+// The whole table and the default, for reports: {"families": {op: f}, "default": f}.
+nlohmann::json shortlist_factors();
 
 }  // namespace kiln

@@ -111,5 +111,70 @@ TEST(Estimate, ReadsTheWorkersArtifactReport) {
   EXPECT_DOUBLE_EQ(*k.occupancy, 48);
 }
 
+
+nlohmann::json tile(int bm, int bn, int bk) {
+  return {{"BLOCK_M", bm}, {"BLOCK_N", bn}, {"BLOCK_K", bk}, {"num_warps", 4}, {"num_stages", 2}};
+}
+
+TEST(Estimate, NarrowColumnBlocksRereadTheRowOperand) {
+  // Same work, same launch: a tiled contraction whose column blocks are 4x
+  // narrower re-reads (conv2d: re-gathers) its row operand 4x as often.
+  const Traffic tr{1e8, 1e11};
+  const auto k = kernel(304 * 8, 4, 8);
+  const Estimate wide = estimate_latency(mi300x(), "fp16", tr, k, tile(128, 128, 32));
+  const Estimate narrow = estimate_latency(mi300x(), "fp16", tr, k, tile(128, 32, 32));
+  EXPECT_GT(wide.operand_ms, 0);
+  EXPECT_GT(narrow.operand_ms, wide.operand_ms);
+  EXPECT_GT(narrow.ms, wide.ms);
+  // More flops through the same tiles: more re-reads.
+  const Estimate more = estimate_latency(mi300x(), "fp16", Traffic{1e8, 2e11}, k, tile(128, 128, 32));
+  EXPECT_GT(more.operand_ms, wide.operand_ms);
+}
+
+TEST(Estimate, OperandRereadsNeedATiledContraction) {
+  const Traffic tr{1e8, 1e8};
+  const auto k = kernel(304 * 8, 4, 8);
+  // No config, or a config without a reduction step (elementwise, row kernels): no term.
+  EXPECT_EQ(estimate_latency(mi300x(), "fp16", tr, k).operand_ms, 0);
+  const nlohmann::json row = {{"BLOCK_M", 1}, {"BLOCK_N", 4096}, {"num_warps", 4}};
+  const Estimate r = estimate_latency(mi300x(), "fp16", tr, k, row);
+  EXPECT_EQ(r.operand_ms, 0);
+  EXPECT_DOUBLE_EQ(r.ms, estimate_latency(mi300x(), "fp16", tr, k).ms);
+}
+
+TEST(Estimate, AFasterL2MakesOperandRereadsCheaper) {
+  const Traffic tr{1e8, 1e11};
+  const auto k = kernel(304 * 8, 4, 8);
+  Target slow = mi300x(), fast = mi300x();
+  slow.raw = {{"l2_bandwidth_gbs", 8000}};
+  fast.raw = {{"l2_bandwidth_gbs", 16000}};
+  const double s = estimate_latency(slow, "fp16", tr, k, tile(128, 64, 32)).operand_ms;
+  const double f = estimate_latency(fast, "fp16", tr, k, tile(128, 64, 32)).operand_ms;
+  EXPECT_GT(s, f);
+  // Without the figure the target's HBM bandwidth stands in: a target with
+  // more HBM bandwidth also re-reads faster.
+  Target more_hbm = mi300x();
+  more_hbm.memory_bandwidth_gbs *= 2;
+  EXPECT_GT(estimate_latency(mi300x(), "fp16", tr, k, tile(128, 64, 32)).operand_ms,
+            estimate_latency(more_hbm, "fp16", tr, k, tile(128, 64, 32)).operand_ms);
+  // Wider elements move more bytes per re-read.
+  EXPECT_GT(estimate_latency(mi300x(), "fp32", tr, k, tile(128, 64, 32)).operand_ms,
+            estimate_latency(mi300x(), "fp16", tr, k, tile(128, 64, 32)).operand_ms);
+}
+
+TEST(Estimate, ShortlistFactorsNeverNarrowBelowTheFloorAndCoverUnknownFamilies) {
+  const auto table = shortlist_factors();
+  ASSERT_TRUE(table["families"].is_object());
+  const double dflt = table["default"].get<double>();
+  EXPECT_GT(dflt, 1.0);
+  for (auto it = table["families"].begin(); it != table["families"].end(); ++it) {
+    EXPECT_GT(it->get<double>(), 1.0) << it.key();  // an estimate is never exact
+    EXPECT_DOUBLE_EQ(shortlist_factor(it.key()), it->get<double>()) << it.key();
+  }
+  // A family with no record gets the default, not the tightest factor.
+  EXPECT_FALSE(table["families"].contains("no_such_operator"));
+  EXPECT_DOUBLE_EQ(shortlist_factor("no_such_operator"), dflt);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""How well the static estimate ranks candidates, against recorded measurements.
+
+Reads the slim H200 catalogs committed under bench/results/ (every job explored
+with the exhaustive strategy: each config of the job was compiled, checked and
+timed on the device), recomputes the estimate of every recorded candidate with
+the CURRENT model (build/kiln-estimate, the C++ of src/evaluate/estimate.cpp),
+and reports per job:
+
+  rho      Spearman rank correlation of estimate and measured median latency
+  pick     measured latency of the estimate's first choice / the measured best
+  top1/4/8 whether the estimate's first 1/4/8 hold a config within 3% of the best
+  list     the shortlist a package would ship (src/package/shortlist.h): rank 0
+           and the candidates whose estimate is within the family's factor
+           (estimate.h shortlist_factor), one per tile, at most 8; its size, and
+           whether it holds a config within 3%
+  old      the fixed rule before: every candidate within 1.5x, at most 8
+  need     the smallest factor whose list (first 8 by estimate) holds one
+
+Jobs are split: `fit` (the anchors, the quickstart shapes and conv2d
+32x64x56x56, which the model and the search priors were tuned on) and
+`held-out` (the shapes listed in bench/holdout*_ops.yaml and the long attention
+shapes), so the held-out numbers are out of sample. A job recorded in several
+catalogs (repeat runs) counts once: the catalog with the most timed candidates.
+
+  python3 bench/estimate_quality.py [--bin build/kiln-estimate] [--json OUT.json]
+         [--recorded]   (rank by the estimate_ms recorded at run time instead)
+         [--before]     (the model without its config terms, and the fixed 1.5x rule)
+         [--fit]        (print the per-family factors the fit split needs)
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = 1.03
+OLD_RATIO, LIST_MAX = 1.5, 8
+FLOOR, UNSURE = 1.5, 2.0  # estimate.cpp kShortlistFloor, kShortlistUnsure
+
+
+def holdout_keys() -> set:
+    keys = set()
+    for path in sorted(glob.glob(os.path.join(ROOT, "bench", "holdout*_ops.yaml"))):
+        for o in yaml.safe_load(open(path))["operators"]:
+            for shape in o["shapes"]:
+                keys.add((o["op"], json.dumps(shape, separators=(",", ":")), o.get("dtype", "fp32")))
+    return keys
+
+
+def warp_sizes() -> dict:
+    """Target name -> warp size (configs/targets): the compiled kernel's, which the slim catalogs leave out."""
+    out = {}
+    for path in glob.glob(os.path.join(ROOT, "configs", "targets", "*.yaml")):
+        t = yaml.safe_load(open(path))
+        out[t["name"]] = t.get("warp_size", 64)
+    return out
+
+
+def load_jobs(paths: list[str]) -> list[dict]:
+    held = holdout_keys()
+    ws = warp_sizes()
+    best: dict = {}
+    for path in paths:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        rows = db.execute(
+            "SELECT j.id, j.op, j.shape, j.dtype, j.params, j.target, json_extract(j.spec, '$.explore.strategy'),"
+            " c.config, e.median_ms, e.estimate_ms, e.registers, e.spills, e.shared_bytes, e.occupancy, e.result"
+            " FROM jobs j JOIN candidates c ON c.job_id = j.id JOIN evaluations e ON e.candidate_id = c.id"
+            " WHERE e.status = 'ok' AND e.median_ms > 0 ORDER BY j.id, c.id").fetchall()
+        jobs: dict = {}
+        for (jid, op, shape, dtype, params, target, strategy, config, med, est, regs, spills, shared, occ,
+             result) in rows:
+            if strategy != "exhaustive":
+                continue
+            j = jobs.setdefault(jid, {"op": op, "shape": json.loads(shape), "dtype": dtype,
+                                      "params": json.loads(params), "target": target,
+                                      "catalog": os.path.relpath(path, ROOT), "cands": []})
+            r = json.loads(result)
+            cfg = json.loads(config)
+            art = dict(r.get("artifact") or {})
+            art.setdefault("num_warps", cfg.get("num_warps", 4))
+            art.setdefault("warp_size", ws.get(target, 64))
+            for k, v in (("registers", regs), ("spills", spills), ("shared_bytes", shared), ("occupancy", occ)):
+                if v is not None:
+                    art.setdefault(k, v)
+            j["cands"].append({"config": cfg, "measured": med, "recorded": est,
+                               "traffic": r.get("traffic") or {}, "artifact": art})
+        for j in jobs.values():
+            if len(j["cands"]) < 2:
+                continue
+            key = (j["op"], json.dumps(j["shape"], separators=(",", ":")), j["dtype"], json.dumps(j["params"]),
+                   j["target"])
+            j["split"] = "held-out" if key[:3] in held or (j["op"] == "attention" and j["shape"][2] > 2048) \
+                else "fit"
+            if key not in best or len(j["cands"]) > len(best[key]["cands"]):
+                best[key] = j
+    return sorted(best.values(), key=lambda j: (j["split"] != "fit", j["op"], j["shape"]))
+
+
+def estimate_all(jobs: list[dict], binary: str, with_config: bool = True) -> None:
+    lines = []
+    for j in jobs:
+        for c in j["cands"]:
+            lines.append(json.dumps({"target": j["target"], "dtype": j["dtype"], "traffic": c["traffic"],
+                                     "artifact": c["artifact"], "config": c["config"] if with_config else {}}))
+    out = subprocess.run([binary, "--targets", os.path.join(ROOT, "configs", "targets")],
+                         input="\n".join(lines) + "\n", capture_output=True, text=True, check=True).stdout
+    results = [json.loads(x) for x in out.splitlines()]
+    it = iter(results)
+    for j in jobs:
+        for c in j["cands"]:
+            r = next(it)
+            if "error" in r:
+                raise SystemExit(f"kiln-estimate: {r['error']}")
+            c["estimate"] = r["ms"]
+            c["terms"] = r
+
+
+def ranks(xs: list[float]) -> list[float]:
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    r = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        k = i
+        while k + 1 < len(order) and xs[order[k + 1]] == xs[order[i]]:
+            k += 1
+        for m in range(i, k + 1):
+            r[order[m]] = (i + k) / 2.0
+        i = k + 1
+    return r
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    return cov / (va * vb) if va > 0 and vb > 0 else 0.0
+
+
+def tile(c: dict) -> str:
+    return json.dumps({k: v for k, v in c["config"].items() if k != "num_stages"}, sort_keys=True)
+
+
+def shortlist(order: list[dict], key: str, ratio: float, one_per_tile: bool = True) -> list[dict]:
+    """src/package/shortlist.cpp pick_shortlist: rank 0, then each candidate within ratio x rank 0's
+    estimate whose tile (config without num_stages) no earlier pick shares, at most 8.
+    one_per_tile=False: the fixed rule before it (every candidate within ratio)."""
+    r0, out = order[0][key], []
+    for c in order:
+        if c[key] > r0 * ratio or len(out) == LIST_MAX:
+            break
+        if one_per_tile and any(tile(c) == tile(x) for x in out):
+            continue
+        out.append(c)
+    return out
+
+
+def needed_factor(order: list[dict], key: str, best: float) -> float:
+    """The smallest factor whose shortlist (<= 8) holds a config within 3% of the best; inf if none."""
+    r0 = order[0][key]
+    for c in order[:LIST_MAX]:
+        if c["measured"] <= best * TOL:
+            return c[key] / r0 if r0 > 0 else math.inf
+    return math.inf
+
+
+def evaluate(jobs: list[dict], key: str, factor) -> list[dict]:
+    rows = []
+    for j in jobs:
+        cs = j["cands"]
+        best = min(c["measured"] for c in cs)
+        order = sorted(cs, key=lambda c: (c[key], c["measured"]))
+        good = lambda sub: any(c["measured"] <= best * TOL for c in sub)
+        sl = shortlist(order, key, factor(j["op"]))
+        old = shortlist(order, key, OLD_RATIO, one_per_tile=False)
+        rows.append({
+            "split": j["split"], "op": j["op"], "shape": j["shape"], "dtype": j["dtype"], "params": j["params"],
+            "catalog": j["catalog"], "n": len(cs),
+            "rho": spearman([c[key] for c in cs], [c["measured"] for c in cs]),
+            "pick": order[0]["measured"] / best,
+            "top1": good(order[:1]), "top4": good(order[:4]), "top8": good(order[:8]),
+            "list_n": len(sl), "list_ok": good(sl), "list_pick": min(c["measured"] for c in sl) / best,
+            "old_list_n": len(old), "old_list_ok": good(old), "old_list_pick": min(c["measured"] for c in old) / best,
+            "needed_factor": needed_factor(order, key, best),
+        })
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    n = len(rows)
+    if not n:
+        return {}
+    return {"jobs": n,
+            "top1": sum(r["top1"] for r in rows), "top4": sum(r["top4"] for r in rows),
+            "top8": sum(r["top8"] for r in rows),
+            "list_ok": sum(r["list_ok"] for r in rows), "list_mean_n": sum(r["list_n"] for r in rows) / n,
+            "old_list_ok": sum(r["old_list_ok"] for r in rows),
+            "old_list_mean_n": sum(r["old_list_n"] for r in rows) / n,
+            "median_rho": sorted(r["rho"] for r in rows)[n // 2],
+            "worst_pick": max(r["pick"] for r in rows),
+            "worst_list_pick": max(r["list_pick"] for r in rows),
+            "worst_old_list_pick": max(r["old_list_pick"] for r in rows)}
+
+
+def factor_table(binary: str) -> dict:
+    """The per-family shortlist factors of the current model (estimate.h shortlist_factor)."""
+    out = subprocess.run([binary, "--shortlist-factors"], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "kiln-estimate"))
+    ap.add_argument("--json", help="write per-job rows and summaries here")
+    ap.add_argument("--recorded", action="store_true", help="rank by the estimate_ms recorded at run time")
+    ap.add_argument("--before", action="store_true",
+                    help="the model before the config terms (no config passed) and the fixed 1.5x shortlist rule")
+    ap.add_argument("--fit", action="store_true", help="print the factor each family needs on the fit split")
+    ap.add_argument("catalogs", nargs="*",
+                    default=sorted(glob.glob(os.path.join(ROOT, "bench", "results", "**", "*.db"), recursive=True)))
+    a = ap.parse_args()
+    jobs = load_jobs(a.catalogs)
+    key = "recorded" if a.recorded else "estimate"
+    if a.recorded:
+        jobs = [j for j in jobs if all(c["recorded"] is not None for c in j["cands"])]
+        factors, default = {}, OLD_RATIO
+    elif a.before:
+        estimate_all(jobs, a.bin, with_config=False)
+        factors, default = {}, OLD_RATIO
+    else:
+        estimate_all(jobs, a.bin)
+        table = factor_table(a.bin)
+        factors, default = table["families"], table["default"]
+    rows = evaluate(jobs, key, lambda op: factors.get(op, default))
+
+    print(f"{'split':8} {'op':13} {'shape':22} {'n':>3} {'rho':>6} {'pick':>6} top1 top4 top8 "
+          f"{'list':>4} ok {'old':>4} ok  need")
+    yn = lambda b: " y  " if b else " -  "
+    for r in rows:
+        print(f"{r['split']:8} {r['op']:13} {json.dumps(r['shape'], separators=(',', ':')):22} {r['n']:3d} "
+              f"{r['rho']:6.2f} {r['pick']:6.2f} {yn(r['top1'])} {yn(r['top4'])} {yn(r['top8'])} "
+              f"{r['list_n']:4d} {'y' if r['list_ok'] else '-':2} {r['old_list_n']:4d} "
+              f"{'y' if r['old_list_ok'] else '-':2} {r['needed_factor']:5.2f}")
+    sums = {}
+    for split in ("fit", "held-out"):
+        s = summary([r for r in rows if r["split"] == split])
+        sums[split] = s
+        if s:
+            print(f"{split}: {s['jobs']} jobs; a config within 3% of the measured best in the estimate's "
+                  f"top 1: {s['top1']}, top 4: {s['top4']}, top 8: {s['top8']}; median rho {s['median_rho']:.2f}; "
+                  f"worst pick {s['worst_pick']:.2f}x; shortlist holds one: {s['list_ok']} "
+                  f"(mean size {s['list_mean_n']:.1f}, worst {s['worst_list_pick']:.3f}x), "
+                  f"1.5x rule: {s['old_list_ok']} (mean size {s['old_list_mean_n']:.1f}, "
+                  f"worst {s['worst_old_list_pick']:.3f}x)")
+    if a.fit:
+        fam: dict = {}
+        for r in rows:
+            if r["split"] == "fit":
+                fam.setdefault(r["op"], []).append(r["needed_factor"])
+        print("factor each family needs on the fit split (max over its jobs) -> the table entry "
+              f"(rounded up to 0.05, at least {FLOOR}; {UNSURE} where a job needs more than the first 8):")
+        for op, v in sorted(fam.items()):
+            need = max(v)
+            entry = UNSURE if math.isinf(need) else max(FLOOR, math.ceil(need * 20 - 1e-9) / 20)
+            print(f"  {op:14} {need:.3f} -> {entry:.2f}  ({len(v)} jobs: {', '.join(f'{x:.2f}' for x in v)})")
+    if a.json:
+        with open(a.json, "w") as f:
+            for r in rows:  # JSON has no infinity: "no factor catches it" is null
+                r["needed_factor"] = None if math.isinf(r["needed_factor"]) else r["needed_factor"]
+            json.dump({"basis": key, "model": "before" if a.before else ("recorded" if a.recorded else "current"),
+                       "tolerance": TOL, "rows": rows, "summary": sums,
+                       "catalogs": [os.path.relpath(p, ROOT) for p in a.catalogs]}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
