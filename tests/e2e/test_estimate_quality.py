@@ -1,6 +1,6 @@
 """The static estimate against recorded H200 measurements, as a regression test.
 
-bench/estimate_quality.py recomputes the estimate of every candidate of the
+bench/deploy/estimate_quality.py recomputes the estimate of every candidate of the
 exhaustive H200 runs under bench/results/ with the current model (kiln-estimate,
 the C++ of src/evaluate/estimate.cpp) and asks whether the shortlist an
 estimated target's package would ship holds a config within 3% of the measured
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # built beside kiln (bench/CMakeLists.txt)
 EST = Path(os.environ.get("KILN_ESTIMATE",
                           Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln")).parent / "kiln-estimate"))
-SCRIPT = ROOT / "bench" / "estimate_quality.py"
+SCRIPT = ROOT / "bench" / "deploy" / "estimate_quality.py"
 
 
 def quality(tmp_path, *flags):

@@ -3,7 +3,7 @@
 the whole page and each section's first chart, taken by headless Chromium
 (Debian's `chromium`) through the DevTools protocol (tests/e2e/cdp.py).
 
-  python3 bench/dashboard_screenshots.py --catalog h200.db --out docs/images/dashboard
+  python3 bench/deploy/dashboard_screenshots.py --catalog h200.db --out docs/images/dashboard
 
 A GPU node without Chromium: copy its catalog here (after `kiln run --device
 gpu` on it) and run this. Prints a table of the charts drawn (id, series,
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import cdp  # noqa: E402
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How well the static estimate ranks candidates, against recorded measurements.
 
-Reads the slim H200 catalogs committed under bench/results/ (every job explored
+Reads the slim H200 catalogs committed under tests/data/search/ (every job explored
 with the exhaustive strategy: each config of the job was compiled, checked and
 timed on the device), recomputes the estimate of every recorded candidate with
 the CURRENT model (build/kiln-estimate, the C++ of src/evaluate/estimate.cpp),
@@ -23,7 +23,7 @@ Jobs are split: `fit` (the anchors, the quickstart shapes and conv2d
 shapes), so the held-out numbers are out of sample. A job recorded in several
 catalogs (repeat runs) counts once: the catalog with the most timed candidates.
 
-  python3 bench/estimate_quality.py [--bin build/kiln-estimate] [--json OUT.json]
+  python3 bench/deploy/estimate_quality.py [--bin build/kiln-estimate] [--json OUT.json]
          [--recorded]   (rank by the estimate_ms recorded at run time instead)
          [--before]     (the model without its config terms, and the fixed 1.5x rule)
          [--fit]        (print the per-family factors the fit split needs)
@@ -41,7 +41,7 @@ import sys
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOL = 1.03
 OLD_RATIO, LIST_MAX = 1.5, 8
 FLOOR, UNSURE = 1.5, 2.0  # estimate.cpp kShortlistFloor, kShortlistUnsure
@@ -228,7 +228,7 @@ def main() -> int:
                     help="the model before the config terms (no config passed) and the fixed 1.5x shortlist rule")
     ap.add_argument("--fit", action="store_true", help="print the factor each family needs on the fit split")
     ap.add_argument("catalogs", nargs="*",
-                    default=sorted(glob.glob(os.path.join(ROOT, "bench", "results", "**", "*.db"), recursive=True)))
+                    default=sorted(glob.glob(os.path.join(ROOT, "tests", "data", "search", "**", "*.db"), recursive=True)))
     a = ap.parse_args()
     jobs = load_jobs(a.catalogs)
     key = "recorded" if a.recorded else "estimate"

@@ -9,8 +9,8 @@ while the run writes and again after it ended. Prints a table of latencies
 (p50 / p90 / p99 / max, ms) and errors per path and phase; writes every
 sample to $OUT/serve_load.json when OUT is set.
 
-  python3 bench/serve_load.py [--concurrency 200] [--rounds 10] [--kiln build/kiln]
-  python3 bench/serve_load.py --catalog kiln.db     # an existing catalog instead (no run beside it)
+  python3 bench/deploy/serve_load.py [--concurrency 200] [--rounds 10] [--kiln build/kiln]
+  python3 bench/deploy/serve_load.py --catalog kiln.db     # an existing catalog instead (no run beside it)
 
 The acceptance bound (issue 21): /api/best, 200 concurrent requests, no error,
 p99 under 50 ms on the 2-core CI machine.
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
 
 MANIFEST = """name: {name}
