@@ -19,7 +19,7 @@ and reports per job:
 
 Jobs are split: `fit` (the anchors, the quickstart shapes and conv2d
 32x64x56x56, which the model and the search priors were tuned on) and
-`held-out` (the shapes listed in bench/holdout*_ops.yaml and the long attention
+`held-out` (the shapes listed in bench/search/holdout*_ops.yaml and the long attention
 shapes), so the held-out numbers are out of sample. A job recorded in several
 catalogs (repeat runs) counts once: the catalog with the most timed candidates.
 
@@ -49,7 +49,7 @@ FLOOR, UNSURE = 1.5, 2.0  # estimate.cpp kShortlistFloor, kShortlistUnsure
 
 def holdout_keys() -> set:
     keys = set()
-    for path in sorted(glob.glob(os.path.join(ROOT, "bench", "holdout*_ops.yaml"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "bench", "search", "holdout*_ops.yaml"))):
         for o in yaml.safe_load(open(path))["operators"]:
             for shape in o["shapes"]:
                 keys.add((o["op"], json.dumps(shape, separators=(",", ":")), o.get("dtype", "fp32")))

@@ -39,7 +39,8 @@ def test_the_harness_reproduces_the_recorded_estimates(tmp_path):
     key = lambda r: (r["op"], json.dumps(r["shape"]), r["dtype"], json.dumps(r["params"], sort_keys=True),
                      r["catalog"])
     rec = {key(r): r for r in recorded["rows"]}
-    assert len(before["rows"]) >= 40 and {key(r) for r in before["rows"]} == set(rec)
+    # tests/data/search: 33 distinct recorded jobs (the bulk of bench/results left the tree)
+    assert len(before["rows"]) >= 30 and {key(r) for r in before["rows"]} == set(rec)
     for r in before["rows"]:
         # same order by estimate: same pick, same correlation
         assert r["pick"] == pytest.approx(rec[key(r)]["pick"]), key(r)
