@@ -124,8 +124,13 @@ def observed_run(tmp_path_factory):
                     with urllib.request.urlopen(url, timeout=5) as r:
                         scrapes.append((r.headers.get("Content-Type"), r.read().decode()))
                 except (urllib.error.URLError, ConnectionError):
-                    if proc.poll() is None:
+                    # the endpoint closes as the run ends, a moment before the
+                    # process exits: refused is an error only if it keeps running
+                    try:
+                        proc.wait(timeout=20)
+                    except subprocess.TimeoutExpired:
                         raise
+                    break
             if prom.exists():
                 files.append(prom.read_text())
             time.sleep(0.2)
