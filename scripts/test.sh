@@ -24,12 +24,12 @@ step "Python: kernels and worker (pytest, Triton interpreter)"
 TRITON_INTERPRET=1 python3 -m pytest -q -n 2 tests/python
 
 step "End to end (kiln binary, real catalog, real workers; nightly, merge, --shard)"
-# KILN_E2E_JOBS=2: two pytest processes, one test file each at a time (--dist
-# loadfile: a file's module fixtures run once; ports are ephemeral, paths per
-# test). Off by default until measured on an idle machine: on a saturated one
-# it gained nothing. The chaos suite runs alone next.
+# Two pytest processes (KILN_E2E_JOBS, default 2; 1 for one), one test file
+# each at a time (--dist loadfile: a file's module fixtures run once; ports are
+# ephemeral, paths per test). A clean clone on the 2-core machine: 177 tests in
+# 347 s on two, against about 420 s on one. The chaos suite runs alone next.
 e2e_jobs=()
-[[ "${KILN_E2E_JOBS:-1}" -gt 1 ]] && e2e_jobs=(-n "$KILN_E2E_JOBS" --dist loadfile)
+[[ "${KILN_E2E_JOBS:-2}" -gt 1 ]] && e2e_jobs=(-n "${KILN_E2E_JOBS:-2}" --dist loadfile)
 python3 -m pytest -q "${e2e_jobs[@]}" tests/e2e --ignore=tests/e2e/test_slurm.py \
   --ignore=tests/e2e/test_chaos.py
 
