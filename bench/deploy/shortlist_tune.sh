@@ -68,3 +68,5 @@ python3 bench/deploy/shortlist_compare.py "$W" | tee "$W/table.md"
 grep -h "" "$W"/tune-*.txt >"$W/tune-all.txt" 2>/dev/null
 tar czf "$OUT/shortlist.tgz" -C /tmp --exclude=shortlist/pkg-exh/objects --exclude=shortlist/pkg-est/objects \
   --exclude='shortlist/kiln.db*' --exclude=shortlist/home shortlist
+# the run's catalog, for the dashboard screenshots (bench/deploy/dashboard_screenshots.py)
+gzip -c "$W/kiln.db" >"$OUT/shortlist-kiln.db.gz" 2>/dev/null || true
