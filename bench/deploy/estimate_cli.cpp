@@ -6,7 +6,6 @@
 // and writes one JSON line per input: the estimate's terms (Estimate::to_json),
 // or {"error": "..."} for a line it cannot estimate. bench/estimate_quality.py
 // drives it. Usage: kiln-estimate [--targets DIR]  (default configs/targets)
-//        kiln-estimate --shortlist-factors  (the per-family shortlist factors, JSON)
 #include <iostream>
 #include <string>
 
@@ -21,11 +20,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--targets" && i + 1 < argc) {
       dir = argv[++i];
-    } else if (a == "--shortlist-factors") {
-      std::cout << kiln::shortlist_factors().dump() << "\n";
-      return 0;
     } else {
-      std::cerr << "usage: kiln-estimate [--targets DIR] < candidates.jsonl | kiln-estimate --shortlist-factors\n";
+      std::cerr << "usage: kiln-estimate [--targets DIR] < candidates.jsonl\n";
       return 2;
     }
   }

@@ -10,12 +10,11 @@ and reports per job:
   rho      Spearman rank correlation of estimate and measured median latency
   pick     measured latency of the estimate's first choice / the measured best
   top1/4/8 whether the estimate's first 1/4/8 hold a config within 3% of the best
-  list     the shortlist a package would ship (src/package/shortlist.h): rank 0
-           and the candidates whose estimate is within the family's factor
-           (estimate.h shortlist_factor), one per tile, at most 8; its size, and
-           whether it holds a config within 3%
+  list     the shortlist a package would ship (src/package/shortlist.h): rank 0,
+           then the first candidates by estimate, one per tile, 8 in all; its
+           size, and whether it holds a config within 3%
   old      the fixed rule before: every candidate within 1.5x, at most 8
-  need     the smallest factor whose list (first 8 by estimate) holds one
+  need     how far (estimate / rank 0's) the first near-best config of the first 8 lies
 
 Jobs are split: `fit` (the anchors, the quickstart shapes and conv2d
 32x64x56x56, which the model and the search priors were tuned on) and
@@ -26,7 +25,6 @@ catalogs (repeat runs) counts once: the catalog with the most timed candidates.
   python3 bench/deploy/estimate_quality.py [--bin build/kiln-estimate] [--json OUT.json]
          [--recorded]   (rank by the estimate_ms recorded at run time instead)
          [--before]     (the model without its config terms, and the fixed 1.5x rule)
-         [--fit]        (print the per-family factors the fit split needs)
 """
 from __future__ import annotations
 
@@ -44,7 +42,6 @@ import yaml
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOL = 1.03
 OLD_RATIO, LIST_MAX = 1.5, 8
-FLOOR, UNSURE = 1.5, 2.0  # estimate.cpp kShortlistFloor, kShortlistUnsure
 
 
 def holdout_keys() -> set:
@@ -152,10 +149,10 @@ def tile(c: dict) -> str:
     return json.dumps({k: v for k, v in c["config"].items() if k != "num_stages"}, sort_keys=True)
 
 
-def shortlist(order: list[dict], key: str, ratio: float, one_per_tile: bool = True) -> list[dict]:
-    """src/package/shortlist.cpp pick_shortlist: rank 0, then each candidate within ratio x rank 0's
-    estimate whose tile (config without num_stages) no earlier pick shares, at most 8.
-    one_per_tile=False: the fixed rule before it (every candidate within ratio)."""
+def shortlist(order: list[dict], key: str, ratio: float = math.inf, one_per_tile: bool = True) -> list[dict]:
+    """src/package/shortlist.cpp pick_shortlist: rank 0, then each candidate by estimate whose tile
+    (config without num_stages) no earlier pick shares, 8 in all.
+    ratio=1.5, one_per_tile=False: the fixed rule before it (every candidate within 1.5x, at most 8)."""
     r0, out = order[0][key], []
     for c in order:
         if c[key] > r0 * ratio or len(out) == LIST_MAX:
@@ -175,14 +172,14 @@ def needed_factor(order: list[dict], key: str, best: float) -> float:
     return math.inf
 
 
-def evaluate(jobs: list[dict], key: str, factor) -> list[dict]:
+def evaluate(jobs: list[dict], key: str) -> list[dict]:
     rows = []
     for j in jobs:
         cs = j["cands"]
         best = min(c["measured"] for c in cs)
         order = sorted(cs, key=lambda c: (c[key], c["measured"]))
         good = lambda sub: any(c["measured"] <= best * TOL for c in sub)
-        sl = shortlist(order, key, factor(j["op"]))
+        sl = shortlist(order, key)
         old = shortlist(order, key, OLD_RATIO, one_per_tile=False)
         rows.append({
             "split": j["split"], "op": j["op"], "shape": j["shape"], "dtype": j["dtype"], "params": j["params"],
@@ -213,20 +210,13 @@ def summary(rows: list[dict]) -> dict:
             "worst_old_list_pick": max(r["old_list_pick"] for r in rows)}
 
 
-def factor_table(binary: str) -> dict:
-    """The per-family shortlist factors of the current model (estimate.h shortlist_factor)."""
-    out = subprocess.run([binary, "--shortlist-factors"], capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "kiln-estimate"))
     ap.add_argument("--json", help="write per-job rows and summaries here")
     ap.add_argument("--recorded", action="store_true", help="rank by the estimate_ms recorded at run time")
     ap.add_argument("--before", action="store_true",
-                    help="the model before the config terms (no config passed) and the fixed 1.5x shortlist rule")
-    ap.add_argument("--fit", action="store_true", help="print the factor each family needs on the fit split")
+                    help="the model before the config terms (no config passed)")
     ap.add_argument("catalogs", nargs="*",
                     default=sorted(glob.glob(os.path.join(ROOT, "tests", "data", "search", "**", "*.db"), recursive=True)))
     a = ap.parse_args()
@@ -234,15 +224,9 @@ def main() -> int:
     key = "recorded" if a.recorded else "estimate"
     if a.recorded:
         jobs = [j for j in jobs if all(c["recorded"] is not None for c in j["cands"])]
-        factors, default = {}, OLD_RATIO
-    elif a.before:
-        estimate_all(jobs, a.bin, with_config=False)
-        factors, default = {}, OLD_RATIO
     else:
-        estimate_all(jobs, a.bin)
-        table = factor_table(a.bin)
-        factors, default = table["families"], table["default"]
-    rows = evaluate(jobs, key, lambda op: factors.get(op, default))
+        estimate_all(jobs, a.bin, with_config=not a.before)
+    rows = evaluate(jobs, key)
 
     print(f"{'split':8} {'op':13} {'shape':22} {'n':>3} {'rho':>6} {'pick':>6} top1 top4 top8 "
           f"{'list':>4} ok {'old':>4} ok  need")
@@ -263,17 +247,6 @@ def main() -> int:
                   f"(mean size {s['list_mean_n']:.1f}, worst {s['worst_list_pick']:.3f}x), "
                   f"1.5x rule: {s['old_list_ok']} (mean size {s['old_list_mean_n']:.1f}, "
                   f"worst {s['worst_old_list_pick']:.3f}x)")
-    if a.fit:
-        fam: dict = {}
-        for r in rows:
-            if r["split"] == "fit":
-                fam.setdefault(r["op"], []).append(r["needed_factor"])
-        print("factor each family needs on the fit split (max over its jobs) -> the table entry "
-              f"(rounded up to 0.05, at least {FLOOR}; {UNSURE} where a job needs more than the first 8):")
-        for op, v in sorted(fam.items()):
-            need = max(v)
-            entry = UNSURE if math.isinf(need) else max(FLOOR, math.ceil(need * 20 - 1e-9) / 20)
-            print(f"  {op:14} {need:.3f} -> {entry:.2f}  ({len(v)} jobs: {', '.join(f'{x:.2f}' for x in v)})")
     if a.json:
         with open(a.json, "w") as f:
             for r in rows:  # JSON has no infinity: "no factor catches it" is null

@@ -61,6 +61,10 @@ for n in exh est; do
   timeout 180 "$RT" tune "$W/pkg-$n" --reps "${REPS:-100}" --out "$W/tune-$n.json" >"$W/tune-$n.txt" 2>&1
   echo "kiln-rt tune pkg-$n: rc=$? $(( $(date +%s) - t0 )) s"
 done
+# The tune ran on the H200, so H200-est now has a device: say so in its target
+# file (as a deployment adds its device's name), else the import refuses
+# measurements from a device that serves none of the file's targets.
+sed -i 's/^device_match:.*/device_match: ["H200"]/' "$W/home/configs/targets/H200-est.yaml"
 $K import-measurements "$W/tune-est.json" >"$W/import.log" 2>&1
 echo "import-measurements: rc=$? $(tail -1 "$W/import.log" | cut -c1-200)"
 $K best --json >"$W/best.json" 2>"$W/best.err"

@@ -128,9 +128,8 @@ void pick_shortlists(std::vector<PackageJob>& jobs, const PackageOptions& o) {
     std::vector<ShortlistEntry> pool;
     for (const PackageCandidate& c : j.candidates)
       pool.push_back({c.estimate_ms.value_or(std::numeric_limits<double>::infinity()), c.config});
-    const double factor = o.shortlist_ratio > 0 ? o.shortlist_ratio : shortlist_factor(j.op);
     std::vector<PackageCandidate> keep;
-    for (size_t i : pick_shortlist(pool, factor, o.shortlist_max)) keep.push_back(std::move(j.candidates[i]));
+    for (size_t i : pick_shortlist(pool, o.shortlist_max)) keep.push_back(std::move(j.candidates[i]));
     j.candidates = std::move(keep);
   }
 }
@@ -145,19 +144,12 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
   if (o.bundle) bundler = find_offload_bundler();
   if (o.sign_key) (void)ed25519_sign_hex(*o.sign_key, "");  // an unusable key fails before any work
 
-  // The shortlist query takes one ratio: the widest family's; each job's list
-  // is then picked within its own family's factor (pick_shortlists).
-  double widest = o.shortlist_ratio;
-  if (widest <= 0) {
-    const json f = shortlist_factors();
-    widest = f["default"].get<double>();
-    for (const auto& [op, v] : f["families"].items()) widest = std::max(widest, v.get<double>());
-  }
   std::vector<std::pair<const Target*, std::vector<PackageJob>>> per_target;
   size_t total_jobs = 0;
   for (const Target* t : targets) {
-    // the pool: every correct candidate within the widest factor (a tile may repeat)
-    per_target.push_back({t, package_jobs(catalog, t->name, o.shortlist_max > 1 ? kShortlistPool : 1, widest, o.only_jobs)});
+    // the pool: the first correct candidates by estimate, however far (a tile may repeat)
+    per_target.push_back({t, package_jobs(catalog, t->name, o.shortlist_max > 1 ? kShortlistPool : 1,
+                                          std::numeric_limits<double>::infinity(), o.only_jobs)});
     pick_shortlists(per_target.back().second, o);
     total_jobs += per_target.back().second.size();
   }
@@ -247,9 +239,6 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
           v["basis"] = j.basis;
           v["value_ms"] = j.value_ms;
           if (j.confirmed.is_object()) v["confirmed"] = j.confirmed;
-          // how far the shortlist reaches: rank 0's estimate times this
-          if (j.basis == "estimated")
-            v["shortlist_factor"] = o.shortlist_ratio > 0 ? o.shortlist_ratio : shortlist_factor(j.op);
           if (j.basis == "measured") {
             v["device"] = j.device;
             v["driver"] = j.measured_on.value("driver", json(nullptr));

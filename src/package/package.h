@@ -25,9 +25,6 @@ struct PackageOptions {
   std::optional<std::filesystem::path> sign_key;  // Ed25519 private key (PEM): SHA256SUMS.sig
   bool neighbours = true;                    // ask package_info to verify neighbouring shapes
   int shortlist_max = 8;                     // variants per kernel for an estimated target
-  // ... whose estimate is within this x the best's; 0: the operator family's
-  // factor (shortlist_factor in evaluate/estimate.h, how sure the model is).
-  double shortlist_ratio = 0;
   std::vector<std::filesystem::path> protected_dirs;  // never replaced (the catalog's directory)
   std::optional<std::vector<long long>> only_jobs;  // package only these job ids (kiln nightly); unset: all
   nlohmann::json toolchain = nlohmann::json::object();  // {"kiln", "triton", "torch"}

@@ -10,13 +10,11 @@ bool same_tile(const nlohmann::json& a, const nlohmann::json& b) {
   return x == y;
 }
 
-std::vector<size_t> pick_shortlist(const std::vector<ShortlistEntry>& by_estimate, double factor, int max) {
+std::vector<size_t> pick_shortlist(const std::vector<ShortlistEntry>& by_estimate, int max) {
   std::vector<size_t> out;
   if (by_estimate.empty()) return out;
   out.push_back(0);
-  const double limit = by_estimate[0].estimate_ms * factor;
   for (size_t i = 1; i < by_estimate.size() && static_cast<int>(out.size()) < max; ++i) {
-    if (!(by_estimate[i].estimate_ms <= limit)) break;  // sorted: the rest lie further out
     bool dup = false;
     for (size_t k : out) dup = dup || same_tile(by_estimate[k].config, by_estimate[i].config);
     if (!dup) out.push_back(i);

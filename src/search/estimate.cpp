@@ -133,42 +133,4 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
   return e;
 }
 
-namespace {
-
-// Per operator family: the largest factor any job of the fit split (the
-// anchors, the quickstart shapes, conv2d 32x64x56x56) needed for its shortlist
-// to hold a config within 3% of the measured best, rounded up to 0.05, at
-// least kShortlistFloor; a family with a fit job whose near-best config the
-// model put below its first 8 gets kShortlistUnsure (the model cannot tell its
-// configs apart: ship all 8). The floor is the fixed rule's 1.5: the model was
-// tuned on the fit split, where every family needs less than 1.03, and held-out
-// shapes need more (docs/packaging.md). They describe the model's error, not a
-// device: the model's terms are all functions of the target file. Refit with
-// `python3 bench/estimate_quality.py --fit` after changing the model.
-constexpr double kShortlistDefault = 1.5;
-constexpr double kShortlistFloor = 1.5;
-constexpr double kShortlistUnsure = 2.0;
-const std::map<std::string, double>& factor_table() {
-  static const std::map<std::string, double> table = {
-      {"add", kShortlistFloor},     {"softmax", kShortlistFloor}, {"layernorm", kShortlistFloor},
-      {"rmsnorm", kShortlistFloor}, {"row_sum", kShortlistFloor}, {"matmul", kShortlistFloor},
-      {"gemm_bias_act", kShortlistFloor}, {"conv2d", kShortlistFloor}, {"attention", kShortlistUnsure},
-  };
-  return table;
-}
-
-}  // namespace
-
-double shortlist_factor(const std::string& op) {
-  const auto& t = factor_table();
-  const auto it = t.find(op);
-  return std::max(kShortlistFloor, it == t.end() ? kShortlistDefault : it->second);
-}
-
-nlohmann::json shortlist_factors() {
-  nlohmann::json fam = nlohmann::json::object();
-  for (const auto& [op, f] : factor_table()) fam[op] = std::max(kShortlistFloor, f);
-  return {{"families", fam}, {"default", kShortlistDefault}};
-}
-
 }  // namespace kiln

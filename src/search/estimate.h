@@ -52,14 +52,4 @@ Estimate estimate_latency(const Target& target, const std::string& dtype, const 
                           const KernelResources& kernel,
                           const nlohmann::json& config = nlohmann::json::object());
 
-// How sure the model is about an operator family's ranking: the factor on
-// estimate_ms within which the measured best config of a job lay behind the
-// estimate's first choice on recorded exhaustive runs (bench/estimate_quality.py
-// --fit prints what each family needs). An estimated target's package ships
-// rank 0 and the candidates whose estimate is within this factor of rank 0's
-// (at most --shortlist of them). Families without a record get the default.
-double shortlist_factor(const std::string& op);
-// The whole table and the default, for reports: {"families": {op: f}, "default": f}.
-nlohmann::json shortlist_factors();
-
 }  // namespace kiln

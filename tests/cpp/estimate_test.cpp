@@ -162,19 +162,5 @@ TEST(Estimate, AFasterL2MakesOperandRereadsCheaper) {
             estimate_latency(mi300x(), "fp16", tr, k, tile(128, 64, 32)).operand_ms);
 }
 
-TEST(Estimate, ShortlistFactorsNeverNarrowBelowTheFloorAndCoverUnknownFamilies) {
-  const auto table = shortlist_factors();
-  ASSERT_TRUE(table["families"].is_object());
-  const double dflt = table["default"].get<double>();
-  EXPECT_GT(dflt, 1.0);
-  for (auto it = table["families"].begin(); it != table["families"].end(); ++it) {
-    EXPECT_GT(it->get<double>(), 1.0) << it.key();  // an estimate is never exact
-    EXPECT_DOUBLE_EQ(shortlist_factor(it.key()), it->get<double>()) << it.key();
-  }
-  // A family with no record gets the default, not the tightest factor.
-  EXPECT_FALSE(table["families"].contains("no_such_operator"));
-  EXPECT_DOUBLE_EQ(shortlist_factor("no_such_operator"), dflt);
-}
-
 }  // namespace
 }  // namespace kiln

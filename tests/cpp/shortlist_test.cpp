@@ -1,5 +1,5 @@
-// The shortlist an estimated target ships: within the factor, one variant per
-// tile, at most max, rank 0 always.
+// The shortlist an estimated target ships: rank 0, then the first tiles by
+// estimate however far their estimate lies, one variant per tile, at most max.
 #include "package/shortlist.h"
 
 #include <gtest/gtest.h>
@@ -17,13 +17,12 @@ TEST(Shortlist, SameTileIgnoresOnlyNumStages) {
   EXPECT_FALSE(same_tile(cfg(64, 64, 2, 4), cfg(64, 64, 2, 8)));
 }
 
-TEST(Shortlist, KeepsRankZeroAndStopsAtTheFactor) {
+TEST(Shortlist, KeepsRankZeroAndFillsToMaxHoweverFarTheEstimate) {
   const std::vector<ShortlistEntry> pool = {
-      {1.0, cfg(64, 64, 2)}, {1.2, cfg(128, 64, 2)}, {1.49, cfg(64, 128, 2)}, {1.51, cfg(128, 128, 2)}};
-  EXPECT_EQ(pick_shortlist(pool, 1.5, 8), (std::vector<size_t>{0, 1, 2}));
-  EXPECT_EQ(pick_shortlist(pool, 1.1, 8), (std::vector<size_t>{0}));
-  EXPECT_EQ(pick_shortlist(pool, 2.0, 8).size(), 4u);  // a wider factor ships more
-  EXPECT_EQ(pick_shortlist({}, 1.5, 8).size(), 0u);
+      {1.0, cfg(64, 64, 2)}, {1.2, cfg(128, 64, 2)}, {1.49, cfg(64, 128, 2)}, {3.0, cfg(128, 128, 2)}};
+  EXPECT_EQ(pick_shortlist(pool, 8), (std::vector<size_t>{0, 1, 2, 3}));
+  EXPECT_EQ(pick_shortlist(pool, 2), (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(pick_shortlist({}, 8).size(), 0u);
 }
 
 TEST(Shortlist, ATileRepeatedAcrossNumStagesTakesOneSlot) {
@@ -34,7 +33,7 @@ TEST(Shortlist, ATileRepeatedAcrossNumStagesTakesOneSlot) {
   double e = 1.0;
   for (const auto& t : tiles)
     for (int stages : {2, 3}) pool.push_back({e += 0.01, cfg(t[0], t[1], stages)});
-  const auto picked = pick_shortlist(pool, 1.5, 4);
+  const auto picked = pick_shortlist(pool, 4);
   ASSERT_EQ(picked.size(), 4u);
   for (size_t a = 0; a < picked.size(); ++a)
     for (size_t b = a + 1; b < picked.size(); ++b)
@@ -45,7 +44,7 @@ TEST(Shortlist, ATileRepeatedAcrossNumStagesTakesOneSlot) {
 
 TEST(Shortlist, MaxOneShipsRankZeroAlone) {
   const std::vector<ShortlistEntry> pool = {{1.0, cfg(64, 64, 2)}, {1.0, cfg(128, 64, 2)}};
-  EXPECT_EQ(pick_shortlist(pool, 1.5, 1), (std::vector<size_t>{0}));
+  EXPECT_EQ(pick_shortlist(pool, 1), (std::vector<size_t>{0}));
 }
 
 }  // namespace

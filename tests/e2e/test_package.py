@@ -22,10 +22,6 @@ from test_e2e import KILN, ROOT, db_rows, kiln
 FAKE = {"KILN_PYTHON": str(ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh")}
 AMD = ["MI300X", "MI250X", "MI355X"]
 BUNDLER = shutil.which("clang-offload-bundler-15")
-# The model's per-family shortlist factors, from kiln-estimate beside kiln (where built).
-_EST = Path(KILN).parent / "kiln-estimate"
-FACTORS = json.loads(subprocess.run([str(_EST), "--shortlist-factors"], capture_output=True, text=True,
-                                    check=True).stdout) if _EST.is_file() else None
 
 MANIFEST = """name: pkgtest
 targets: [MI300X, MI250X, MI355X, H200]
@@ -164,20 +160,15 @@ def test_shortlist_for_estimated_targets(bundled, cat):
             b = best[(k["operator"], target)]
             assert b["basis"] == "estimated" and vs[0]["candidate_id"] == b["candidate_id"]
             job = db_rows(cat, f"SELECT job_id FROM candidates WHERE id = {b['candidate_id']}")[0][0]
-            e0 = est[(vs[0]["candidate_id"], job)]
             others = [est[(v["candidate_id"], job)] for v in vs[1:]]
-            # the operator family's factor (how sure the model is), the one the model states
-            f = vs[0]["shortlist_factor"]
-            assert f > 1.0
-            if FACTORS is not None:
-                assert f == FACTORS["families"].get(k["operator"], FACTORS["default"])
-            assert others == sorted(others) and all(e <= f * e0 for e in others)
-            # one variant per tile (configs that differ only in num_stages count once) of the
-            # correct candidates within the factor, at most 8 in all
+            assert others == sorted(others)
+            # one variant per tile (configs that differ only in num_stages count once): the
+            # first tiles of the correct candidates by estimate, however far, at most 8 in all
             tiles = {json.dumps({a: b for a, b in json.loads(cfg).items() if a != "num_stages"}, sort_keys=True)
-                     for (c, j), e in est.items() if j == job and e <= f * e0
+                     for (c, j), e in est.items() if j == job
                      for (cfg,) in db_rows(cat, f"SELECT config FROM candidates WHERE id = {c}")}
             assert len(vs) == min(8, len(tiles))
+            assert "shortlist_factor" not in vs[0]
             shipped = [json.dumps({a: b for a, b in v["config"].items() if a != "num_stages"}, sort_keys=True)
                        for v in vs]
             assert len(set(shipped)) == len(shipped)
