@@ -147,8 +147,10 @@ void speedup_section(Page& p, const std::vector<BestKernel>& kernels, Facts& fac
            "finalists with the eager and compiled baselines on a device).</p>\n";
     return;
   }
+  // level with the baseline: above the line the kernel is faster
+  c.series.push_back({"1x (level)", Mark::kLine, {{-0.5, 1, {}, {}, ""}, {x - 0.5, 1, {}, {}, ""}}, "#999", true});
   for (auto& [name, s] : by_baseline) c.series.push_back(std::move(s));
-  c.width = std::max(640, 60 * x + 260);
+  c.width = std::max(640, 60 * x + 370);
   c.height = 340;
   p.chart(c);
 }
@@ -193,13 +195,17 @@ void roofline_section(Page& p, const std::vector<BestKernel>& kernels, const Tar
     if (measured.points.empty() && estimated.points.empty()) continue;
     // ceilings: the bandwidth roof up to the highest compute peak of the
     // kernels' dtypes, and each dtype's peak (fp32 when the file has no entry for it)
-    std::vector<std::pair<std::string, double>> peaks;  // name, GFLOP/s
+    std::vector<std::pair<std::string, double>> peaks;  // names ("bf16/fp16"), GFLOP/s; one line per value
     for (const auto& d : dtypes) {
       auto it = t->peak_tflops.find(d);
       if (it == t->peak_tflops.end()) it = t->peak_tflops.find("fp32");
       if (it == t->peak_tflops.end()) continue;
-      const std::pair<std::string, double> peak{it->first, it->second * 1000};
-      if (std::find(peaks.begin(), peaks.end(), peak) == peaks.end()) peaks.push_back(peak);
+      const double gflops = it->second * 1000;
+      auto same = std::find_if(peaks.begin(), peaks.end(), [&](const auto& pk) { return pk.second == gflops; });
+      if (same == peaks.end())
+        peaks.push_back({it->first, gflops});
+      else if (("/" + same->first + "/").find("/" + it->first + "/") == std::string::npos)
+        same->first += "/" + it->first;
     }
     double top_peak = 0;
     for (const auto& pk : peaks) top_peak = std::max(top_peak, pk.second);
@@ -217,9 +223,13 @@ void roofline_section(Page& p, const std::vector<BestKernel>& kernels, const Tar
     c.y.log = true;
     c.series.push_back({"bandwidth " + short_number(bw) + " GB/s", Mark::kLine,
                         {{x0, bw * x0, {}, {}, ""}, {ridge, bw * ridge, {}, {}, ""}}, "#555", false});
+    // ceilings in colours no kernel series uses
+    const char* ceiling_colours[] = {"#2ca02c", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
+    size_t ci = 0;
     for (const auto& [name, gflops] : peaks)
       c.series.push_back({name + " peak " + short_number(gflops / 1000) + " TFLOP/s", Mark::kLine,
-                          {{gflops / bw, gflops, {}, {}, ""}, {x1, gflops, {}, {}, ""}}, "", true});
+                          {{gflops / bw, gflops, {}, {}, ""}, {x1, gflops, {}, {}, ""}},
+                          ceiling_colours[ci++ % (sizeof ceiling_colours / sizeof *ceiling_colours)], true});
     if (!measured.points.empty()) c.series.push_back(std::move(measured));
     if (!estimated.points.empty()) c.series.push_back(std::move(estimated));
     c.height = 340;

@@ -66,8 +66,16 @@ std::vector<double> ticks(const Scale& s) {
       const double v = std::pow(10, p);
       if (v >= s.lo && v <= s.hi) out.push_back(v);
     }
-    if (out.size() < 2) out = {s.lo, s.hi};
-    return out;
+    if (out.size() < 3) {  // under three decades: 1, 2 and 5 of each
+      out.clear();
+      for (double p = std::floor(std::log10(s.lo)); p <= std::ceil(std::log10(s.hi)); p += 1)
+        for (double m : {1.0, 2.0, 5.0}) {
+          const double v = m * std::pow(10, p);
+          if (v >= s.lo && v <= s.hi) out.push_back(v);
+        }
+    }
+    if (out.size() >= 3) return out;
+    out.clear();  // a narrow range: evenly spaced values, placed on the log scale
   }
   const double span = s.hi - s.lo;
   const double raw = span / 5;
@@ -113,7 +121,8 @@ std::string short_number(double v) {
 }
 
 std::string render_svg(const Chart& c) {
-  const double left = 64, right = 16 + (c.series.size() > 1 ? 150 : 0), top = 28;
+  // right: the legend, and room for the last slanted category label
+  const double left = 64, right = (c.x.categories.empty() ? 16 : 110) + (c.series.size() > 1 ? 150 : 0), top = 28;
   const double bottom = c.x.categories.empty() ? 48 : 96;  // room for the slanted category labels
   const double w = c.width, h = c.height;
   std::vector<double> xs, ys;
