@@ -9,21 +9,31 @@
 # against its template's reference, which the worker first checked against the
 # KernelBench module: the oracle) and the geometric-mean speedup of the
 # confirmed best over PyTorch eager. Details in $OUT (default /tmp/kb-h200).
+#   KILN (default build/kiln)   EXPLORE (the manifest's exploration mapping)
+#   RUN_TIMEOUT (seconds, default none: a TERM then stops the run cleanly)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KB=${1:?usage: $0 /path/to/KernelBench}
 OUT=${OUT:-/tmp/kb-h200}
+K=${KILN:-build/kiln}
 mkdir -p "$OUT"
 DB="$OUT/kiln.db"
 rm -f "$DB"
-python3 bench/retrieval/kernelbench_dryrun.py "$KB" --out "$OUT" --manifest-out "$OUT/kb1.yaml" | tee "$OUT/dryrun.txt"
-build/kiln submit "$OUT/kb1.yaml" --catalog "$DB"
+python3 bench/retrieval/kernelbench_dryrun.py "$KB" --kiln "$K" --out "$OUT" --manifest-out "$OUT/kb1.yaml" \
+  ${EXPLORE:+--explore "$EXPLORE"} | tee "$OUT/dryrun.txt"
+$K submit "$OUT/kb1.yaml" --catalog "$DB"
 set +e
-build/kiln run --catalog "$DB" > "$OUT/run.log" 2>&1
-echo "kiln run exit $? (4: the LLM's jobs failed, as expected without one)"
+t0=$(date +%s)
+if [[ -n ${RUN_TIMEOUT:-} ]]; then
+  timeout -s TERM "$RUN_TIMEOUT" $K run --device gpu --catalog "$DB" > "$OUT/run.log" 2>&1
+else
+  $K run --device gpu --catalog "$DB" > "$OUT/run.log" 2>&1
+fi
+echo "kiln run exit $? in $(( $(date +%s) - t0 )) s (4: the LLM's jobs failed, as expected without one; 124/143: stopped by RUN_TIMEOUT)"
+tail -1 "$OUT/run.log"
 set -e
-build/kiln best --catalog "$DB" --json > "$OUT/best.json"
-build/kiln query --catalog "$DB" --csv \
+$K best --catalog "$DB" --json > "$OUT/best.json"
+$K query --catalog "$DB" --csv \
   "SELECT op, state, json_extract(spec, '$.oracle.name') AS problem, message FROM jobs
    WHERE json_extract(spec, '$.oracle') IS NOT NULL ORDER BY id" > "$OUT/served_jobs.csv"
 python3 - "$OUT" <<'PY'
