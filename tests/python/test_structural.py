@@ -287,3 +287,26 @@ def test_worker_match_method(tmp_path):
         assert good["ok"] is True and good["result"]["configs"], good
     finally:
         w.close()
+
+
+def test_oracle_check_holds_the_gpu_alone_and_gives_its_memory_back(lib, tmp_path, monkeypatch):
+    """On a GPU the once-per-job full-size check runs holding the GPU lock
+    exclusively (concurrent set-ups ran an H200 out of memory on KernelBench's
+    convolutions); on the CPU it takes no lock. Its failure still propagates."""
+    from types import SimpleNamespace
+    from kiln_worker.processes import gpulock
+    monkeypatch.setenv("KILN_GPU_LOCK", str(tmp_path / "gpu.lock"))
+    seen = []
+
+    def fake_verify(lib_, job, device):
+        seen.append((gpulock.held(), device))
+        if job.get("bad"):
+            raise oracle.OracleMismatch("differs")
+
+    monkeypatch.setattr(oracle, "verify", fake_verify)
+    oracle.verify_on(lib, {"op": "softmax"}, SimpleNamespace(is_gpu=True, torch_device="cpu"))
+    oracle.verify_on(lib, {"op": "softmax"}, SimpleNamespace(is_gpu=False, torch_device="cpu"))
+    with pytest.raises(oracle.OracleMismatch):
+        oracle.verify_on(lib, {"op": "softmax", "bad": True}, SimpleNamespace(is_gpu=True, torch_device="cpu"))
+    assert seen == [("exclusive", "cpu"), (None, "cpu"), ("exclusive", "cpu")]
+    assert gpulock.held() is None  # released, also after the failure

@@ -140,7 +140,7 @@ class Server:
         job = req.get("job")
         if isinstance(job, dict) and job.get("oracle"):  # a reference job a template serves
             from ..structural import oracle
-            oracle.verify(self.lib, job, self.dev.torch_device)
+            oracle.verify_on(self.lib, job, self.dev)
         return space(self.lib, job)
 
     def match(self, req: dict) -> dict:

@@ -74,6 +74,31 @@ def verify(lib, job: dict, device: str = "cpu") -> None:
         raise OracleMismatch(msg)
 
 
+def verify_on(lib, job: dict, dev) -> None:
+    """verify() on the worker's device. On a GPU the check holds the GPU lock
+    exclusively: it runs once per job at the job's full size in the upcast
+    dtype (inputs, the template's reference and the module's output: tens of
+    GiB for a KernelBench convolution), so several workers setting up jobs at
+    once would run the GPU out of memory. Whatever it allocated is given back
+    to the driver afterwards, for the other workers."""
+    if not getattr(dev, "is_gpu", False):
+        verify(lib, job, dev.torch_device)
+        return
+    import gc
+    from ..processes.gpulock import gpu_lock
+    try:
+        with gpu_lock(kind="setup"):
+            verify(lib, job, dev.torch_device)
+    finally:
+        gc.collect()
+        try:
+            import torch
+            if torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - freeing is best effort
+            pass
+
+
 def _verify(lib, job: dict, device: str) -> str | None:
     import torch
     from torch.func import functional_call
