@@ -148,6 +148,7 @@ struct Server::Impl {
   }
 
   Reply package(reports::Reader& reader, const std::string& name);
+  void evict_stale_packages(const std::string& target, const std::filesystem::path& keep);
   Reply route(const std::string& path, const Params& q);
   void accept();
 };
@@ -325,6 +326,24 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
   }
 }
 
+// The cache keeps one package per target: the one of its current best kernels.
+// Called with build_mu held, after `keep` was built.
+void Server::Impl::evict_stale_packages(const std::string& target, const fs::path& keep) {
+  std::error_code ec;
+  const std::string prefix = target + "-";
+  for (const auto& e : fs::directory_iterator(opts.cache_dir, ec)) {
+    const std::string f = e.path().filename().string();
+    // TARGET-<16 hex>.tar exactly ("H200-est-..." is another target's)
+    if (e.path() == keep || f.size() != prefix.size() + 20 || f.compare(0, prefix.size(), prefix) != 0 ||
+        f.compare(f.size() - 4, 4, ".tar") != 0)
+      continue;
+    const std::string fp = f.substr(prefix.size(), 16);
+    if (fp.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    std::error_code rm;
+    if (fs::remove(e.path(), rm)) log("evicted the stale package " + f);
+  }
+}
+
 Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
   const Target* t = opts.targets->find(name);
   if (!t) return error_reply(404, "unknown target '" + name + "'");
@@ -336,6 +355,7 @@ Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
   const std::string fp = reports::best_fingerprint(reader, t->name).substr(0, 16);
   const fs::path cached = opts.cache_dir / (t->name + "-" + fp + ".tar");
   std::string how = "cached";
+  std::ifstream in;
   {
     std::lock_guard<std::mutex> lock(build_mu);
     if (!fs::exists(cached)) {
@@ -352,6 +372,7 @@ Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
         fs::remove_all(work);
         log("built the package of " + t->name + " in " +
             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+        evict_stale_packages(t->name, cached);
       } catch (const std::exception& e) {
         std::error_code ec;
         fs::remove_all(work, ec);
@@ -359,8 +380,11 @@ Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
         return error_reply(500, std::string("cannot build the package of ") + t->name + ": " + e.what());
       }
     }
+    // Opened under the lock: a later build may evict this file, and an open
+    // file stays readable after its name is removed.
+    in.open(cached, std::ios::binary);
   }
-  std::ifstream in(cached, std::ios::binary);
+  if (!in) return error_reply(500, "cannot read the cached package of " + t->name);
   std::ostringstream bytes;
   bytes << in.rdbuf();
   Reply r;

@@ -5,7 +5,7 @@
 //   GET /api/jobs, /api/jobs/{id}  jobs; one job's candidates and evaluations
 //   GET /api/code-objects/{sha256} a code object's bytes
 //   GET /api/packages/{target}     a kiln-package/2 of the target as a tar,
-//                                  built on request and cached by the target's set of best kernels
+//                                  built on request and cached by the target's set of best kernels (one per target: a new set evicts the old)
 //   GET /metrics                   catalog-level gauges (catalog_metrics.h)
 //
 // Security: loopback unless a bearer token is configured (the constructor

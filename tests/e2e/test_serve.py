@@ -621,5 +621,17 @@ def test_code_object_download_and_package_tar(tmp_path):
         assert any((pkg / f).read_bytes() == blob for f in sums)   # the served code object is in it
         status, headers, tar2 = s.get("/api/packages/H200")
         assert status == 200 and headers["X-Kiln-Package"] == "cached" and tar2 == tar1
+        # a new best set builds a new package and evicts the stale one, only this target's
+        cache = tmp_path / "cache"
+        decoy = cache / "H200-est-0123456789abcdef.tar"   # another target's name, not evicted
+        decoy.write_bytes(b"x")
+        (old,) = [p.name for p in cache.glob("H200-*.tar") if p != decoy]
+        with sqlite3.connect(cat) as db:
+            db.execute("UPDATE best SET value_ms = value_ms * 1.01 WHERE job_id IN "
+                       "(SELECT id FROM jobs WHERE target = 'H200')")
+        status, headers, tar3 = s.get("/api/packages/H200", timeout=300)
+        assert status == 200 and headers["X-Kiln-Package"] == "built", tar3[:2000]
+        left = sorted(p.name for p in cache.glob("*.tar"))
+        assert old not in left and decoy.name in left and len(left) == 2, left
     finally:
         s.stop()
