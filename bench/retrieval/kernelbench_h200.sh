@@ -11,6 +11,9 @@
 # confirmed best over PyTorch eager. Details in $OUT (default /tmp/kb-h200).
 #   KILN (default build/kiln)   EXPLORE (the manifest's exploration mapping)
 #   RUN_TIMEOUT (seconds, default none: a TERM then stops the run cleanly)
+#   WORKERS (default 4): KernelBench's inputs are GiBs each and every worker
+#   caches its job's inputs and checks in float64 at full size: with the
+#   default one worker per core, 12 workers ran an H200 out of memory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KB=${1:?usage: $0 /path/to/KernelBench}
@@ -25,9 +28,9 @@ $K submit "$OUT/kb1.yaml" --catalog "$DB"
 set +e
 t0=$(date +%s)
 if [[ -n ${RUN_TIMEOUT:-} ]]; then
-  timeout -s TERM "$RUN_TIMEOUT" $K run --device gpu --catalog "$DB" > "$OUT/run.log" 2>&1
+  timeout -s TERM "$RUN_TIMEOUT" $K run --device gpu --workers "${WORKERS:-4}" --catalog "$DB" > "$OUT/run.log" 2>&1
 else
-  $K run --device gpu --catalog "$DB" > "$OUT/run.log" 2>&1
+  $K run --device gpu --workers "${WORKERS:-4}" --catalog "$DB" > "$OUT/run.log" 2>&1
 fi
 echo "kiln run exit $? in $(( $(date +%s) - t0 )) s (4: the LLM's jobs failed, as expected without one; 124/143: stopped by RUN_TIMEOUT)"
 tail -1 "$OUT/run.log"
