@@ -89,6 +89,15 @@ def verify_on(lib, job: dict, dev) -> None:
     try:
         with gpu_lock(kind="setup"):
             verify(lib, job, dev.torch_device)
+    except Exception as exc:  # noqa: BLE001 - re-raised, named
+        import torch
+        if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc):
+            raise RuntimeError(
+                "the check of the template against the reference module (once per job, at the job's full "
+                "size, in float64) ran out of GPU memory while holding the GPU alone: the other workers' "
+                "cached inputs still count; run with fewer --workers. "
+                + str(exc).splitlines()[0][:300]) from exc
+        raise
     finally:
         gc.collect()
         try:
