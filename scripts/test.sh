@@ -21,7 +21,7 @@ step "C++ unit tests (GoogleTest)"
 step "Python: kernels and worker (pytest, Triton interpreter)"
 # pytest exits 5 when it collects nothing: with set -e that fails the run.
 # Two processes (pytest-xdist): the interpreter's tests are CPU-bound and CI has 2 cores.
-TRITON_INTERPRET=1 python3 -m pytest -q -n 2 tests/python
+TRITON_INTERPRET=1 python3 -m pytest -q -n 2 --durations=8 tests/python
 
 step "End to end (kiln binary, real catalog, real workers; nightly, merge, --shard)"
 # Two pytest processes (KILN_E2E_JOBS, default 2; 1 for one), one test file
@@ -30,7 +30,7 @@ step "End to end (kiln binary, real catalog, real workers; nightly, merge, --sha
 # 347 s on two, against about 420 s on one. The chaos suite runs alone next.
 e2e_jobs=()
 [[ "${KILN_E2E_JOBS:-2}" -gt 1 ]] && e2e_jobs=(-n "${KILN_E2E_JOBS:-2}" --dist loadfile)
-python3 -m pytest -q "${e2e_jobs[@]}" tests/e2e --ignore=tests/e2e/test_slurm.py \
+python3 -m pytest -q --durations=8 "${e2e_jobs[@]}" tests/e2e --ignore=tests/e2e/test_slurm.py \
   --ignore=tests/e2e/test_chaos.py
 
 step "Chaos suite (kill -9 + resume, concurrent runs, corrupt catalog, full disk, hostile workers and catalogs)"
