@@ -134,7 +134,7 @@ static kiln_status find_kernel(kiln_package* pkg, const char* op, const char* pa
       for (size_t j : admitting) choices += (choices.empty() ? "" : ", ") + m.kernels[j].params.dump();
       return fail(KILN_E_USAGE, std::string(op) + " " + shape_str(s) + " " + dtype +
                                     " is packaged with different params (" + choices +
-                                    "): say which with kiln_kernel_find_params (kiln-rt: --params)");
+                                    "): say which with kiln_kernel_find_params");
     }
     auto k = std::make_unique<kiln_kernel>();
     k->k = std::make_unique<Kernel>(p, best_k, best_v, std::move(s));
