@@ -272,13 +272,17 @@ TEST(RuntimePackage, ParamsPickTheKernelAndPlanReadsTheParameterBuffer) {
     const auto& b = var["args"][i]["bind"];
     const auto& a = plan["args"][i];
     EXPECT_EQ(a["name"], var["args"][i]["name"]);
-    if (b.contains("tensor")) EXPECT_EQ(a["tensor"], b["tensor"]);
+    if (b.contains("tensor")) {
+      EXPECT_EQ(a["tensor"], b["tensor"]);
+    }
     if (b.contains("expr")) {
       ++scalars;
       int64_t want = kiln::rt::Expr::parse(b["expr"].get<std::string>()).eval(std::vector<int64_t>{64, 1000});
       EXPECT_EQ(a["value"].get<int64_t>(), want) << a;
     }
-    if (b.contains("scratch")) EXPECT_EQ(a["scratch"], b["scratch"]);
+    if (b.contains("scratch")) {
+      EXPECT_EQ(a["scratch"], b["scratch"]);
+    }
   }
   EXPECT_GE(scalars, 1);
   // the one-params-set softmax of another package needs no params

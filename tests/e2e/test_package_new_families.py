@@ -193,6 +193,8 @@ def test_runtime_resolves_the_launchers_launch(packaged):
     finally:
         rt.close()
         oracle.close()
+    print(f"{len(checked)} resolved launches checked against the launchers, "
+          f"{len(packaged['man']['kernels'])} kernels")
     assert {op for op, _ in checked} >= FAMILIES
     # the neighbours the package verified are launched too, not only the job shapes
     assert len(checked) > len(packaged["man"]["kernels"]), checked
