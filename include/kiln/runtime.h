@@ -81,7 +81,9 @@ int kiln_package_has_device(const kiln_package* pkg);
  * the exact shape first, else a variant whose `range` admits the shape (every
  * dimension in range, every assume holds). Else KILN_E_UNTUNED ("untuned shape
  * ...") and, when $KILN_MISS_LOG is set, one JSON line
- * {"op","shape","dtype","target","time"} appended to that file.
+ * {"op","shape","dtype","target","time"} appended to that file. Where
+ * kernels of the operator with different params admit the shape:
+ * KILN_E_USAGE (name them with kiln_kernel_find_params).
  * With a device, the code object is loaded (cached per device) and the grid,
  * scalars and hidden scratch sizes computed. *out is owned by the caller
  * (kiln_kernel_free) and must not outlive pkg. */
