@@ -81,12 +81,23 @@ int kiln_package_has_device(const kiln_package* pkg);
  * the exact shape first, else a variant whose `range` admits the shape (every
  * dimension in range, every assume holds). Else KILN_E_UNTUNED ("untuned shape
  * ...") and, when $KILN_MISS_LOG is set, one JSON line
- * {"op","shape","dtype","target","time"} appended to that file.
+ * {"op","shape","dtype","target","time"} appended to that file. Where
+ * kernels of the operator with different params admit the shape:
+ * KILN_E_USAGE (name them with kiln_kernel_find_params).
  * With a device, the code object is loaded (cached per device) and the grid,
  * scalars and hidden scratch sizes computed. *out is owned by the caller
  * (kiln_kernel_free) and must not outlive pkg. */
 kiln_status kiln_kernel_find(kiln_package* pkg, const char* op, const int64_t* shape, int ndim,
                              const char* dtype, kiln_kernel** out);
+/* kiln_kernel_find among the kernels whose params hold every key of
+ * params_json (a JSON object, e.g. "{\"kind\": \"argmax\"}"; numbers compared
+ * by value; NULL or "" matches any). An operator packaged with different
+ * params (reduce_dim's kind, pool2d's window, pointwise's expr) computes
+ * different things: where kernels of more than one params set admit the
+ * shape, both functions refuse with KILN_E_USAGE, listing them. No kernel
+ * with such params: KILN_E_NOT_FOUND. */
+kiln_status kiln_kernel_find_params(kiln_package* pkg, const char* op, const char* params_json,
+                                    const int64_t* shape, int ndim, const char* dtype, kiln_kernel** out);
 void kiln_kernel_free(kiln_kernel* kernel);
 
 /* Number of tensors kiln_launch expects and their element counts. */
@@ -96,6 +107,14 @@ int64_t kiln_kernel_tensor_numel(const kiln_kernel* kernel, int index);
 int64_t kiln_kernel_tensor_bytes(const kiln_kernel* kernel, int index);
 /* "<file> <kernel_name> grid=[x,y,z] block=[x,y,z] shared=N", owned by kernel. */
 const char* kiln_kernel_describe(const kiln_kernel* kernel);
+
+/* The resolved launch as JSON, read back from the parameter buffer the
+ * driver will receive (works in static mode, without a device):
+ * {"kernel", "file", "grid": [x,y,z], "block": [x,y,z], "shared", "numel": [...],
+ *  "args": [{"name", "type", then "tensor": i | "value": v | "scratch":
+ *  "global"|"profile" with "bytes" | "tma": {"tensor","dims","strides_bytes"}}]}.
+ * Owned by kernel; "" on failure (kiln_last_error). */
+const char* kiln_kernel_plan(const kiln_kernel* kernel);
 
 /* Launches on `stream` (hipStream_t / CUstream; NULL: the default stream).
  * tensors: device pointers in the manifest's tensor order, each 16-byte

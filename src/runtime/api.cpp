@@ -74,27 +74,41 @@ const char* kiln_package_target(const kiln_package* pkg) { return pkg ? pkg->tar
 
 int kiln_package_has_device(const kiln_package* pkg) { return pkg && pkg->pkg->backend() ? 1 : 0; }
 
-kiln_status kiln_kernel_find(kiln_package* pkg, const char* op, const int64_t* shape, int ndim, const char* dtype,
-                             kiln_kernel** out) {
+static kiln_status find_kernel(kiln_package* pkg, const char* op, const char* params_json, const int64_t* shape,
+                               int ndim, const char* dtype, kiln_kernel** out) {
   return guarded([&] {
     if (!pkg || !op || !dtype || !out || ndim < 0 || (ndim > 0 && !shape))
       return fail(KILN_E_USAGE, "kiln_kernel_find: pkg, op, shape, dtype and out are required");
     *out = nullptr;
+    nlohmann::json wanted = nlohmann::json::object();
+    if (params_json && *params_json) {
+      try {
+        wanted = nlohmann::json::parse(params_json);
+      } catch (const std::exception& e) {
+        return fail(KILN_E_USAGE, std::string("kiln_kernel_find_params: params are not JSON: ") + e.what());
+      }
+      if (!wanted.is_object())
+        return fail(KILN_E_USAGE, "kiln_kernel_find_params: params must be a JSON object, e.g. {\"kind\": \"argmax\"}");
+    }
     std::vector<int64_t> s(shape, shape + ndim);
     Package& p = *pkg->pkg;
     const Manifest& m = p.manifest();
-    bool op_known = false;
+    bool op_known = false, params_known = false;
     int best_k = -1, best_v = -1;
     bool best_exact = false;
+    std::vector<size_t> admitting;  // kernels with a variant that admits the shape
     for (size_t k = 0; k < m.kernels.size(); ++k) {
       const KernelSpec& ks = m.kernels[k];
       if (ks.op != op) continue;
       op_known = true;
+      if (!params_match(ks.params, wanted)) continue;
+      params_known = true;
       if (ks.dtype != dtype || ks.shape.size() != s.size()) continue;
       for (size_t v = 0; v < ks.variants.size(); ++v) {
         if (ks.variants[v].rank != 0 || !p.runs_here(k, v)) continue;
         bool exact = false;
         if (!variant_admits(ks, ks.variants[v], s, &exact)) continue;
+        if (admitting.empty() || admitting.back() != k) admitting.push_back(k);
         if (best_k < 0 || (exact && !best_exact)) {
           best_k = static_cast<int>(k);
           best_v = static_cast<int>(v);
@@ -104,16 +118,49 @@ kiln_status kiln_kernel_find(kiln_package* pkg, const char* op, const int64_t* s
     }
     if (best_k < 0) {
       if (!op_known) return fail(KILN_E_NOT_FOUND, std::string("no operator ") + op + " in package " + p.dir().string());
+      if (!params_known)
+        return fail(KILN_E_NOT_FOUND, std::string("no operator ") + op + " with params " + wanted.dump() +
+                                          " in package " + p.dir().string());
       log_miss(op, s, dtype, p.bound().label);
       return fail(KILN_E_UNTUNED, std::string("untuned shape ") + op + " " + shape_str(s) + " " + dtype + " for " +
                                       p.bound().label + ": no variant was tuned or verified for it" +
                                       (std::getenv("KILN_MISS_LOG") ? " (logged to $KILN_MISS_LOG)" : ""));
+    }
+    // kernels of one operator that compute different things (reduce_dim's
+    // kind, pool2d's window, pointwise's expr): the caller must say which
+    for (size_t k : admitting) {
+      if (m.kernels[k].params == m.kernels[best_k].params) continue;
+      std::string choices;
+      for (size_t j : admitting) choices += (choices.empty() ? "" : ", ") + m.kernels[j].params.dump();
+      return fail(KILN_E_USAGE, std::string(op) + " " + shape_str(s) + " " + dtype +
+                                    " is packaged with different params (" + choices +
+                                    "): say which with kiln_kernel_find_params");
     }
     auto k = std::make_unique<kiln_kernel>();
     k->k = std::make_unique<Kernel>(p, best_k, best_v, std::move(s));
     *out = k.release();
     return KILN_OK;
   });
+}
+
+kiln_status kiln_kernel_find(kiln_package* pkg, const char* op, const int64_t* shape, int ndim, const char* dtype,
+                             kiln_kernel** out) {
+  return find_kernel(pkg, op, nullptr, shape, ndim, dtype, out);
+}
+
+kiln_status kiln_kernel_find_params(kiln_package* pkg, const char* op, const char* params_json, const int64_t* shape,
+                                    int ndim, const char* dtype, kiln_kernel** out) {
+  return find_kernel(pkg, op, params_json, shape, ndim, dtype, out);
+}
+
+const char* kiln_kernel_plan(const kiln_kernel* kernel) {
+  if (!kernel) return "";
+  try {
+    return kernel->k->plan().c_str();
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return "";
+  }
 }
 
 void kiln_kernel_free(kiln_kernel* kernel) { delete kernel; }

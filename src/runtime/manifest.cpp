@@ -244,6 +244,10 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
     s.op = c.str(k, "operator", p);
     s.dtype = c.str(k, "dtype", p);
     s.job_key = c.str(k, "job_key", p, false);
+    if (k.contains("params") && !k.at("params").is_null()) {
+      if (!k.at("params").is_object()) c.fail(p + ".params", "expected an object");
+      s.params = k.at("params");
+    }
     const json& shape = c.need(k, "shape", p);
     if (!shape.is_array()) c.fail(p + ".shape", "expected an array of integers");
     for (const auto& d : shape) {

@@ -83,6 +83,7 @@ struct Variant {
 struct KernelSpec {
   std::string op, dtype, job_key;
   std::vector<int64_t> shape;
+  nlohmann::json params = nlohmann::json::object();  // the operator's params (kind, expr, stride, ...)
   std::vector<TensorSpec> tensors;
   std::vector<Variant> variants;
   std::string label() const;  // "softmax 16384x4096 bf16"

@@ -171,6 +171,20 @@ bool variant_admits(const KernelSpec& ks, const Variant& v, const std::vector<in
   return true;
 }
 
+bool params_match(const nlohmann::json& have, const nlohmann::json& wanted) {
+  for (auto it = wanted.begin(); it != wanted.end(); ++it) {
+    if (!have.contains(it.key())) return false;
+    const auto& h = have.at(it.key());
+    const auto& w = it.value();
+    if (h.is_number() && w.is_number() && !h.is_boolean() && !w.is_boolean()) {
+      if (h.get<double>() != w.get<double>()) return false;
+    } else if (h != w) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void log_miss(const std::string& op, const std::vector<int64_t>& shape, const std::string& dtype,
               const std::string& target) {
   const char* path = std::getenv("KILN_MISS_LOG");
@@ -272,9 +286,10 @@ Kernel::Kernel(Package& pkg, size_t k, size_t v, std::vector<int64_t> shape)
           int64_t size = a.bind.global_scratch ? var.global_scratch_size : var.profile_scratch_size;
           int64_t align = a.bind.global_scratch ? var.global_scratch_align : var.profile_scratch_align;
           void* ptr = nullptr;
+          // device allocations are at least 256-byte aligned; larger alignments are padded
+          size_t bytes = size > 0 ? static_cast<size_t>(size * programs + (align > 256 ? align : 0)) : 0;
+          scratch_bytes_[a.bind.global_scratch ? 0 : 1] = static_cast<int64_t>(bytes);
           if (size > 0 && pkg_.backend()) {
-            // device allocations are at least 256-byte aligned; larger alignments are padded
-            size_t bytes = static_cast<size_t>(size * programs + (align > 256 ? align : 0));
             void*& slot = scratch_[a.bind.global_scratch ? 0 : 1];
             slot = pkg_.backend()->alloc(bytes);
             uintptr_t p = reinterpret_cast<uintptr_t>(slot);
@@ -309,6 +324,59 @@ Kernel::Kernel(Package& pkg, size_t k, size_t v, std::vector<int64_t> shape)
   desc_ = var.file + " " + var.kernel_name + " grid=[" + std::to_string(grid_[0]) + "," + std::to_string(grid_[1]) +
           "," + std::to_string(grid_[2]) + "] block=[" + std::to_string(block_[0]) + "," + std::to_string(block_[1]) +
           "," + std::to_string(block_[2]) + "] shared=" + std::to_string(shared_);
+}
+
+namespace {
+
+nlohmann::json stored_scalar(const unsigned char* p, const std::string& t) {
+  if (t == "i32") { int32_t x; std::memcpy(&x, p, 4); return x; }
+  if (t == "u32") { uint32_t x; std::memcpy(&x, p, 4); return x; }
+  if (t == "i64" || t == "u64") { int64_t x; std::memcpy(&x, p, 8); return x; }
+  if (t == "i16") { int16_t x; std::memcpy(&x, p, 2); return x; }
+  if (t == "i8") { int8_t x; std::memcpy(&x, p, 1); return x; }
+  if (t == "u8" || t == "i1") return p[0];
+  if (t == "fp32" || t == "f32") { float x; std::memcpy(&x, p, 4); return x; }
+  if (t == "fp64") { double x; std::memcpy(&x, p, 8); return x; }
+  if (t == "fp16") { _Float16 x; std::memcpy(&x, p, 2); return static_cast<double>(x); }
+  return nullptr;
+}
+
+}  // namespace
+
+const std::string& Kernel::plan() const {
+  if (!plan_.empty()) return plan_;
+  const Variant& var = variant();
+  nlohmann::json args = nlohmann::json::array();
+  size_t tma_i = 0;
+  for (size_t i = 0; i < var.args.size(); ++i) {
+    const ArgSpec& a = var.args[i];
+    nlohmann::json j = {{"name", a.name}, {"type", a.type}};
+    const auto* p = static_cast<const unsigned char*>(params_[i]);
+    switch (a.bind.kind) {
+      case Bind::Tensor: j["tensor"] = a.bind.tensor; break;
+      case Bind::Scalar:
+      case Bind::Value: j["value"] = stored_scalar(p, a.type); break;
+      case Bind::Scratch:
+        j["scratch"] = a.bind.global_scratch ? "global" : "profile";
+        j["bytes"] = scratch_bytes_[a.bind.global_scratch ? 0 : 1];
+        break;
+      case Bind::Tma: {
+        const auto& [dims, strides] = tma_dims_[tma_i++];
+        // back to the manifest's order, outermost first
+        j["tma"] = {{"tensor", a.bind.tma.tensor},
+                    {"dims", std::vector<uint64_t>(dims.rbegin(), dims.rend())},
+                    {"strides_bytes", std::vector<uint64_t>(strides.rbegin(), strides.rend())}};
+        break;
+      }
+    }
+    args.push_back(std::move(j));
+  }
+  nlohmann::json out = {{"kernel", var.kernel_name}, {"file", var.file},
+                        {"grid", {grid_[0], grid_[1], grid_[2]}},
+                        {"block", {block_[0], block_[1], block_[2]}},
+                        {"shared", shared_}, {"numel", numel_}, {"args", std::move(args)}};
+  plan_ = out.dump();
+  return plan_;
 }
 
 Kernel::~Kernel() {

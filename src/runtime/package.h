@@ -79,6 +79,12 @@ class Kernel {
   const std::vector<int64_t>& numel() const { return numel_; }
   const std::string& describe() const { return desc_; }
   Package& package() const { return pkg_; }
+  // The resolved launch as JSON, read back from the parameter buffer the
+  // driver receives: {"kernel", "grid", "block", "shared", "args": [{"name",
+  // "type", and "tensor": i | "value": v | "scratch": "global"|"profile" with
+  // "bytes" | "tma": {"tensor", "dims", "strides_bytes"}}]}. Tensor pointers
+  // are named by index (they are set at launch). Built on the first call.
+  const std::string& plan() const;
 
  private:
   Package& pkg_;
@@ -99,8 +105,14 @@ class Kernel {
   std::vector<unsigned char> storage_buf_;
   std::vector<void*> params_;
   void* scratch_[2] = {nullptr, nullptr};
+  int64_t scratch_bytes_[2] = {0, 0};
   std::string desc_;
+  mutable std::string plan_;
 };
+
+// Whether a kernel's params hold every key of `wanted` (a JSON object) with
+// an equal value (numbers compared by value: 2 == 2.0). An empty `wanted` matches.
+bool params_match(const nlohmann::json& have, const nlohmann::json& wanted);
 
 // The shape-level admission rule of kiln_kernel_find (exact, else range+assumes).
 bool variant_admits(const KernelSpec& ks, const Variant& v, const std::vector<int64_t>& shape, bool* exact);

@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "error.h"
+#include "expr.h"
 #include "kiln/runtime.h"
 #include "runtime_test_util.h"
 
@@ -232,6 +233,64 @@ TEST(RuntimePackage, TmaBindsAreEvaluatedPerShape) {
   EXPECT_EQ(kiln_kernel_find(o.pkg, "softmax", odd, 2, "fp32", &k), KILN_E_LAUNCH);
   EXPECT_NE(std::string(kiln_last_error()).find("4004 bytes, not a multiple of 16"), std::string::npos)
       << kiln_last_error();
+  kiln_package_close(o.pkg);
+}
+
+TEST(RuntimePackage, ParamsPickTheKernelAndPlanReadsTheParameterBuffer) {
+  // the softmax kernel twice, the copy with other params: found by neither
+  // alone without params, each by its params
+  fs::path d = copy_pkg("full", "params");
+  auto m = nlohmann::json::parse(slurp(d / "manifest.json"));
+  auto copy = m["kernels"][0];
+  copy["params"] = {{"kind", "other"}, {"k", 3}};
+  m["kernels"].push_back(copy);
+  spit(d / "manifest.json", m.dump());
+  ASSERT_EQ(make_package("resum " + shell_quote(d.string())).rc, 0);
+  Opened o = open_pkg(d, "H200");
+  ASSERT_EQ(o.st, KILN_OK) << o.err;
+  kiln_kernel* k = nullptr;
+  int64_t shape[2] = {64, 1000};
+  EXPECT_EQ(kiln_kernel_find(o.pkg, "softmax", shape, 2, "fp32", &k), KILN_E_USAGE);
+  EXPECT_NE(std::string(kiln_last_error()).find("different params"), std::string::npos) << kiln_last_error();
+  EXPECT_NE(std::string(kiln_last_error()).find("\"kind\":\"other\""), std::string::npos) << kiln_last_error();
+  EXPECT_EQ(kiln_kernel_find_params(o.pkg, "softmax", "{\"kind\": \"none\"}", shape, 2, "fp32", &k),
+            KILN_E_NOT_FOUND);
+  EXPECT_EQ(kiln_kernel_find_params(o.pkg, "softmax", "[1]", shape, 2, "fp32", &k), KILN_E_USAGE);
+  ASSERT_EQ(kiln_kernel_find_params(o.pkg, "softmax", "{\"kind\": \"other\", \"k\": 3.0}", shape, 2, "fp32", &k),
+            KILN_OK) << kiln_last_error();
+  auto plan = nlohmann::json::parse(kiln_kernel_plan(k));
+  kiln_kernel_free(k);
+  EXPECT_EQ(plan["grid"], nlohmann::json({64, 1, 1}));
+  EXPECT_EQ(plan["numel"], nlohmann::json({64000, 64000}));
+  // every argument as the manifest binds it, evaluated at the shape
+  nlohmann::json var;
+  for (auto& v : m["kernels"][0]["variants"])
+    if (v["target"] == "H200" && v["rank"] == 0) var = v;
+  ASSERT_EQ(plan["args"].size(), var["args"].size());
+  int scalars = 0;
+  for (size_t i = 0; i < var["args"].size(); ++i) {
+    const auto& b = var["args"][i]["bind"];
+    const auto& a = plan["args"][i];
+    EXPECT_EQ(a["name"], var["args"][i]["name"]);
+    if (b.contains("tensor")) {
+      EXPECT_EQ(a["tensor"], b["tensor"]);
+    }
+    if (b.contains("expr")) {
+      ++scalars;
+      int64_t want = kiln::rt::Expr::parse(b["expr"].get<std::string>()).eval(std::vector<int64_t>{64, 1000});
+      EXPECT_EQ(a["value"].get<int64_t>(), want) << a;
+    }
+    if (b.contains("scratch")) {
+      EXPECT_EQ(a["scratch"], b["scratch"]);
+    }
+  }
+  EXPECT_GE(scalars, 1);
+  // the one-params-set softmax of another package needs no params
+  kiln_package_close(o.pkg);
+  o = open_pkg(pkgs() / "full", "H200");
+  ASSERT_EQ(o.st, KILN_OK) << o.err;
+  ASSERT_EQ(kiln_kernel_find(o.pkg, "softmax", shape, 2, "fp32", &k), KILN_OK) << kiln_last_error();
+  kiln_kernel_free(k);
   kiln_package_close(o.pkg);
 }
 

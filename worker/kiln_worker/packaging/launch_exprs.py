@@ -195,6 +195,85 @@ def _attention(lib, op, rank, dtype, params, config, target) -> Launch:
     return L
 
 
+def _bmm(lib, op, rank, dtype, params, config, target) -> Launch:
+    """bmm: a transposed operand is the stored tensor ([bt, K, M] / [bt, N, K]),
+    read through its strides; grid (tiles, batch)."""
+    bt, M, N, K = dims(4)
+    ta, tb = lib.launch_module(op)._flags(params)
+    L = Launch()
+    L.tensor("a", "input", dtype, [bt, K, M] if ta else [bt, M, K], "a_ptr")
+    L.tensor("b", "input", dtype, [bt, N, K] if tb else [bt, K, N], "b_ptr")
+    L.tensor("out", "output", dtype, [bt, M, N], "c_ptr")
+    L.ints.update(M=M, N=N, K=K)
+    L.grid = _grid(cdiv(M, int(config["BLOCK_M"])) * cdiv(N, int(config["BLOCK_N"])), bt)
+    return L
+
+
+def _scan(lib, op, rank, dtype, params, config, target) -> Launch:
+    """cumsum / cumprod: one program per BLOCK_M rows, one-pass or chunked
+    (the chunked kernel carries the running total in registers: one launch)."""
+    rows, cols = dims(2)
+    L = Launch()
+    L.tensor("x", "input", dtype, [rows, cols], "x_ptr")
+    L.tensor("out", "output", dtype, [rows, cols], "out_ptr")
+    L.ints.update(n_rows=rows, n_cols=cols)
+    L.grid = _grid(cdiv(rows, int(config["BLOCK_M"])))
+    return L
+
+
+def _reduce_dim(lib, op, rank, dtype, params, config, target) -> Launch:
+    """[outer, R, inner] -> [outer, inner]; arg-reductions write int64 (i64)."""
+    outer, red, inner = dims(3)
+    kind = lib.launch_module(op)._kind(params)
+    L = Launch()
+    L.tensor("x", "input", dtype, [outer, red, inner], "x_ptr")
+    L.tensor("out", "output", "i64" if kind.startswith("arg") else dtype, [outer, inner], "out_ptr")
+    L.ints.update(n_outer=outer, n_red=red, n_inner=inner)
+    L.grid = _grid(outer, cdiv(inner, int(config["BLOCK_I"])))
+    return L
+
+
+def _norm_dim(lib, op, rank, dtype, params, config, target) -> Launch:
+    outer, red, inner = dims(3)
+    L = Launch()
+    L.tensor("x", "input", dtype, [outer, red, inner], "x_ptr")
+    L.tensor("out", "output", dtype, [outer, red, inner], "out_ptr")
+    L.ints.update(n_red=red, n_inner=inner)  # eps: a float value (compile_spec's)
+    L.grid = _grid(outer, cdiv(inner, int(config["BLOCK_I"])))
+    return L
+
+
+def _pool(lib, op, rank, dtype, params, config, target) -> Launch:
+    """pool2d: the output size per dim floor((in + 2 pad - dil (k - 1) - 1) /
+    stride) + 1, the window's constants (stride, padding, dilation) folded in
+    from params; one program per BLOCK outputs of the flattened output."""
+    kind, kh, kw, sh, sw, ph, pw, dh, dw = lib.launch_module(op)._p(params)
+    N, C, H, W = dims(4)
+    OH = (H + (2 * ph - dh * (kh - 1) - 1)) // sh + 1
+    OW = (W + (2 * pw - dw * (kw - 1) - 1)) // sw + 1
+    L = Launch()
+    L.tensor("x", "input", dtype, [N, C, H, W], "x_ptr")
+    L.tensor("out", "output", dtype, [N, C, OH, OW], "out_ptr")
+    L.ints.update(n_planes=N * C, H=H, W=W, OH=OH, OW=OW, SH=Expr.of(sh), SW=Expr.of(sw), PH=Expr.of(ph),
+                  PW=Expr.of(pw), DH=Expr.of(dh), DW=Expr.of(dw))
+    L.grid = _grid(cdiv(N * C * OH * OW, int(config["BLOCK"])))
+    return L
+
+
+def _pointwise(lib, op, rank, dtype, params, config, target) -> Launch:
+    """The generated kernel's inputs x0.. by broadcast mode (full [rows, cols],
+    row [cols], col [rows]), then the output; one program per BLOCK outputs."""
+    rows, cols = dims(2)
+    modes = lib.launch_module(op)._modes(params)
+    L = Launch()
+    for i, m in enumerate(modes):
+        L.tensor(f"x{i}", "input", dtype, {"full": [rows, cols], "row": [cols], "col": [rows]}[m], f"x{i}_ptr")
+    L.tensor("out", "output", dtype, [rows, cols], "out_ptr")
+    L.ints.update(n_rows=rows, n_cols=cols)
+    L.grid = _grid(cdiv(rows * cols, int(config["BLOCK"])))
+    return L
+
+
 def _element_bytes(dtype: str) -> int:
     return {"fp32": 4, "fp16": 2, "bf16": 2}[dtype]
 
@@ -209,6 +288,13 @@ _BY_MODULE = {
     "gemm_epilogue": _matmul,
     "conv2d": _conv2d,
     "attention": _attention,
+    "bmm": _bmm,
+    "softmax_variants": _softmax,  # the scale: a float value (compile_spec's)
+    "scan": _scan,
+    "reduce_dim": _reduce_dim,
+    "norm_dim": _norm_dim,
+    "pool": _pool,
+    "pointwise": _pointwise,
 }
 
 

@@ -222,7 +222,7 @@ def launch_problems(L: launch_exprs.Launch, spec: dict, args: list, shape) -> li
 
 
 def _element_bytes(dtype: str) -> int:
-    return {"fp32": 4, "fp16": 2, "bf16": 2, "i8": 1, "fp64": 8}[dtype]
+    return {"fp32": 4, "fp16": 2, "bf16": 2, "i8": 1, "fp64": 8, "i64": 8}[dtype]
 
 
 # ---------------------------------------------------------------------------

@@ -30,6 +30,9 @@ sees the operator's behaviour, not a near-constant output:
 | gemm_bias_act | a in [-1, 1), b in +-3/sqrt(K), bias in [-1, 1) | pre-activations O(1), where relu / gelu / silu bend |
 | conv2d | x in [-1, 1), weight in +-3/sqrt(C k k) | outputs O(1) whatever C |
 | attention | q, k in [-2, 2), v in [-1, 1) | scores of std ~1.3: the softmax is far from uniform |
+| scaled_softmax, log_softmax | x in [-8, 8) | as softmax |
+| cumprod | x in [0.95, 1.05) | near 1 (as make_inputs): long products neither vanish nor overflow |
+| pointwise with log, sqrt, rsqrt, reciprocal or pow | every input in [0.5, 2.5) | positive, away from 0 (as make_inputs) |
 
 Expected values: the template's `reference` on float64 copies of exactly these
 inputs (on the GPU when the worker has one, else the CPU). Per output: every
@@ -135,6 +138,14 @@ def input_ranges(op: str, shape, dtype: str, params: dict, names: list[str]) -> 
         r = {"weight": (-c, c)}
     elif op == "attention":
         r = {"q": (-2.0, 2.0), "k": (-2.0, 2.0)}
+    elif op in ("scaled_softmax", "log_softmax"):
+        r = {"x": (-8.0, 8.0)}
+    elif op == "cumprod":
+        r = {"x": (0.95, 1.05)}
+    elif op == "pointwise":
+        expr = str((params or {}).get("expr", ""))
+        if any(k in expr for k in ("(log", "(sqrt", "(rsqrt", "(reciprocal", "(pow")):
+            r = {n: (0.5, 2.5) for n in names}
     return {n: r.get(n, (-1.0, 1.0)) for n in names}
 
 
