@@ -19,19 +19,7 @@ ROOT=$PWD
 OUT=${OUT:-$PWD/out}
 W=/tmp/new_families
 rm -rf "$W"; mkdir -p "$W/home/configs" "$OUT"
-export PYTHONUNBUFFERED=1
-if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
-  scripts/gpu/build_on_device.sh >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
-fi
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$ROOT/build-gpu/kiln
-RT=$ROOT/build-gpu/kiln-rt
-for d in db kernels worker; do ln -s "$ROOT/$d" "$W/home/$d"; done
-cp -r "$ROOT/configs/." "$W/home/configs/"
-sed -e 's/^name: H200$/name: H200-est/' -e 's/^aliases:.*/aliases: []/' \
-    -e 's/^device_match:.*/device_match: ["(no device: estimate only)"]/' \
-    "$ROOT/configs/targets/H200.yaml" >"$W/home/configs/targets/H200-est.yaml"
-export KILN_HOME=$W/home KILN_CATALOG=$W/kiln.db
+. bench/deploy/h200_est_home.sh  # builds; K, RT; KILN_HOME with H200-est
 # one shape per (operator, params): kiln-rt labels kernels by operator, shape and dtype
 cat >"$W/manifest.yaml" <<'YAML'
 name: new_families_h200

@@ -22,20 +22,7 @@ ROOT=$PWD
 OUT=${OUT:-$PWD/out}
 W=/tmp/shortlist
 rm -rf "$W"; mkdir -p "$W/home/configs" "$OUT"
-export PYTHONUNBUFFERED=1
-if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
-  scripts/gpu/build_on_device.sh >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
-fi
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$ROOT/build-gpu/kiln
-RT=$ROOT/build-gpu/kiln-rt
-# KILN_HOME: the tree, with one more target
-for d in db kernels worker; do ln -s "$ROOT/$d" "$W/home/$d"; done
-cp -r "$ROOT/configs/." "$W/home/configs/"
-sed -e 's/^name: H200$/name: H200-est/' -e 's/^aliases:.*/aliases: []/' \
-    -e 's/^device_match:.*/device_match: ["(no device: estimate only)"]/' \
-    "$ROOT/configs/targets/H200.yaml" >"$W/home/configs/targets/H200-est.yaml"
-export KILN_HOME=$W/home KILN_CATALOG=$W/kiln.db
+. bench/deploy/h200_est_home.sh  # builds; K, RT; KILN_HOME with H200-est
 python3 - "$W/manifest.yaml" <<'PY'
 import sys, yaml
 a = yaml.safe_load(open("jobs/examples/anchors_h200.yaml"))

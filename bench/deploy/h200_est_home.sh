@@ -1,0 +1,21 @@
+# Sourced by the H200 scripts that pose the H200 as a target with no device
+# (shortlist_tune.sh, new_families_h200.sh). With W (the work folder) and ROOT
+# (the repository) set: builds kiln and kiln-rt unless KILN_SKIP_BUILD=1, sets
+# K and RT, and makes $W/home a KILN_HOME of the tree plus H200-est, a copy of
+# configs/targets/H200.yaml that no device matches (its jobs are estimate-only,
+# as an AMD target's are where Kiln runs on NVIDIA). Exports KILN_HOME and
+# KILN_CATALOG=$W/kiln.db.
+mkdir -p "$W/home/configs"
+export PYTHONUNBUFFERED=1
+if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
+  "$ROOT/scripts/gpu/build_on_device.sh" >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
+fi
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+K=$ROOT/build-gpu/kiln
+RT=$ROOT/build-gpu/kiln-rt
+for d in db kernels worker; do ln -s "$ROOT/$d" "$W/home/$d"; done
+cp -r "$ROOT/configs/." "$W/home/configs/"
+sed -e 's/^name: H200$/name: H200-est/' -e 's/^aliases:.*/aliases: []/' \
+    -e 's/^device_match:.*/device_match: ["(no device: estimate only)"]/' \
+    "$ROOT/configs/targets/H200.yaml" >"$W/home/configs/targets/H200-est.yaml"
+export KILN_HOME=$W/home KILN_CATALOG=$W/kiln.db
