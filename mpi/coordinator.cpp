@@ -28,10 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::chrono::milliseconds ms(double s) {
-  return std::chrono::milliseconds(static_cast<long long>(std::max(0.001, s) * 1000));
-}
-
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
@@ -487,7 +483,7 @@ void Coordinator::checkpoint(const char* when) {
 
 void Coordinator::arm_checkpoint() {
   if (!opts_.checkpoint_to || opts_.checkpoint_every_s <= 0) return;
-  checkpoint_timer_.expires_after(ms(opts_.checkpoint_every_s));
+  checkpoint_timer_.expires_after(to_ms(opts_.checkpoint_every_s));
   std::weak_ptr<bool> alive = alive_;
   checkpoint_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
@@ -542,7 +538,7 @@ void Coordinator::arm_flush() {
 }
 
 void Coordinator::arm_heartbeat() {
-  heartbeat_timer_.expires_after(ms(opts_.heartbeat_interval_s));
+  heartbeat_timer_.expires_after(to_ms(opts_.heartbeat_interval_s));
   std::weak_ptr<bool> alive = alive_;
   heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;

@@ -49,8 +49,6 @@ std::string hostname() {
   return host;
 }
 
-std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
-
 }  // namespace
 
 WorkerRank::WorkerRank(asio::io_context& io, Transport& transport, WorkerRankOptions options, std::ostream& log)
@@ -152,7 +150,7 @@ void WorkerRank::pump() {
     const fs::path dir = opts_.scratch / ("slot-" + std::to_string(i));
     fs::create_directories(dir);
     if (w.request.contains("artifact_dir")) w.request["artifact_dir"] = dir.string();
-    pool_->submit(i, w.request, ms(w.timeout_s), [this, w, dir](WorkerOutcome o, int pid) {
+    pool_->submit(i, w.request, to_ms(w.timeout_s), [this, w, dir](WorkerOutcome o, int pid) {
       if (finished_) return;
       send_result(w, o, label_ + " pid " + std::to_string(pid), dir);
     });
@@ -232,7 +230,7 @@ void WorkerRank::run_noop(const Work& w, const json& job) {
 }
 
 void WorkerRank::arm_heartbeat() {
-  heartbeat_timer_.expires_after(ms(opts_.heartbeat_interval_s));
+  heartbeat_timer_.expires_after(to_ms(opts_.heartbeat_interval_s));
   std::weak_ptr<bool> alive = alive_;
   heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || finished_) return;

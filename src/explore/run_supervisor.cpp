@@ -12,13 +12,9 @@
 
 namespace kiln {
 
-namespace {
-
-std::chrono::milliseconds ms(double s) {
-  return std::chrono::milliseconds(static_cast<long long>(std::max(0.001, s) * 1000));
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long long>(std::max(0.001, seconds) * 1000));
 }
-
-}  // namespace
 
 std::string stamp() {
   std::time_t t = std::time(nullptr);
@@ -69,42 +65,26 @@ void RunSupervisor::start(Hooks hooks) {
       if (hooks_.signal) hooks_.signal(sig);
     });
   }
-  if (opts_.catalog && opts_.lease_s > 0) arm_lease();
-  if (opts_.progress_interval_s > 0 && hooks_.progress) arm_progress();
-  if (opts_.metrics_interval_s > 0 && hooks_.metrics) arm_metrics();
+  if (opts_.catalog && opts_.lease_s > 0)
+    every(lease_timer_, opts_.lease_s / 3, [this] {
+      try {
+        opts_.catalog->renew_leases(opts_.owner, opts_.lease_s);
+      } catch (const std::exception& e) {
+        log_ << stamp() << opts_.label << "warning: lease renewal failed: " << e.what() << std::endl;
+      }
+    });
+  if (opts_.progress_interval_s > 0 && hooks_.progress)
+    every(progress_timer_, opts_.progress_interval_s, [this] { print_progress(false); });
+  if (opts_.metrics_interval_s > 0 && hooks_.metrics) every(metrics_timer_, opts_.metrics_interval_s, hooks_.metrics);
 }
 
-void RunSupervisor::arm_lease() {
-  lease_timer_.expires_after(ms(opts_.lease_s / 3));
+void RunSupervisor::every(boost::asio::steady_timer& timer, double seconds, std::function<void()> fn) {
+  timer.expires_after(to_ms(seconds));
   std::weak_ptr<bool> alive = alive_;
-  lease_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
+  timer.async_wait([this, alive, &timer, seconds, fn = std::move(fn)](const boost::system::error_code& ec) {
     if (ec || alive.expired() || stopped_) return;
-    try {
-      opts_.catalog->renew_leases(opts_.owner, opts_.lease_s);
-    } catch (const std::exception& e) {
-      log_ << stamp() << opts_.label << "warning: lease renewal failed: " << e.what() << std::endl;
-    }
-    arm_lease();
-  });
-}
-
-void RunSupervisor::arm_progress() {
-  progress_timer_.expires_after(ms(opts_.progress_interval_s));
-  std::weak_ptr<bool> alive = alive_;
-  progress_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || stopped_) return;
-    print_progress(false);
-    arm_progress();
-  });
-}
-
-void RunSupervisor::arm_metrics() {
-  metrics_timer_.expires_after(ms(opts_.metrics_interval_s));
-  std::weak_ptr<bool> alive = alive_;
-  metrics_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || stopped_) return;
-    hooks_.metrics();
-    arm_metrics();
+    fn();
+    if (!stopped_) every(timer, seconds, fn);
   });
 }
 

@@ -18,6 +18,7 @@
 // io_context and the log outlive it.
 #pragma once
 #include <utility>  // before Asio (Boost 1.74 under newer GCC)
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -61,9 +62,8 @@ class RunSupervisor {
   void stop();
 
  private:
-  void arm_lease();
-  void arm_progress();
-  void arm_metrics();
+  // Runs fn every `seconds` on `timer` until stop().
+  void every(boost::asio::steady_timer& timer, double seconds, std::function<void()> fn);
 
   boost::asio::io_context& io_;
   SupervisorOptions opts_;
@@ -91,5 +91,8 @@ std::string this_owner();
 
 // Seconds since the Unix epoch (the evaluators' span clock).
 double epoch_now();
+
+// `seconds` as a timer's duration (at least 1 ms).
+std::chrono::milliseconds to_ms(double seconds);
 
 }  // namespace kiln
