@@ -11,7 +11,6 @@
 #include <iomanip>
 #include <sstream>
 
-#include <boost/asio/post.hpp>
 
 #include "checkpoint.h"
 #include "evaluate/startup_steps.h"
@@ -21,7 +20,6 @@
 
 namespace kiln::mpi {
 
-namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -73,7 +71,7 @@ json CoordinatorSummary::to_json() const {
   return j;
 }
 
-Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& catalog, const Knowledge& knowledge,
+Coordinator::Coordinator(boost::asio::io_context& io, Transport& transport, Catalog& catalog, const Knowledge& knowledge,
                          std::vector<int> peers, CoordinatorOptions options, std::ostream& log)
     : io_(io), transport_(transport), catalog_(catalog), opts_(std::move(options)), log_(log),
       heartbeat_timer_(io), checkpoint_timer_(io), grace_timer_(io), flush_timer_(io) {
@@ -419,13 +417,7 @@ void Coordinator::finish() {
   grace_timer_.cancel();
   std::error_code ec;
   fs::remove_all(artifact_dir_, ec);
-  if (on_finished_) {
-    auto fn = on_finished_;
-    std::weak_ptr<bool> alive = alive_;
-    asio::post(io_, [fn, alive] {
-      if (!alive.expired()) fn();
-    });
-  }
+  if (on_finished_) post_while_alive(io_, alive_, on_finished_);
 }
 
 CoordinatorSummary Coordinator::summary() const {
@@ -502,9 +494,8 @@ void Coordinator::arm_checkpoint() {
 // work, so a large catalog never stalls results or heartbeats; results written
 // meanwhile are carried into the copy by SQLite.
 void Coordinator::step_checkpoint() {
-  std::weak_ptr<bool> alive = alive_;
-  asio::post(io_, [this, alive] {
-    if (alive.expired() || !copy_ || ending_) return;
+  post_while_alive(io_, alive_, [this] {
+    if (!copy_ || ending_) return;
     try {
       if (!copy_->step(1024)) {
         step_checkpoint();

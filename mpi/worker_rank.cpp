@@ -9,7 +9,6 @@
 #include <iterator>
 #include <sstream>
 
-#include <boost/asio/post.hpp>
 
 #include "common/hash.h"
 #include "evaluate/artifact_file.h"
@@ -20,7 +19,6 @@
 
 namespace kiln::mpi {
 
-namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -51,7 +49,7 @@ std::string hostname() {
 
 }  // namespace
 
-WorkerRank::WorkerRank(asio::io_context& io, Transport& transport, WorkerRankOptions options, std::ostream& log)
+WorkerRank::WorkerRank(boost::asio::io_context& io, Transport& transport, WorkerRankOptions options, std::ostream& log)
     : io_(io), transport_(transport), opts_(std::move(options)), log_(log),
       label_("rank " + std::to_string(transport.rank())), heartbeat_timer_(io) {}
 
@@ -259,13 +257,7 @@ void WorkerRank::leave(const std::string& reason) {
   send({{"type", "bye"}, {"reason", reason}});
   std::error_code ec;
   for (size_t i = 0; i < slots; ++i) fs::remove_all(opts_.scratch / ("slot-" + std::to_string(i)), ec);
-  if (on_finished_) {
-    auto fn = on_finished_;
-    std::weak_ptr<bool> alive = alive_;
-    asio::post(io_, [fn, alive] {
-      if (!alive.expired()) fn();
-    });
-  }
+  if (on_finished_) post_while_alive(io_, alive_, on_finished_);
 }
 
 }  // namespace kiln::mpi

@@ -8,9 +8,17 @@
 #include <ctime>
 #include <sstream>
 
+#include <boost/asio/post.hpp>
+
 #include "explore/scheduler.h"
 
 namespace kiln {
+
+void post_while_alive(boost::asio::io_context& io, std::weak_ptr<bool> alive, std::function<void()> fn) {
+  boost::asio::post(io, [alive = std::move(alive), fn = std::move(fn)] {
+    if (!alive.expired()) fn();
+  });
+}
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(std::max(0.001, seconds) * 1000));

@@ -92,6 +92,9 @@ std::string this_owner();
 // Seconds since the Unix epoch (the evaluators' span clock).
 double epoch_now();
 
+// Runs fn on io later (never inside this call), unless `alive` has expired by then.
+void post_while_alive(boost::asio::io_context& io, std::weak_ptr<bool> alive, std::function<void()> fn);
+
 // `seconds` as a timer's duration (at least 1 ms).
 std::chrono::milliseconds to_ms(double seconds);
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "evaluate/reply.h"
@@ -58,9 +57,8 @@ void SlotPool::start_slot(size_t i) {
     s.worker->start();
   } catch (const std::exception& e) {
     // Handled on the loop, never inside the caller (start, a done).
-    std::weak_ptr<bool> alive = alive_;
-    boost::asio::post(io_, [this, alive, i, why = std::string(e.what())] {
-      if (!alive.expired() && !stopped_) failed_start(i, why, true);
+    post_while_alive(io_, alive_, [this, i, why = std::string(e.what())] {
+      if (!stopped_) failed_start(i, why, true);
     });
     return;
   }
