@@ -95,9 +95,10 @@ def test_failed_hellos_are_retried_and_the_run_finishes(mode, tmp_path):
 
 
 def test_a_slot_that_never_starts_is_dropped_and_the_others_finish(mode, tmp_path):
-    # Two GPUs, 4 and 7; every hello of a worker bound to GPU 7 fails.
+    # Two GPUs, 4 and 7; every hello of a worker bound to GPU 7 fails. Each
+    # evaluation takes 0.6 s: the run outlasts the dropped slot's 3 starts.
     gpus = {"KILN_GPUS_PER_NODE": "2", "KILN_GPU_VENDOR": "nvidia", "CUDA_VISIBLE_DEVICES": "4,7",
-            "FAKE_HELLO_FAIL_GPU": "7"}
+            "FAKE_HELLO_FAIL_GPU": "7", "FAKE_EVALUATOR_DELAY_S": "0.6"}
     if mode == "run":
         catalog = tmp_path / "kiln.db"
         run_kiln("submit", manifest(tmp_path), catalog=catalog)

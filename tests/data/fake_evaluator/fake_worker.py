@@ -38,7 +38,7 @@ answer (a run long enough to be killed at random points).
 Start-up failures (the slot pool's policy, explore/slot_pool.h):
 $FAKE_HELLO_FAIL=always answers every hello with an error; a number N fails
 the first N hellos of all the workers sharing the counter file
-$FAKE_HELLO_COUNTER (each hello counts under a lock); $FAKE_HELLO_FAIL_GPU
+$FAKE_HELLO_COUNTER (every hello counts there, under a lock); $FAKE_HELLO_FAIL_GPU
 fails the hello of a worker bound (CUDA_VISIBLE_DEVICES) to that GPU.
 
 The engine starts it as `$KILN_PYTHON -m kiln_worker`; tests point KILN_PYTHON
@@ -59,22 +59,21 @@ def latency_ms(config):
 
 
 def hello_refused():
-    """Whether this hello fails under $FAKE_HELLO_FAIL / $FAKE_HELLO_FAIL_GPU."""
+    """Whether this hello fails under $FAKE_HELLO_FAIL / $FAKE_HELLO_FAIL_GPU.
+    Every hello counts one byte in $FAKE_HELLO_COUNTER when it is set."""
+    seen = 0
+    if os.environ.get("FAKE_HELLO_COUNTER"):
+        import fcntl
+        with open(os.environ["FAKE_HELLO_COUNTER"], "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            seen = len(f.read())
+            f.write("x")
     gpu = os.environ.get("FAKE_HELLO_FAIL_GPU")
     if gpu is not None and os.environ.get("CUDA_VISIBLE_DEVICES") == gpu:
         return True
     fail = os.environ.get("FAKE_HELLO_FAIL", "")
-    if fail == "always":
-        return True
-    if not fail:
-        return False
-    import fcntl
-    with open(os.environ["FAKE_HELLO_COUNTER"], "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        f.seek(0)
-        seen = len(f.read())
-        f.write("x")
-    return seen < int(fail)
+    return fail == "always" or (fail.isdigit() and seen < int(fail))
 
 
 def answer(req):
