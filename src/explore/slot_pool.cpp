@@ -150,13 +150,13 @@ void SlotPool::submit(size_t i, json request, std::chrono::milliseconds timeout,
   Slot& s = *slots_[i];
   s.busy = true;
   const std::string method = request.value("method", std::string());
+  const int pid = s.worker->pid();  // the worker that gets it (a crashed one no longer has a pid)
   std::weak_ptr<bool> alive = alive_;
   s.worker->request(std::move(request), timeout,
-                    [this, alive, i, method, done = std::move(done)](WorkerOutcome raw) {
+                    [this, alive, i, pid, method, done = std::move(done)](WorkerOutcome raw) {
                       if (alive.expired() || stopped_) return;
                       Slot& slot = *slots_[i];
                       slot.busy = false;
-                      const int pid = slot.worker->pid();
                       // A reply that breaks the protocol fails this request alone
                       // and the worker is replaced (evaluate/reply.h).
                       WorkerOutcome o = checked_outcome(method, std::move(raw));
