@@ -25,7 +25,7 @@ using nlohmann::json;
 
 const std::string kFakeEvaluator = std::string(KILN_SOURCE_DIR) + "/tests/data/fake_evaluator/fake_worker.py";
 
-struct Fixture : ::testing::Test {
+struct SlotPoolTest : ::testing::Test {
   fs::path dir;
   boost::asio::io_context io;
   std::ostringstream log;
@@ -72,7 +72,7 @@ struct Fixture : ::testing::Test {
 
 json evaluate(int block) { return {{"method", "evaluate"}, {"config", {{"BLOCK", block}}}, {"job", json::object()}}; }
 
-TEST_F(Fixture, HelloFailuresAreRetriedWithBackoffThenTheSlotRuns) {
+TEST_F(SlotPoolTest, HelloFailuresAreRetriedWithBackoffThenTheSlotRuns) {
   // The first two hellos fail (of one slot: the third start succeeds).
   SlotPool pool(io, options(1, {{"FAKE_HELLO_FAIL", "2"}}), log);
   int ready = 0;
@@ -94,7 +94,7 @@ TEST_F(Fixture, HelloFailuresAreRetriedWithBackoffThenTheSlotRuns) {
   EXPECT_NE(log.str().find("attempt 3 of 3"), std::string::npos) << log.str();
 }
 
-TEST_F(Fixture, ASlotThatNeverStartsIsDroppedAndTheOthersRun) {
+TEST_F(SlotPoolTest, ASlotThatNeverStartsIsDroppedAndTheOthersRun) {
   // Hellos 1..3 fail: with two slots starting together, one slot may take
   // all three failures (dropped) or both share them (both run on their
   // retries). Either way the pool keeps running with what it has.
@@ -109,7 +109,7 @@ TEST_F(Fixture, ASlotThatNeverStartsIsDroppedAndTheOthersRun) {
   EXPECT_EQ(hellos(), 3u + static_cast<size_t>(pool.ready()));
 }
 
-TEST_F(Fixture, NoSlotLeftIsExhaustedOnceAfterEveryAttempt) {
+TEST_F(SlotPoolTest, NoSlotLeftIsExhaustedOnceAfterEveryAttempt) {
   SlotPool pool(io, options(2, {{"FAKE_HELLO_FAIL", "1000"}}), log);
   std::vector<std::string> exhausted;
   std::vector<size_t> dropped;
@@ -127,7 +127,7 @@ TEST_F(Fixture, NoSlotLeftIsExhaustedOnceAfterEveryAttempt) {
   EXPECT_FALSE(pool.idle_slot());
 }
 
-TEST_F(Fixture, ARejectedHelloDropsTheSlotWithoutRetrying) {
+TEST_F(SlotPoolTest, ARejectedHelloDropsTheSlotWithoutRetrying) {
   SlotPool pool(io, options(1, {{"FAKE_HELLO_FAIL", "0"}}), log);
   std::string why;
   SlotPool::Hooks h;
@@ -139,7 +139,7 @@ TEST_F(Fixture, ARejectedHelloDropsTheSlotWithoutRetrying) {
   EXPECT_EQ(hellos(), 1u);
 }
 
-TEST_F(Fixture, ACrashMidCandidateIsReportedAndTheSlotRestarts) {
+TEST_F(SlotPoolTest, ACrashMidCandidateIsReportedAndTheSlotRestarts) {
   // BLOCK 128 takes the first FAKE_MALFORMED mode: the worker SIGSEGVs.
   SlotPool pool(io, options(1, {{"FAKE_MALFORMED", "crash"}, {"FAKE_HELLO_FAIL", "0"}}), log);
   std::vector<std::string> restarts;
@@ -178,7 +178,7 @@ TEST_F(Fixture, ACrashMidCandidateIsReportedAndTheSlotRestarts) {
   EXPECT_TRUE(ok->reply.value("ok", false)) << ok->reply.dump();
 }
 
-TEST_F(Fixture, AfterStopNoCallbackRuns) {
+TEST_F(SlotPoolTest, AfterStopNoCallbackRuns) {
   SlotPool pool(io, options(2, {{"FAKE_EVALUATOR_DELAY_S", "5"}, {"FAKE_HELLO_FAIL", "0"}}), log);
   int ready = 0;
   SlotPool::Hooks h;
