@@ -156,14 +156,7 @@ class Explorer {
     const double gpus = static_cast<double>(std::max<size_t>(1, opts_.gpus.ids.size()));
     if (summary_.wall_s > 0 && summary_.gpu_kernel_s > 0)
       summary_.gpu_kernel_fraction = std::min(1.0, summary_.gpu_kernel_s / (summary_.wall_s * gpus));
-    const SchedulerStats& st = scheduler_->stats();
-    summary_.jobs_done = st.jobs_done;
-    summary_.jobs_failed = st.jobs_failed;
-    summary_.jobs_need_llm = st.jobs_need_llm;
-    summary_.candidates = st.candidates;
-    summary_.candidate_failures = st.candidate_failures;
-    summary_.jobs_confirmed = st.jobs_confirmed;
-    summary_.confirm_failures = st.confirm_failures;
+    static_cast<RunCounts&>(summary_) = scheduler_->stats();
     out_ << stamp() << progress_line(true) << std::endl;
     std::error_code ec;
     std::filesystem::remove_all(artifact_dir_, ec);

@@ -24,6 +24,7 @@
 #include "evaluate/gpu_binding.h"
 #include "evaluate/worker_process.h"
 #include "explore/run_supervisor.h"
+#include "explore/scheduler.h"
 #include "explore/scheduling.h"
 #include "manifest/manifest.h"
 #include "metrics/run_metrics.h"
@@ -51,10 +52,9 @@ struct RunOptions {
   double metrics_interval_s = 2;
 };
 
-struct RunSummary {
-  int jobs_done = 0, jobs_failed = 0;
-  int jobs_need_llm = 0;                    // of jobs_failed: no LLM configured or reachable
-  int candidates = 0, candidate_failures = 0;
+// The counts (jobs done / failed / needing an LLM, candidates, confirmation
+// rounds) are the scheduler's (RunCounts, scheduler.h).
+struct RunSummary : RunCounts {
   bool interrupted = false;                 // stopped by SIGINT/SIGTERM/SIGUSR1
   double wall_s = 0;
   double workers_ready_s = 0;               // the slowest worker's start to its hello (first starts)
@@ -75,7 +75,6 @@ struct RunSummary {
   // bound). Unset when nothing was timed on a GPU.
   double gpu_kernel_s = 0;
   std::optional<double> gpu_kernel_fraction;
-  int jobs_confirmed = 0, confirm_failures = 0;  // confirmation rounds (scheduler.h)
 };
 
 // Runs until the queue is empty or a signal asks to stop. Throws
