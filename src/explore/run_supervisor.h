@@ -5,8 +5,8 @@
 // (their signals).
 //
 // Signals: SIGINT, SIGTERM and SIGUSR1 call Hooks::signal once (the owner
-// drains: no new work, its active jobs go back to the queue); later signals
-// are left to the default action only after stop().
+// drains: no new work, its active jobs go back to the queue); later ones are
+// absorbed until stop(), which gives the signals back to their default action.
 // Leases: every lease_s / 3 the catalog renews the owner's leases; a failed
 // renewal is a warning on the log, not the end of the run (a lease expires
 // only after lease_s).

@@ -25,7 +25,8 @@
 //
 // Threading: single-threaded, like WorkerProcess. Construct, call and destroy
 // it on the thread that runs its io_context; every hook and done runs there,
-// never inside the call that caused it (start, submit, stop).
+// never inside start, submit or stop (idle_slot may call `restarting` when it
+// replaces an exited worker).
 // Ownership: the pool owns its workers; the io_context and the log outlive it.
 #pragma once
 #include <utility>  // before Asio (Boost 1.74 under newer GCC)
