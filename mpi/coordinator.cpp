@@ -11,32 +11,20 @@
 #include <iomanip>
 #include <sstream>
 
-#include <boost/asio/post.hpp>
 
 #include "checkpoint.h"
 #include "evaluate/startup_steps.h"
 #include "explore/explorer.h"
+#include "explore/run_supervisor.h"
 #include "protocol.h"
 
 namespace kiln::mpi {
 
-namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-std::string now_hms() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
-  return buf;
-}
-
-std::chrono::milliseconds ms(double s) {
-  return std::chrono::milliseconds(static_cast<long long>(std::max(0.001, s) * 1000));
-}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -83,16 +71,11 @@ json CoordinatorSummary::to_json() const {
   return j;
 }
 
-Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& catalog, const Knowledge& knowledge,
+Coordinator::Coordinator(boost::asio::io_context& io, Transport& transport, Catalog& catalog, const Knowledge& knowledge,
                          std::vector<int> peers, CoordinatorOptions options, std::ostream& log)
     : io_(io), transport_(transport), catalog_(catalog), opts_(std::move(options)), log_(log),
-      signals_(io, SIGINT, SIGTERM), heartbeat_timer_(io), lease_timer_(io), progress_timer_(io),
-      checkpoint_timer_(io), grace_timer_(io), flush_timer_(io) {
-  signals_.add(SIGUSR1);
-  std::string tag = opts_.owner;
-  for (char& c : tag)
-    if (c == ':' || c == '/') c = '-';
-  artifact_dir_ = opts_.scratch / ("run-" + tag);
+      heartbeat_timer_(io), checkpoint_timer_(io), grace_timer_(io), flush_timer_(io) {
+  artifact_dir_ = opts_.scratch / ("run-" + path_tag(opts_.owner));
   fs::create_directories(artifact_dir_);
   SchedulerOptions so;
   so.owner = opts_.owner;
@@ -119,6 +102,14 @@ Coordinator::Coordinator(asio::io_context& io, Transport& transport, Catalog& ca
     return bytes;
   };
   scheduler_ = std::make_unique<Scheduler>(catalog, knowledge, io, so, log);
+  SupervisorOptions sup;
+  sup.catalog = &catalog_;
+  sup.owner = opts_.owner;
+  sup.lease_s = opts_.scheduling.lease_s;
+  sup.progress_interval_s = opts_.progress_interval_s;
+  if (opts_.metrics) sup.metrics_interval_s = opts_.progress_interval_s;
+  sup.label = "kiln-mpi: ";
+  supervisor_ = std::make_unique<RunSupervisor>(io, sup, log);
   scheduler_->on_work_available([this] { pump(); });
   for (int r : peers) {
     Peer p;
@@ -135,19 +126,19 @@ void Coordinator::start() {
   t0_epoch_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (auto& [r, p] : peers_) p.last_heard = t0_;
   if (opts_.metrics) opts_.metrics->run_started(t0_epoch_, 0);  // slots: known as the ranks get ready
-  log_ << "[" << now_hms() << "] kiln-mpi: coordinator on rank 0, " << peers_.size()
+  log_ << stamp() << "kiln-mpi: coordinator on rank 0, " << peers_.size()
        << " evaluating rank(s); waiting for their evaluators" << std::endl;
-  std::weak_ptr<bool> alive = alive_;
-  signals_.async_wait([this, alive](const boost::system::error_code& ec, int sig) {
-    if (ec || alive.expired()) return;
-    log_ << "[" << now_hms() << "] kiln-mpi: signal " << sig
-         << ": draining; unfinished jobs go back to the queue" << std::endl;
+  RunSupervisor::Hooks hooks;
+  hooks.progress = [this] { return progress_line(false); };
+  if (opts_.metrics) hooks.metrics = [this] { publish_metrics(); };
+  hooks.signal = [this](int sig) {
+    log_ << stamp() << "kiln-mpi: signal " << sig << ": draining; unfinished jobs go back to the queue"
+         << std::endl;
     sum_.interrupted = true;
     end(kExitInterrupted, "");
-  });
+  };
+  supervisor_->start(std::move(hooks));
   arm_heartbeat();
-  arm_lease();
-  arm_progress();
   arm_checkpoint();
   arm_flush();
 }
@@ -196,7 +187,7 @@ void Coordinator::on_ready(Peer& p, const json& m) {
   ++sum_.ranks_ready;
   const json hello = m.value("hello", json::object());
   std::ostringstream line;
-  line << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << " ready on " << p.host << ": " << p.slots
+  line << stamp() << "kiln-mpi: rank " << p.rank << " ready on " << p.host << ": " << p.slots
        << " slot(s) on " << p.device;
   if (m.contains("gpu") && m["gpu"].is_string()) line << " (GPU " << m["gpu"].get<std::string>() << ")";
   if (hello.contains("triton")) line << ", Triton " << hello.value("triton", "") << ", torch " << hello.value("torch", "");
@@ -209,7 +200,7 @@ void Coordinator::on_ready(Peer& p, const json& m) {
     sum_.device = device_;
     scheduler_->set_device(device_);
   } else if (p.device != device_) {
-    log_ << "[" << now_hms() << "] kiln-mpi: warning: rank " << p.rank << " runs on " << p.device
+    log_ << stamp() << "kiln-mpi: warning: rank " << p.rank << " runs on " << p.device
          << " but the run counts latencies as measured on " << device_
          << " (the first rank's device); use one device kind per run" << std::endl;
   }
@@ -255,10 +246,10 @@ void Coordinator::on_result(Peer& p, const json& m) {
     try {
       const std::string why = attach_artifact(p, id, o.reply, m);
       if (!why.empty())
-        log_ << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << ": code object of " << item.label
+        log_ << stamp() << "kiln-mpi: rank " << p.rank << ": code object of " << item.label
              << " lost: " << why << std::endl;
     } catch (const std::exception& e) {
-      log_ << "[" << now_hms() << "] kiln-mpi: warning: code object from rank " << p.rank << ": " << e.what()
+      log_ << stamp() << "kiln-mpi: warning: code object from rank " << p.rank << ": " << e.what()
            << std::endl;
     }
   }
@@ -284,7 +275,7 @@ void Coordinator::on_bye(Peer& p, const json& m) {
     p.outstanding.clear();
     p.state = Peer::State::kGone;
     if (!ending_) {
-      log_ << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << " left (" << reason << ")";
+      log_ << stamp() << "kiln-mpi: rank " << p.rank << " left (" << reason << ")";
       if (n) log_ << "; " << n << " item(s) requeued";
       log_ << std::endl;
       if (live_peers() == 0) {
@@ -306,7 +297,7 @@ void Coordinator::lose(Peer& p, const std::string& why) {
   p.lost = true;
   ++sum_.ranks_lost;
   transport_.send(p.rank, {{"type", "stop"}});  // in case it is alive after all
-  log_ << "[" << now_hms() << "] kiln-mpi: rank " << p.rank << " lost (" << why << "); " << n
+  log_ << stamp() << "kiln-mpi: rank " << p.rank << " lost (" << why << "); " << n
        << " item(s) requeued" << std::endl;
   if (live_peers() == 0) {
     end(kExitNoWorkers, "no worker ranks left (rank " + std::to_string(p.rank) + " lost: " + why + ")");
@@ -384,20 +375,17 @@ void Coordinator::end(int code, const std::string& why) {
     code = sum_.exit_code = kExitError;
     sum_.error = scheduler_->fatal();
   }
-  if (!sum_.error.empty()) log_ << "[" << now_hms() << "] kiln-mpi: " << sum_.error << std::endl;
+  if (!sum_.error.empty()) log_ << stamp() << "kiln-mpi: " << sum_.error << std::endl;
   if (code != kExitOk) scheduler_->drain();
-  boost::system::error_code ec;
-  signals_.cancel(ec);
+  supervisor_->stop();
   heartbeat_timer_.cancel();
-  lease_timer_.cancel();
-  progress_timer_.cancel();
   checkpoint_timer_.cancel();
   flush_timer_.cancel();
   for (auto& [r, p] : peers_)
     if (!p.lost && !p.said_bye) transport_.send(r, {{"type", "stop"}});
   write_status();  // first: a SIGKILL during a long final copy still leaves the code
   checkpoint("final");
-  print_progress(true);
+  log_ << stamp() << progress_line(true) << std::endl;
   check_byes();
   if (finished_) return;
   // Signals come shortly before a SIGKILL (mpirun gives its ranks 1 s after a
@@ -429,13 +417,7 @@ void Coordinator::finish() {
   grace_timer_.cancel();
   std::error_code ec;
   fs::remove_all(artifact_dir_, ec);
-  if (on_finished_) {
-    auto fn = on_finished_;
-    std::weak_ptr<bool> alive = alive_;
-    asio::post(io_, [fn, alive] {
-      if (!alive.expired()) fn();
-    });
-  }
+  if (on_finished_) post_while_alive(io_, alive_, on_finished_);
 }
 
 CoordinatorSummary Coordinator::summary() const {
@@ -483,24 +465,24 @@ void Coordinator::checkpoint(const char* when) {
   try {
     CheckpointResult r = checkpoint_catalog(catalog_, *opts_.checkpoint_to);
     ++sum_.checkpoints;
-    log_ << "[" << now_hms() << "] kiln-mpi: " << when << " checkpoint: catalog copied to "
+    log_ << stamp() << "kiln-mpi: " << when << " checkpoint: catalog copied to "
          << opts_.checkpoint_to->string() << " (" << r.bytes / 1024 << " KiB, " << std::fixed
          << std::setprecision(2) << r.seconds << " s)" << std::defaultfloat << std::endl;
   } catch (const std::exception& e) {
-    log_ << "[" << now_hms() << "] kiln-mpi: warning: " << e.what() << std::endl;
+    log_ << stamp() << "kiln-mpi: warning: " << e.what() << std::endl;
   }
 }
 
 void Coordinator::arm_checkpoint() {
   if (!opts_.checkpoint_to || opts_.checkpoint_every_s <= 0) return;
-  checkpoint_timer_.expires_after(ms(opts_.checkpoint_every_s));
+  checkpoint_timer_.expires_after(to_ms(opts_.checkpoint_every_s));
   std::weak_ptr<bool> alive = alive_;
   checkpoint_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
     try {
       copy_ = std::make_unique<CatalogCopy>(catalog_, *opts_.checkpoint_to);
     } catch (const std::exception& e) {
-      log_ << "[" << now_hms() << "] kiln-mpi: warning: " << e.what() << std::endl;
+      log_ << stamp() << "kiln-mpi: warning: " << e.what() << std::endl;
       arm_checkpoint();
       return;
     }
@@ -512,9 +494,8 @@ void Coordinator::arm_checkpoint() {
 // work, so a large catalog never stalls results or heartbeats; results written
 // meanwhile are carried into the copy by SQLite.
 void Coordinator::step_checkpoint() {
-  std::weak_ptr<bool> alive = alive_;
-  asio::post(io_, [this, alive] {
-    if (alive.expired() || !copy_ || ending_) return;
+  post_while_alive(io_, alive_, [this] {
+    if (!copy_ || ending_) return;
     try {
       if (!copy_->step(1024)) {
         step_checkpoint();
@@ -522,11 +503,11 @@ void Coordinator::step_checkpoint() {
       }
       CheckpointResult r = copy_->commit();
       ++sum_.checkpoints;
-      log_ << "[" << now_hms() << "] kiln-mpi: checkpoint: catalog copied to " << opts_.checkpoint_to->string()
+      log_ << stamp() << "kiln-mpi: checkpoint: catalog copied to " << opts_.checkpoint_to->string()
            << " (" << r.bytes / 1024 << " KiB, " << std::fixed << std::setprecision(2) << r.seconds << " s)"
            << std::defaultfloat << std::endl;
     } catch (const std::exception& e) {
-      log_ << "[" << now_hms() << "] kiln-mpi: warning: " << e.what() << std::endl;
+      log_ << stamp() << "kiln-mpi: warning: " << e.what() << std::endl;
     }
     copy_.reset();
     arm_checkpoint();
@@ -548,7 +529,7 @@ void Coordinator::arm_flush() {
 }
 
 void Coordinator::arm_heartbeat() {
-  heartbeat_timer_.expires_after(ms(opts_.heartbeat_interval_s));
+  heartbeat_timer_.expires_after(to_ms(opts_.heartbeat_interval_s));
   std::weak_ptr<bool> alive = alive_;
   heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || ending_) return;
@@ -571,37 +552,10 @@ void Coordinator::arm_heartbeat() {
   });
 }
 
-void Coordinator::arm_lease() {
-  lease_timer_.expires_after(ms(opts_.scheduling.lease_s / 3));
-  std::weak_ptr<bool> alive = alive_;
-  lease_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || ending_) return;
-    try {
-      catalog_.renew_leases(opts_.owner, opts_.scheduling.lease_s);
-    } catch (const std::exception& e) {
-      log_ << "[" << now_hms() << "] kiln-mpi: warning: lease renewal failed: " << e.what() << std::endl;
-    }
-    arm_lease();
-  });
-}
-
-void Coordinator::arm_progress() {
-  progress_timer_.expires_after(ms(opts_.progress_interval_s));
-  std::weak_ptr<bool> alive = alive_;
-  progress_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || ending_) return;
-    print_progress(false);
-    if (opts_.metrics) publish_metrics();
-    arm_progress();
-  });
-}
-
-void Coordinator::print_progress(bool final_line) {
-  const SchedulerStats& st = scheduler_->stats();
+std::string Coordinator::progress_line(bool final_line) const {
   std::ostringstream line;
-  line << "[" << now_hms() << "] " << (final_line ? "finished: " : "") << "jobs " << st.jobs_done << " done, "
-       << st.jobs_failed << " failed, " << scheduler_->active_jobs() << " running · candidates " << st.candidates
-       << " evaluated, " << st.candidate_failures << " failed · ranks " << live_peers() << "/" << peers_.size();
+  line << (final_line ? "finished: " : "") << progress_counts(scheduler_->stats(), scheduler_->active_jobs())
+       << " · ranks " << live_peers() << "/" << peers_.size();
   if (sum_.items_requeued) line << " · " << sum_.items_requeued << " requeued";
   if (final_line) {
     line << " · " << std::fixed << std::setprecision(1) << seconds_since(t0_) << " s";
@@ -609,22 +563,22 @@ void Coordinator::print_progress(bool final_line) {
     if (now.gpu_busy_fraction)
       line << " · GPUs busy " << std::setprecision(0) << *now.gpu_busy_fraction * 100 << "% ("
            << now.gpu_busy_each_s.size() << " rank" << (now.gpu_busy_each_s.size() > 1 ? "s" : "") << ")";
-  } else if (!st.last_best.empty()) line << " · last best: " << st.last_best;
-  const std::string s = line.str();
-  if (s != last_progress_ || final_line) log_ << s << std::endl;
-  last_progress_ = s;
+  } else if (!scheduler_->stats().last_best.empty()) {
+    line << " · last best: " << scheduler_->stats().last_best;
+  }
+  return line.str();
 }
 
 // The sampled metrics: jobs by state, the queue, and each evaluating rank's
 // GPU (one per rank) once it has done GPU work, labelled "HOST/rank R".
 void Coordinator::publish_metrics() {
   metrics::RunMetrics& m = *opts_.metrics;
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = epoch_now();
   m.heartbeat(now);
   try {
     m.jobs_by_state(catalog_.job_state_counts(opts_.batch));
   } catch (const std::exception& e) {
-    log_ << "[" << now_hms() << "] kiln-mpi: warning: metrics: " << e.what() << std::endl;
+    log_ << stamp() << "kiln-mpi: warning: metrics: " << e.what() << std::endl;
   }
   m.queue(static_cast<long long>(scheduler_->ready_candidates()), static_cast<long long>(outstanding()));
   int ready = 0;

@@ -7,8 +7,11 @@
 // the scheduler. A rank that says `bye` or stays silent for the heartbeat
 // timeout has its outstanding items requeued (Scheduler::requeue) and the
 // batch goes on with the others; with none left the coordinator drains and
-// exits 4. SIGTERM / SIGINT / SIGUSR1 drain: no new work, `stop` to every
-// rank, active jobs released to the queue, exit 130.
+// exits 4 (a rank leaves when its last evaluator slot is dropped, under the
+// slot pool's failure policy, explore/slot_pool.h). Leases, progress lines,
+// metrics and signals are a RunSupervisor's (explore/run_supervisor.h):
+// SIGTERM / SIGINT / SIGUSR1 drain: no new work, `stop` to every rank, active
+// jobs released to the queue, exit 130.
 #pragma once
 #include <utility>  // before Asio (Boost 1.74 under newer GCC)
 #include <chrono>
@@ -29,6 +32,7 @@
 
 #include "catalog/catalog.h"
 #include "checkpoint.h"
+#include "explore/run_supervisor.h"
 #include "explore/scheduler.h"
 #include "metrics/run_metrics.h"
 #include "manifest/manifest.h"
@@ -126,13 +130,11 @@ class Coordinator {
   void finish();
   void check_byes();
   void arm_heartbeat();
-  void arm_lease();
-  void arm_progress();
   void arm_checkpoint();
   void arm_flush();
   void checkpoint(const char* when);
   void step_checkpoint();
-  void print_progress(bool final_line);
+  std::string progress_line(bool final_line) const;
   void publish_metrics();
   std::string attach_artifact(Peer& p, long long item_id, nlohmann::json& reply, const nlohmann::json& m);
   size_t live_peers() const;
@@ -146,9 +148,8 @@ class Coordinator {
   std::unique_ptr<Scheduler> scheduler_;
   std::map<int, Peer> peers_;
   std::filesystem::path artifact_dir_;
-  boost::asio::signal_set signals_;
-  boost::asio::steady_timer heartbeat_timer_, lease_timer_, progress_timer_, checkpoint_timer_, grace_timer_,
-      flush_timer_;
+  std::unique_ptr<RunSupervisor> supervisor_;  // leases, progress lines, metrics, signals
+  boost::asio::steady_timer heartbeat_timer_, checkpoint_timer_, grace_timer_, flush_timer_;
   std::map<std::string, std::string> artifacts_;
   std::map<std::string, std::string> artifact_errors_;  // path -> why the rank refused the file
   std::unique_ptr<CatalogCopy> copy_;  // a periodic checkpoint in progress  // code objects received, by the path the scheduler is given
@@ -158,7 +159,6 @@ class Coordinator {
   bool ending_ = false, finished_ = false, pumping_ = false;
   std::function<void()> on_finished_;
   CoordinatorSummary sum_;
-  std::string last_progress_;
   std::chrono::steady_clock::time_point t0_, t_first_, t_last_;
   double t0_epoch_ = 0;  // t0_ in unix seconds (the evaluators' span clock)
   double cpu_first_ = 0, cpu_last_ = 0;

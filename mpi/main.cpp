@@ -20,7 +20,6 @@
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -30,6 +29,7 @@
 #include "coordinator.h"
 #include "metrics/flags.h"
 #include "explore/explorer.h"
+#include "explore/run_supervisor.h"
 #include "explore/scheduling_flags.h"
 #include "evaluate/gpu_binding.h"
 #include "manifest/manifest.h"
@@ -192,12 +192,6 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   return o;
 }
 
-std::string path_tag(std::string s) {
-  for (char& c : s)
-    if (c == ':' || c == '/') c = '-';
-  return s;
-}
-
 // Where this rank sits among the GPU-using ranks of its node: {index, users}.
 std::pair<int, int> node_gpu_slot(int rank, bool evaluates) {
   MPI_Comm node = MPI_COMM_NULL;
@@ -345,7 +339,7 @@ int run(Options o, int* argc, char*** argv) {
     coord = std::make_unique<Coordinator>(io, transport, *catalog, *knowledge, peers, copts, std::cerr);
     coord->on_finished(stop_soon);
   }
-  std::unique_ptr<asio::signal_set> worker_signals;
+  std::unique_ptr<RunSupervisor> worker_signals;
   if (evaluates) {
     WorkerRankOptions w;
     w.slots = rank == 0 ? o.coordinator_slots : o.workers;
@@ -369,11 +363,14 @@ int run(Options o, int* argc, char*** argv) {
       worker->on_finished(stop_soon);
       // Worker ranks stop their evaluators and leave cleanly on a signal
       // (mpirun forwards SIGUSR1; Slurm signals every task).
-      worker_signals = std::make_unique<asio::signal_set>(io, SIGINT, SIGTERM);
-      worker_signals->add(SIGUSR1);
-      worker_signals->async_wait([&worker](const boost::system::error_code& e, int sig) {
-        if (!e && worker) worker->leave("signal " + std::to_string(sig));
-      });
+      SupervisorOptions sup;
+      sup.progress_interval_s = 0;  // rank 0 prints the progress; the coordinator holds the leases
+      worker_signals = std::make_unique<RunSupervisor>(io, sup, std::cerr);
+      RunSupervisor::Hooks hooks;
+      hooks.signal = [&worker](int sig) {
+        if (worker) worker->leave("signal " + std::to_string(sig));
+      };
+      worker_signals->start(std::move(hooks));
     }
   }
 
@@ -416,7 +413,7 @@ int run(Options o, int* argc, char*** argv) {
     code = worker->exit_code();
     finalize = code == 0;
   }
-  if (worker_signals) worker_signals->cancel();
+  if (worker_signals) worker_signals->stop();
   transport.stop();
   worker.reset();
   coord.reset();

@@ -9,17 +9,16 @@
 #include <iterator>
 #include <sstream>
 
-#include <boost/asio/post.hpp>
 
 #include "common/hash.h"
 #include "evaluate/artifact_file.h"
 #include "evaluate/reply.h"
 #include "explore/explorer.h"
+#include "explore/run_supervisor.h"
 #include "protocol.h"
 
 namespace kiln::mpi {
 
-namespace asio = boost::asio;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -42,36 +41,21 @@ int ranks_on_node() {
   return n;
 }
 
-std::string now_hms() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
-  return buf;
-}
-
 std::string hostname() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   return host;
 }
 
-std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
-
 }  // namespace
 
-WorkerRank::WorkerRank(asio::io_context& io, Transport& transport, WorkerRankOptions options, std::ostream& log)
+WorkerRank::WorkerRank(boost::asio::io_context& io, Transport& transport, WorkerRankOptions options, std::ostream& log)
     : io_(io), transport_(transport), opts_(std::move(options)), log_(log),
       label_("rank " + std::to_string(transport.rank())), heartbeat_timer_(io) {}
 
 WorkerRank::~WorkerRank() {
   *alive_ = false;
-  kill_workers(/*wait=*/true);
-}
-
-void WorkerRank::kill_workers(bool wait) {
-  std::vector<WorkerProcess*> all;
-  for (auto& s : slots_) all.push_back(s.worker.get());
-  kill_all(all, wait);
+  pool_.reset();  // kills the evaluators
 }
 
 void WorkerRank::send(const json& m) { transport_.send(opts_.coordinator, m); }
@@ -80,79 +64,40 @@ void WorkerRank::start() {
   last_heard_ = Clock::now();
   const int n = std::max(1, opts_.slots);
   if (opts_.noop) {
-    slots_.resize(static_cast<size_t>(n));
-    for (auto& s : slots_) s.ready = true;
     ready_sent_ = true;
     send({{"type", "ready"}, {"slots", n}, {"device", "noop (no evaluation)"},
           {"hello", {{"device", {{"kind", "cpu"}, {"name", "noop (no evaluation)"}}}}},
           {"host", hostname()}, {"pid", static_cast<long long>(getpid())}, {"gpu", nullptr}});
   } else {
     if (!opts_.triton_cache.empty()) fs::create_directories(opts_.triton_cache);
-    WorkerOptions wo = evaluator_options(opts_.device, opts_.triton_cache, opts_.echo_stderr);
-    for (const auto& [k, v] : opts_.env) wo.env[k] = v;
-    wo.fork_server = start_fork_server(wo, n * ranks_on_node(), log_);
-    for (int i = 0; i < n; ++i) {
-      Slot s;
-      s.worker = std::make_unique<WorkerProcess>(io_, wo);
-      slots_.push_back(std::move(s));
-    }
-    for (size_t i = 0; i < slots_.size(); ++i) start_slot(i);
+    SlotPoolOptions po;
+    po.slots = n;
+    po.label = label_;
+    po.start_attempts = opts_.start_attempts;
+    po.retry_backoff_s = opts_.retry_backoff_s;
+    po.worker = evaluator_options(opts_.device, opts_.triton_cache, opts_.echo_stderr);
+    for (const auto& [k, v] : opts_.env) po.worker.env[k] = v;
+    po.worker.fork_server = start_fork_server(po.worker, n * ranks_on_node(), log_);
+    pool_ = std::make_unique<SlotPool>(io_, std::move(po), log_);
+    SlotPool::Hooks hooks;
+    hooks.ready = [this](size_t, const json& hello, double, bool) { on_ready(hello); };
+    hooks.idle = [this] { pump(); };
+    hooks.exhausted = [this](const std::string& why) { leave("no evaluator worker is left: " + why); };
+    pool_->start(std::move(hooks));
   }
   if (transport_.rank() != opts_.coordinator) arm_heartbeat();
 }
 
-void WorkerRank::start_slot(size_t i) {
-  Slot& s = slots_[i];
-  s.ready = false;
-  s.busy = true;
-  if (s.worker->alive()) s.worker->kill();
-  try {
-    s.worker->start();
-  } catch (const std::exception& e) {
-    s.busy = false;
-    s.dead = true;
-    log_ << "[" << now_hms() << "] " << label_ << ": evaluator slot " << i << " cannot start: " << e.what()
-         << std::endl;
-    bool any = false;
-    for (const auto& o : slots_) any = any || !o.dead;
-    if (!any) leave(std::string("no evaluator could start: ") + e.what());
-    return;
-  }
-  std::weak_ptr<bool> alive = alive_;
-  s.worker->request({{"method", "hello"}}, std::chrono::seconds(180), [this, alive, i](WorkerOutcome o) {
-    if (alive.expired()) return;
-    on_hello(i, std::move(o));
-  });
-}
-
-void WorkerRank::on_hello(size_t i, WorkerOutcome o) {
-  if (finished_) return;
-  Slot& s = slots_[i];
-  s.busy = false;
-  if (o.kind != WorkerOutcome::Kind::kReply || !o.reply.value("ok", false)) {
-    const std::string why = o.kind == WorkerOutcome::Kind::kReply ? o.reply.value("error", "") : o.detail;
-    s.dead = true;
-    s.worker->kill();
-    log_ << "[" << now_hms() << "] " << label_ << ": evaluator slot " << i << " did not start: " << why << std::endl;
-    bool any = false;
-    for (const auto& o2 : slots_) any = any || !o2.dead;
-    if (!any) leave("the evaluator worker did not start: " + why);
-    else pump();
-    return;
-  }
-  s.ready = true;
-  if (!ready_sent_) {
-    ready_sent_ = true;
-    const json& r = o.reply["result"];
-    send({{"type", "ready"},
-          {"slots", static_cast<int>(slots_.size())},
-          {"device", r.value("device", json::object()).value("name", "unknown")},
-          {"hello", r},
-          {"host", hostname()},
-          {"pid", static_cast<long long>(getpid())},
-          {"gpu", opts_.gpu.empty() ? json(nullptr) : json(opts_.gpu)}});
-  }
-  pump();
+void WorkerRank::on_ready(const json& r) {
+  if (finished_ || ready_sent_) return;
+  ready_sent_ = true;
+  send({{"type", "ready"},
+        {"slots", static_cast<int>(pool_->size() - static_cast<size_t>(pool_->dropped()))},
+        {"device", r.value("device", json::object()).value("name", "unknown")},
+        {"hello", r},
+        {"host", hostname()},
+        {"pid", static_cast<long long>(getpid())},
+        {"gpu", opts_.gpu.empty() ? json(nullptr) : json(opts_.gpu)}});
 }
 
 void WorkerRank::handle(const json& m) {
@@ -192,34 +137,20 @@ void WorkerRank::handle(const json& m) {
 }
 
 void WorkerRank::pump() {
-  if (finished_) return;
-  for (size_t i = 0; i < slots_.size() && !queue_.empty(); ++i) {
-    Slot& s = slots_[i];
-    if (s.dead || !s.ready || s.busy) continue;
-    // A worker that exited between requests is replaced before it gets new
-    // work, so the next candidate is not blamed for it (as in the explorer).
-    if (!s.worker->alive()) {
-      start_slot(i);
-      continue;
-    }
+  if (finished_ || !pool_) return;
+  while (!queue_.empty()) {
+    const std::optional<size_t> slot = pool_->idle_slot();
+    if (!slot) break;
+    const size_t i = *slot;
     Work w = std::move(queue_.front());
     queue_.pop_front();
     // Code objects go to this node's scratch, one directory per slot.
     const fs::path dir = opts_.scratch / ("slot-" + std::to_string(i));
     fs::create_directories(dir);
     if (w.request.contains("artifact_dir")) w.request["artifact_dir"] = dir.string();
-    s.busy = true;
-    std::weak_ptr<bool> alive = alive_;
-    s.worker->request(w.request, ms(w.timeout_s), [this, alive, i, w, dir](WorkerOutcome raw) {
-      if (alive.expired() || finished_) return;
-      slots_[i].busy = false;
-      // A reply that breaks the protocol fails this item alone and the
-      // worker is replaced (evaluate/reply.h).
-      WorkerOutcome o = checked_outcome(w.request.value("method", std::string()), std::move(raw));
-      const std::string who = label_ + " pid " + std::to_string(slots_[i].worker->pid());
-      if (o.kind != WorkerOutcome::Kind::kReply) start_slot(i);
-      send_result(w, o, who, dir);
-      pump();
+    pool_->submit(i, w.request, to_ms(w.timeout_s), [this, w, dir](WorkerOutcome o, int pid) {
+      if (finished_) return;
+      send_result(w, o, label_ + " pid " + std::to_string(pid), dir);
     });
   }
 }
@@ -297,7 +228,7 @@ void WorkerRank::run_noop(const Work& w, const json& job) {
 }
 
 void WorkerRank::arm_heartbeat() {
-  heartbeat_timer_.expires_after(ms(opts_.heartbeat_interval_s));
+  heartbeat_timer_.expires_after(to_ms(opts_.heartbeat_interval_s));
   std::weak_ptr<bool> alive = alive_;
   heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
     if (ec || alive.expired() || finished_) return;
@@ -305,7 +236,7 @@ void WorkerRank::arm_heartbeat() {
     if (finished_) return;
     const double silent = std::chrono::duration<double>(Clock::now() - last_heard_).count();
     if (opts_.heartbeat_timeout_s > 0 && silent > opts_.heartbeat_timeout_s) {
-      log_ << "[" << now_hms() << "] " << label_ << ": no word from the coordinator for " << static_cast<int>(silent)
+      log_ << stamp() << label_ << ": no word from the coordinator for " << static_cast<int>(silent)
            << " s; stopping" << std::endl;
       exit_code_ = 1;
       leave("coordinator lost");
@@ -321,17 +252,12 @@ void WorkerRank::leave(const std::string& reason) {
   finished_ = true;
   heartbeat_timer_.cancel();
   queue_.clear();
-  kill_workers(/*wait=*/false);  // results are sent; their exits need no waiting
+  const size_t slots = pool_ ? pool_->size() : 0;
+  if (pool_) pool_->stop();  // results are sent; their exits need no waiting
   send({{"type", "bye"}, {"reason", reason}});
   std::error_code ec;
-  for (size_t i = 0; i < slots_.size(); ++i) fs::remove_all(opts_.scratch / ("slot-" + std::to_string(i)), ec);
-  if (on_finished_) {
-    auto fn = on_finished_;
-    std::weak_ptr<bool> alive = alive_;
-    asio::post(io_, [fn, alive] {
-      if (!alive.expired()) fn();
-    });
-  }
+  for (size_t i = 0; i < slots; ++i) fs::remove_all(opts_.scratch / ("slot-" + std::to_string(i)), ec);
+  if (on_finished_) post_while_alive(io_, alive_, on_finished_);
 }
 
 }  // namespace kiln::mpi

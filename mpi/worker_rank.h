@@ -1,15 +1,21 @@
-// A worker rank: W evaluator slots (long-lived Python workers, as in the local
-// explorer) fed with work items by the coordinator over MPI messages.
+// A worker rank: W evaluator slots (a SlotPool, explore/slot_pool.h: the
+// same slots and failure policy as `kiln run`) fed with work items by the
+// coordinator over MPI messages.
 //
 // It announces itself with `ready` once its first evaluator answers hello,
 // runs the items it is sent in order (at most W at once; the rest wait in its
 // queue: the coordinator prefetches one or two per rank), and sends one
-// `result` per item. A timeout or crash restarts that slot's evaluator and is
-// reported as such: a bad candidate never takes the rank down. Heartbeats go
-// to the coordinator every heartbeat_interval_s; if the coordinator is silent
-// for heartbeat_timeout_s the rank gives up (rank 0 is gone). A `stop`, a
-// signal or evaluators that cannot start end the rank: it kills its
-// evaluators, says `bye` and finishes.
+// `result` per item. A timeout or crash is reported as such and the slot gets
+// a fresh worker: a bad candidate never takes the rank down. A slot that
+// cannot start is retried with backoff, then dropped; with no slot left the
+// rank leaves (`bye`, "no evaluator worker is left: ...") and the coordinator
+// requeues its items. Heartbeats go to the coordinator every
+// heartbeat_interval_s; if the coordinator is silent for heartbeat_timeout_s
+// the rank gives up (rank 0 is gone). A `stop` or a signal ends the rank: it
+// kills its evaluators, says `bye` and finishes.
+//
+// Threading: single-threaded, on the io_context it is given (with its
+// transport). Ownership: the io_context, transport and log outlive it.
 #pragma once
 #include <utility>  // before Asio (Boost 1.74 under newer GCC)
 #include <chrono>
@@ -27,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "evaluate/worker_process.h"
+#include "explore/slot_pool.h"
 #include "transport.h"
 
 namespace kiln::mpi {
@@ -44,6 +51,8 @@ struct WorkerRankOptions {
   bool noop = false;                           // answer every request at once, no Python (benchmarks)
   int noop_space = 1000;                       // configs in a noop `space` answer
   int coordinator = 0;
+  int start_attempts = 3;                      // SlotPoolOptions: starts in a row before a slot is dropped
+  double retry_backoff_s = 1;
 };
 
 class WorkerRank {
@@ -63,24 +72,18 @@ class WorkerRank {
   int exit_code() const { return exit_code_; }
 
  private:
-  struct Slot {
-    std::unique_ptr<WorkerProcess> worker;
-    bool ready = false, busy = false, dead = false;
-  };
   struct Work {
     long long item_id = 0;
     nlohmann::json request;
     double timeout_s = 300;
     long long job_id = 0;   // the job document, from a `job` message
   };
-  void start_slot(size_t i);
-  void on_hello(size_t i, WorkerOutcome o);
+  void on_ready(const nlohmann::json& hello);
   void pump();
   void run_noop(const Work& w, const nlohmann::json& job);
   void send_result(const Work& w, const WorkerOutcome& o, const std::string& worker,
                    const std::filesystem::path& artifact_dir);
   void arm_heartbeat();
-  void kill_workers(bool wait);  // all slots at once (kill_all)
   void send(const nlohmann::json& m);
 
   boost::asio::io_context& io_;
@@ -88,7 +91,7 @@ class WorkerRank {
   WorkerRankOptions opts_;
   std::ostream& log_;
   std::string label_;  // "rank R"
-  std::vector<Slot> slots_;
+  std::unique_ptr<SlotPool> pool_;  // null with noop
   std::deque<Work> queue_;
   std::map<long long, nlohmann::json> jobs_;  // job documents by id
   boost::asio::steady_timer heartbeat_timer_;

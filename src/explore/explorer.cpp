@@ -19,8 +19,6 @@
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "catalog/job_key.h"
 #include "evaluate/fork_server.h"
@@ -30,7 +28,9 @@
 #include "evaluate/startup_steps.h"
 #include "evaluate/worker_process.h"
 #include "explore/select.h"
+#include "explore/run_supervisor.h"
 #include "explore/scheduler.h"
+#include "explore/slot_pool.h"
 
 namespace kiln {
 
@@ -74,12 +74,6 @@ double device_kernel_seconds(const nlohmann::json& reply) {
   return s;
 }
 
-std::string this_owner() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return std::string(host) + ":" + std::to_string(getpid());
-}
-
 WorkerOptions evaluator_options(const std::string& device, const std::filesystem::path& triton_cache,
                                 bool echo_stderr) {
   const auto home = kiln_home();
@@ -112,30 +106,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-std::string now_hms() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
-  return buf;
-}
-
-struct Slot {
-  std::unique_ptr<WorkerProcess> worker;
-  size_t gpu = 0;                    // index into RunOptions::gpus.ids (0 when unbound)
-  bool ready = false;                // hello answered
-  bool busy = false;
-  Clock::time_point started;         // the worker's (re)start, for its start-up time
-  bool start_noted = false;          // its first worker's start-up counted (note_started)
-};
-
-// The local executor: N worker processes on this machine, fed by the scheduler.
+// The local executor: a pool of N evaluator slots on this machine
+// (slot_pool.h), fed by the scheduler, under a run supervisor
+// (run_supervisor.h).
 class Explorer {
  public:
   Explorer(Catalog& catalog, const Knowledge& knowledge, const RunOptions& options)
-      : opts_(options), out_(options.progress ? *options.progress : std::cerr),
-        owner_(this_owner()), signals_(io_, SIGINT, SIGTERM), lease_timer_(io_),
-        progress_timer_(io_), metrics_timer_(io_), catalog_(catalog) {
-    signals_.add(SIGUSR1);
+      : opts_(options), out_(options.progress ? *options.progress : std::cerr), owner_(this_owner()),
+        catalog_(catalog) {
     setup_scratch();
     SchedulerOptions so;
     so.owner = owner_;
@@ -147,6 +125,13 @@ class Explorer {
     so.metrics = options.metrics;
     scheduler_ = std::make_unique<Scheduler>(catalog, knowledge, io_, so, out_);
     scheduler_->on_work_available([this] { pump(); });
+    SupervisorOptions sup;
+    sup.catalog = &catalog_;
+    sup.owner = owner_;
+    sup.lease_s = options.scheduling.lease_s;
+    sup.progress_interval_s = options.progress_interval_s;
+    if (options.metrics) sup.metrics_interval_s = options.metrics_interval_s;
+    supervisor_ = std::make_unique<RunSupervisor>(io_, sup, out_);
   }
 
   RunSummary run() {
@@ -154,12 +139,13 @@ class Explorer {
     start_epoch_ = epoch_now();
     if (opts_.metrics) opts_.metrics->run_started(start_epoch_, std::max(1, opts_.workers));
     start_workers();
-    signals_.async_wait([this](auto ec, int sig) { on_signal(ec, sig); });
-    arm_lease_timer();
-    arm_progress_timer();
-    if (opts_.metrics) arm_metrics_timer();
+    RunSupervisor::Hooks hooks;
+    hooks.progress = [this] { return progress_line(false); };
+    if (opts_.metrics) hooks.metrics = [this] { publish_metrics(epoch_now()); };
+    hooks.signal = [this](int sig) { on_signal(sig); };
+    supervisor_->start(std::move(hooks));
     io_.run();
-    kill_workers();
+    pool_->stop();
     if (opts_.metrics) {  // the final values: what --metrics-file keeps
       publish_metrics(epoch_now());
       opts_.metrics->run_finished(epoch_now());
@@ -170,15 +156,8 @@ class Explorer {
     const double gpus = static_cast<double>(std::max<size_t>(1, opts_.gpus.ids.size()));
     if (summary_.wall_s > 0 && summary_.gpu_kernel_s > 0)
       summary_.gpu_kernel_fraction = std::min(1.0, summary_.gpu_kernel_s / (summary_.wall_s * gpus));
-    const SchedulerStats& st = scheduler_->stats();
-    summary_.jobs_done = st.jobs_done;
-    summary_.jobs_failed = st.jobs_failed;
-    summary_.jobs_need_llm = st.jobs_need_llm;
-    summary_.candidates = st.candidates;
-    summary_.candidate_failures = st.candidate_failures;
-    summary_.jobs_confirmed = st.jobs_confirmed;
-    summary_.confirm_failures = st.confirm_failures;
-    print_progress(true);
+    static_cast<RunCounts&>(summary_) = scheduler_->stats();
+    out_ << stamp() << progress_line(true) << std::endl;
     std::error_code ec;
     std::filesystem::remove_all(artifact_dir_, ec);
     if (fatal_.empty()) fatal_ = scheduler_->fatal();
@@ -190,10 +169,7 @@ class Explorer {
   void setup_scratch() {
     std::filesystem::path base = opts_.scratch_dir;
     if (base.empty()) base = std::filesystem::temp_directory_path() / "kiln";
-    std::string tag = owner_;
-    for (char& c : tag)
-      if (c == ':' || c == '/') c = '-';
-    artifact_dir_ = base / ("run-" + tag);
+    artifact_dir_ = base / ("run-" + path_tag(owner_));
     triton_cache_ = base / "triton-cache";
     std::filesystem::create_directories(artifact_dir_);
     std::filesystem::create_directories(triton_cache_);
@@ -203,107 +179,85 @@ class Explorer {
     const int n = std::max(1, opts_.workers);
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (n > cores)
-      out_ << "[" << now_hms() << "] warning: " << n << " workers on " << cores
+      out_ << stamp() << "warning: " << n << " workers on " << cores
            << " cores: compiles will compete with the worker holding the GPU" << std::endl;
-    WorkerOptions wo = evaluator_options(opts_.device, triton_cache_, opts_.echo_worker_stderr);
+    SlotPoolOptions po;
+    po.slots = n;
+    po.label = "kiln run";
+    po.worker = evaluator_options(opts_.device, triton_cache_, opts_.echo_worker_stderr);
     // Each worker's torch CPU work (input generation, CPU references) gets its
     // share of the cores, not all of them: N workers x all cores of threads
     // would starve the one that holds the GPU.
     const std::string threads = std::to_string(std::max(1, cores / n));
     for (const char* var : {"OMP_NUM_THREADS", "MKL_NUM_THREADS"})
-      if (!std::getenv(var)) wo.env[var] = threads;
-    wo.fork_server = start_fork_server(wo, n, out_);
+      if (!std::getenv(var)) po.worker.env[var] = threads;
+    po.worker.fork_server = start_fork_server(po.worker, n, out_);
     const auto& ids = opts_.gpus.ids;
     gpu_spans_.assign(std::max<size_t>(1, ids.size()), {});
     bench_spans_.assign(gpu_spans_.size(), {});
     gpu_kernel_each_s_.assign(gpu_spans_.size(), 0);
-    for (int i = 0; i < n; ++i) {
-      Slot s;
-      WorkerOptions slot_wo = wo;
-      if (!ids.empty()) {
-        // Slot i on GPU i mod G: consecutive slots alternate GPUs, so a job's
-        // first candidates already spread over all of them.
-        s.gpu = static_cast<size_t>(i) % ids.size();
-        const GpuBinding b = bind_gpu(opts_.gpus, static_cast<int>(s.gpu), static_cast<int>(ids.size()), opts_.device);
-        for (const auto& [k, v] : b.env) slot_wo.env[k] = v;
+    slot_gpu_.assign(static_cast<size_t>(n), 0);
+    if (!ids.empty()) {
+      // Slot i on GPU i mod G: consecutive slots alternate GPUs, so a job's
+      // first candidates already spread over all of them.
+      for (int i = 0; i < n; ++i) {
+        slot_gpu_[static_cast<size_t>(i)] = static_cast<size_t>(i) % ids.size();
+        po.slot_env.push_back(bind_gpu(opts_.gpus, static_cast<int>(slot_gpu_[static_cast<size_t>(i)]),
+                                       static_cast<int>(ids.size()), opts_.device).env);
       }
-      s.worker = std::make_unique<WorkerProcess>(io_, slot_wo);
-      slots_.push_back(std::move(s));
+      if (ids.size() > 1)
+        out_ << stamp() << n << " workers over " << ids.size() << " GPUs (" << opts_.gpus.source << ")"
+             << std::endl;
     }
-    if (ids.size() > 1)
-      out_ << "[" << now_hms() << "] " << n << " workers over " << ids.size() << " GPUs ("
-           << opts_.gpus.source << ")" << std::endl;
-    for (size_t i = 0; i < slots_.size(); ++i) start_slot(i);
+    pool_ = std::make_unique<SlotPool>(io_, std::move(po), out_);
+    SlotPool::Hooks hooks;
+    hooks.check_hello = [this](size_t i, const json& r) { return check_binding(i, r); };
+    hooks.ready = [this](size_t i, const json& r, double startup_s, bool first) {
+      on_ready(i, r, startup_s, first);
+    };
+    hooks.idle = [this] { pump(); };
+    hooks.dropped = [this](size_t, const std::string&) { note_started(); };
+    hooks.exhausted = [this](const std::string& why) { stop("no evaluator worker is left: " + why); };
+    if (opts_.metrics) hooks.restarting = [this](const char* reason) { opts_.metrics->worker_restart(reason); };
+    pool_->start(std::move(hooks));
   }
 
-  // Starts (or restarts) slot i's worker and sends hello.
-  void start_slot(size_t i) {
-    Slot& s = slots_[i];
-    s.ready = false;
-    s.busy = true;
-    if (s.worker->alive()) s.worker->kill();
-    s.worker->start();
-    s.started = Clock::now();
-    s.worker->request({{"method", "hello"}}, std::chrono::seconds(180),
-                      [this, i](WorkerOutcome o) { on_hello(i, std::move(o)); });
+  // The GPU binding must have reached the worker (a wrapper script that
+  // resets CUDA_VISIBLE_DEVICES would put every slot on one GPU, silently).
+  std::string check_binding(size_t i, const json& r) const {
+    if (opts_.gpus.ids.empty()) return "";
+    const std::string var = opts_.gpus.vendor == "amd" ? "rocr_visible_devices" : "cuda_visible_devices";
+    const std::string want = opts_.gpus.ids[slot_gpu_[i]];
+    const std::string got =
+        r.contains("device") && r["device"].is_object() ? r["device"].value(var, std::string("(unset)")) : "(unset)";
+    if (got == want) return "";
+    return "worker " + std::to_string(i) + " was bound to GPU " + want + " but reports " + var + "=" + got;
   }
 
-  void restart_slot(size_t i, const char* reason) {
-    if (opts_.metrics) opts_.metrics->worker_restart(reason);
-    try {
-      start_slot(i);
-    } catch (const std::exception& e) {
-      stop(std::string("could not restart a worker: ") + e.what());
-    }
-  }
-
-  void on_hello(size_t i, WorkerOutcome o) {
-    Slot& s = slots_[i];
-    s.busy = false;
-    if (o.kind != WorkerOutcome::Kind::kReply || !o.reply.value("ok", false)) {
-      std::string why = o.kind == WorkerOutcome::Kind::kReply ? o.reply.value("error", "") : o.detail;
-      stop("the evaluator worker did not start: " + why);
-      return;
-    }
-    const json& r = o.reply["result"];
-    if (!opts_.gpus.ids.empty()) {
-      // The binding must have reached the worker (a wrapper script that resets
-      // CUDA_VISIBLE_DEVICES would put every slot on one GPU, silently).
-      const std::string var = opts_.gpus.vendor == "amd" ? "rocr_visible_devices" : "cuda_visible_devices";
-      const std::string want = opts_.gpus.ids[s.gpu];
-      const std::string got = r.contains("device") ? r["device"].value(var, std::string("(unset)")) : "(unset)";
-      if (got != want) {
-        stop("worker " + std::to_string(i) + " was bound to GPU " + want + " but reports " + var + "=" + got);
-        return;
-      }
-    }
+  void on_ready(size_t, const json& r, double startup_s, bool first) {
     if (summary_.device.empty()) {
-      summary_.device = r["device"].value("name", "unknown");
+      summary_.device = r.value("device", json::object()).value("name", "unknown");
       scheduler_->set_device(summary_.device);
-      out_ << "[" << now_hms() << "] kiln run: " << slots_.size() << " worker(s) on "
-           << summary_.device << ", Triton " << r.value("triton", "") << ", torch "
-           << r.value("torch", "") << std::endl;
+      out_ << stamp() << "kiln run: " << pool_->size() << " worker(s) on " << summary_.device << ", Triton "
+           << r.value("triton", "") << ", torch " << r.value("torch", "") << std::endl;
     }
-    s.ready = true;
-    if (opts_.metrics) {
-      int ready = 0;
-      for (const auto& slot : slots_) ready += slot.ready ? 1 : 0;
-      opts_.metrics->workers_ready(ready);
+    if (opts_.metrics) opts_.metrics->workers_ready(pool_->ready());
+    if (first) {  // a worker restarted later is not part of the run's start
+      first_ready_.push_back(startup_s);
+      for (const auto& [k, v] : startup_steps(r)) startup_steps_[k].push_back(v);
+      note_started();
     }
-    if (!s.start_noted) {  // a worker restarted later is not part of the run's start
-      s.start_noted = true;
-      note_started(std::chrono::duration<double>(Clock::now() - s.started).count(), startup_steps(r));
-    }
-    pump();
   }
 
-  // Once every slot's first worker has answered: one line saying how long
-  // the slowest took from its start to its hello, and where a worker's start
-  // went (the median of each step the workers reported, startup_steps.h).
-  void note_started(double seconds, const std::map<std::string, double>& steps) {
-    first_ready_.push_back(seconds);
-    for (const auto& [k, v] : steps) startup_steps_[k].push_back(v);
-    if (first_ready_.size() < slots_.size()) return;
+  // Once every slot's first worker has answered (or its slot was dropped):
+  // one line saying how long the slowest took from its start to its hello,
+  // and where a worker's start went (the median of each step the workers
+  // reported, startup_steps.h).
+  void note_started() {
+    if (noted_ || first_ready_.empty() ||
+        first_ready_.size() + static_cast<size_t>(pool_->dropped()) < pool_->size())
+      return;
+    noted_ = true;
     summary_.workers_ready_s = *std::max_element(first_ready_.begin(), first_ready_.end());
     std::map<std::string, double> median;
     for (auto [k, v] : startup_steps_) {
@@ -312,7 +266,7 @@ class Explorer {
       median[k] = v[v.size() / 2];
     }
     std::ostringstream line;  // its own stream: the progress stream's format stays as it is
-    line << "[" << now_hms() << "] workers ready: the last after " << std::fixed << std::setprecision(1)
+    line << stamp() << "workers ready: the last after " << std::fixed << std::setprecision(1)
          << summary_.workers_ready_s << " s";
     if (!median.empty()) line << " (median steps: " << describe_startup(median) << ")";
     out_ << line.str() << std::endl;
@@ -321,57 +275,27 @@ class Explorer {
   // Gives every idle slot work; stops the loop when the scheduler is done.
   void pump() {
     if (stopping_) return;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Slot& s = slots_[i];
-      if (!s.ready || s.busy) continue;
-      // A worker that exited between requests (it exits 4 after a fault that
-      // leaves its GPU context unusable) is replaced before it gets new work,
-      // so the next candidate is not blamed for it.
-      if (!s.worker->alive()) {
-        restart_slot(i, "exited");
-        continue;
-      }
+    while (std::optional<size_t> slot = pool_->idle_slot()) {
+      const size_t i = *slot;
       std::optional<WorkItem> item = scheduler_->next(static_cast<int>(i));
       if (!item) break;
-      s.busy = true;
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(item->timeout_s * 1000));
-      s.worker->request(item->request, timeout, [this, i, w = *item](WorkerOutcome raw) {
-        slots_[i].busy = false;
-        // A reply that breaks the protocol fails this item alone and the
-        // worker is replaced (evaluate/reply.h): the run goes on.
-        WorkerOutcome o = checked_outcome(w.request.value("method", std::string()), std::move(raw));
+      pool_->submit(i, item->request, timeout, [this, i, w = *item](WorkerOutcome o, int pid) {
         if (o.kind == WorkerOutcome::Kind::kReply) {
-          const size_t g = slots_[i].gpu;
+          const size_t g = slot_gpu_[i];
           append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);
           const double kernel_s = device_kernel_seconds(o.reply);
           summary_.gpu_kernel_s += kernel_s;
           gpu_kernel_each_s_[g] += kernel_s;
         }
         // evaluations.worker: the evaluator's pid, and its GPU where the run spans several
-        std::string who = "pid " + std::to_string(slots_[i].worker->pid());
-        if (opts_.gpus.ids.size() > 1) who += " gpu " + opts_.gpus.ids[slots_[i].gpu];
-        if (o.kind != WorkerOutcome::Kind::kReply)
-          restart_slot(i, o.kind == WorkerOutcome::Kind::kTimeout ? "timeout" : "crash");
+        std::string who = "pid " + std::to_string(pid);
+        if (opts_.gpus.ids.size() > 1) who += " gpu " + opts_.gpus.ids[slot_gpu_[i]];
         scheduler_->complete(w, o, who);
-        pump();
       });
     }
-    bool busy = false;
-    for (const auto& s : slots_) busy = busy || s.busy;
-    if (!busy && scheduler_->finished()) stop("");
+    if (!pool_->any_busy() && scheduler_->finished()) stop("");
     else if (!scheduler_->fatal().empty()) stop(scheduler_->fatal());
-  }
-
-  // At the end of a run: every result is recorded by now, so the workers'
-  // exits (the driver's GPU context teardown) are not waited for.
-  void kill_workers() {
-    std::vector<WorkerProcess*> all;
-    for (auto& s : slots_) all.push_back(s.worker.get());
-    kill_all(all, /*wait=*/false);
-  }
-
-  static double epoch_now() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
   // The run's GPU busy time: per GPU, the union of its workers' spans over
@@ -388,29 +312,6 @@ class Explorer {
     }
     const double capacity = summary_.wall_s * static_cast<double>(gpu_spans_.size());
     if (capacity > 0) summary_.gpu_busy_fraction = std::min(1.0, summary_.gpu_busy_s / capacity);
-
-  }
-
-  void arm_lease_timer() {
-    lease_timer_.expires_after(std::chrono::milliseconds(static_cast<long long>(opts_.scheduling.lease_s * 1000 / 3)));
-    lease_timer_.async_wait([this](auto ec) {
-      if (ec || stopping_) return;
-      try {
-        catalog_.renew_leases(owner_, opts_.scheduling.lease_s);
-      } catch (const std::exception& e) {
-        out_ << "[" << now_hms() << "] warning: lease renewal failed: " << e.what() << std::endl;
-      }
-      arm_lease_timer();
-    });
-  }
-
-  void arm_metrics_timer() {
-    metrics_timer_.expires_after(std::chrono::milliseconds(static_cast<long long>(opts_.metrics_interval_s * 1000)));
-    metrics_timer_.async_wait([this](auto ec) {
-      if (ec || stopping_) return;
-      publish_metrics(epoch_now());
-      arm_metrics_timer();
-    });
   }
 
   // The sampled metrics: jobs by state (a catalog count), the queue, and
@@ -421,16 +322,10 @@ class Explorer {
     try {
       m.jobs_by_state(catalog_.job_state_counts(opts_.batch));
     } catch (const std::exception& e) {
-      out_ << "[" << now_hms() << "] warning: metrics: " << e.what() << std::endl;
+      out_ << stamp() << "warning: metrics: " << e.what() << std::endl;
     }
-    long long in_flight = 0;
-    int ready = 0;
-    for (const auto& s : slots_) {
-      in_flight += (s.ready && s.busy) ? 1 : 0;
-      ready += s.ready ? 1 : 0;
-    }
-    m.workers_ready(ready);  // a slot whose worker is being replaced is not ready
-    m.queue(static_cast<long long>(scheduler_->ready_candidates()), in_flight);
+    m.workers_ready(pool_->ready());  // a slot whose worker is being replaced is not ready
+    m.queue(static_cast<long long>(scheduler_->ready_candidates()), pool_->in_flight());
     for (size_t g = 0; g < gpu_spans_.size(); ++g) {
       if (gpu_spans_[g].empty() && gpu_kernel_each_s_[g] <= 0) continue;
       const std::string id = opts_.gpus.ids.empty() ? "default" : opts_.gpus.ids[g];
@@ -439,21 +334,10 @@ class Explorer {
     }
   }
 
-  void arm_progress_timer() {
-    progress_timer_.expires_after(std::chrono::milliseconds(static_cast<long long>(opts_.progress_interval_s * 1000)));
-    progress_timer_.async_wait([this](auto ec) {
-      if (ec || stopping_) return;
-      print_progress(false);
-      arm_progress_timer();
-    });
-  }
-
-  void print_progress(bool final_line) {
+  std::string progress_line(bool final_line) const {
     const SchedulerStats& st = scheduler_->stats();
     std::ostringstream line;
-    line << "[" << now_hms() << "] " << (final_line ? "finished: " : "") << "jobs " << st.jobs_done
-         << " done, " << st.jobs_failed << " failed, " << scheduler_->active_jobs() << " running · candidates "
-         << st.candidates << " evaluated, " << st.candidate_failures << " failed";
+    line << (final_line ? "finished: " : "") << progress_counts(st, scheduler_->active_jobs());
     if (final_line && summary_.gpu_busy_fraction) {
       const double capacity = summary_.wall_s * static_cast<double>(summary_.gpu_busy_each_s.size());
       line << " · GPU" << (summary_.gpu_busy_each_s.size() > 1 ? "s" : "") << " busy " << std::fixed
@@ -471,23 +355,21 @@ class Explorer {
           line << " " << summary_.gpu_ids[g] << ": "
                << (summary_.wall_s > 0 ? summary_.gpu_busy_each_s[g] / summary_.wall_s * 100 : 0) << "%";
       }
+    } else if (final_line) {
+      line << " · " << std::fixed << std::setprecision(1) << summary_.wall_s << " s";
+    } else if (!st.last_best.empty()) {
+      line << " · last best: " << st.last_best;
     }
-    else if (final_line) line << " · " << std::fixed << std::setprecision(1) << summary_.wall_s << " s";
-    else if (!st.last_best.empty()) line << " · last best: " << st.last_best;
-    const std::string s = line.str();
-    if (s != last_progress_ || final_line) out_ << s << std::endl;
-    last_progress_ = s;
+    return line.str();
   }
 
-  void on_signal(const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    out_ << "[" << now_hms() << "] signal " << sig << ": stopping; unfinished jobs go back to the queue"
-         << std::endl;
+  void on_signal(int sig) {
+    out_ << stamp() << "signal " << sig << ": stopping; unfinished jobs go back to the queue" << std::endl;
     summary_.interrupted = true;
     // In-flight candidates are abandoned unrecorded (the next run evaluates
     // them, once) and their jobs released at once: a drain must finish well
     // inside the warning a scheduler gives before the wall time.
-    kill_workers();
+    pool_->stop();
     scheduler_->drain();
     stop("");
   }
@@ -497,11 +379,8 @@ class Explorer {
     if (stopping_) return;
     stopping_ = true;
     if (!why.empty()) scheduler_->drain();
-    lease_timer_.cancel();
-    progress_timer_.cancel();
-    metrics_timer_.cancel();
-    signals_.cancel();
-    kill_workers();
+    supervisor_->stop();
+    pool_->stop();
     io_.stop();
   }
 
@@ -509,20 +388,20 @@ class Explorer {
   std::ostream& out_;
   std::string owner_;
   boost::asio::io_context io_;
-  boost::asio::signal_set signals_;
-  boost::asio::steady_timer lease_timer_, progress_timer_, metrics_timer_;
   Catalog& catalog_;
   std::filesystem::path artifact_dir_, triton_cache_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::vector<Slot> slots_;
-  bool stopping_ = false;
+  std::unique_ptr<RunSupervisor> supervisor_;
+  std::unique_ptr<SlotPool> pool_;
+  std::vector<size_t> slot_gpu_;                         // each slot's index into opts_.gpus.ids (0 unbound)
+  bool stopping_ = false, noted_ = false;
   RunSummary summary_;
   std::vector<double> first_ready_;                      // each slot's first start-up, seconds
   std::map<std::string, std::vector<double>> startup_steps_;  // hello's "startup", per step
   double start_epoch_ = 0;
   std::vector<std::vector<std::pair<double, double>>> gpu_spans_, bench_spans_;  // per GPU
   std::vector<double> gpu_kernel_each_s_;                // device-event kernel seconds per GPU
-  std::string fatal_, last_progress_;
+  std::string fatal_;
 };
 
 }  // namespace

@@ -1,10 +1,14 @@
-// The explorer: claims jobs from the catalog and runs their candidates over N
-// evaluator slots in parallel, until no claimable job remains.
+// The explorer (`kiln run`): claims jobs from the catalog and runs their
+// candidates over N evaluator slots in parallel, until no claimable job
+// remains.
 //
 // Single-threaded: everything runs on one Boost.Asio io_context (worker pipes,
-// timers, signals), so the catalog is written from one thread. Each slot is a
-// long-lived Python worker; a candidate that times out or crashes its worker is
-// recorded as `timeout` / `crash` and the slot gets a fresh worker.
+// timers, signals), so the catalog is written from one thread. The slots are
+// a SlotPool (explore/slot_pool.h, whose failure policy kiln-mpi shares: a
+// slot that cannot start is retried with backoff, then dropped; a candidate
+// that times out or crashes its worker is recorded as `timeout` / `crash` and
+// the slot gets a fresh worker); leases, progress and signals are a
+// RunSupervisor's (explore/run_supervisor.h).
 #pragma once
 #include <filesystem>
 #include <iosfwd>
@@ -19,6 +23,8 @@
 #include "catalog/catalog.h"
 #include "evaluate/gpu_binding.h"
 #include "evaluate/worker_process.h"
+#include "explore/run_supervisor.h"
+#include "explore/scheduler.h"
 #include "explore/scheduling.h"
 #include "manifest/manifest.h"
 #include "metrics/run_metrics.h"
@@ -46,10 +52,9 @@ struct RunOptions {
   double metrics_interval_s = 2;
 };
 
-struct RunSummary {
-  int jobs_done = 0, jobs_failed = 0;
-  int jobs_need_llm = 0;                    // of jobs_failed: no LLM configured or reachable
-  int candidates = 0, candidate_failures = 0;
+// The counts (jobs done / failed / needing an LLM, candidates, confirmation
+// rounds) are the scheduler's (RunCounts, scheduler.h).
+struct RunSummary : RunCounts {
   bool interrupted = false;                 // stopped by SIGINT/SIGTERM/SIGUSR1
   double wall_s = 0;
   double workers_ready_s = 0;               // the slowest worker's start to its hello (first starts)
@@ -70,11 +75,11 @@ struct RunSummary {
   // bound). Unset when nothing was timed on a GPU.
   double gpu_kernel_s = 0;
   std::optional<double> gpu_kernel_fraction;
-  int jobs_confirmed = 0, confirm_failures = 0;  // confirmation rounds (scheduler.h)
 };
 
 // Runs until the queue is empty or a signal asks to stop. Throws
-// std::runtime_error when the workers cannot start (missing Python packages...).
+// std::runtime_error when no slot's worker can start (missing Python
+// packages...) or a slot is left to run on, or on a fatal catalog error.
 RunSummary run_explorer(Catalog& catalog, const Knowledge& knowledge, const RunOptions& options);
 
 // Seconds covered by the union of [start, end) spans, clipped to [from, to].
@@ -91,9 +96,6 @@ void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double,
 // an evaluation's benchmark (latency.mean_ms x latency.runs) or a confirmation
 // round (timings.kernel_s). 0 for a reply without GPU timings.
 double device_kernel_seconds(const nlohmann::json& reply);
-
-// "host:pid" of this process: the lease owner.
-std::string this_owner();
 
 // How evaluator workers are started: `python3 -m kiln_worker` with Kiln's
 // worker/ and kernels/ on PYTHONPATH, KILN_DEVICE, and the Triton cache dir.

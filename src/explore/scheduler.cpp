@@ -1,5 +1,7 @@
 #include "explore/scheduler.h"
 
+#include "explore/run_supervisor.h"
+
 
 #include <ctime>
 #include <iomanip>
@@ -35,13 +37,6 @@ double bounded_timeout(const json& explore) {
   if (t == explore.end() || !t->is_number()) return 300.0;
   const double v = t->get<double>();
   return v > 0 && v <= 86400 ? v : 300.0;
-}
-
-std::string now_hms() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
-  return buf;
 }
 
 std::string shape_str(const json& shape) {
@@ -328,7 +323,7 @@ void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std:
   for (const auto& n : notes)
     if (job.rounds == 1 || n.rfind("llm", 0) == 0 || n.rfind("retrieval", 0) == 0 || n.rfind("reflection", 0) == 0 ||
         n.rfind("error: ", 0) == 0 || n.rfind("fatal: ", 0) == 0 || n.rfind("llm-unavailable: ", 0) == 0)
-      log_ << "[" << now_hms() << "]   " << job.label() << ": " << n << std::endl;
+      log_ << stamp() << "  " << job.label() << ": " << n << std::endl;
   int fresh = 0, resumed = 0;
   try {
     std::vector<CandidateRow> rows;
@@ -363,7 +358,7 @@ void Scheduler::on_proposals(long long id, std::vector<Proposal> proposals, std:
     return;
   }
   if (resumed > 0 && job.rounds == 1)
-    log_ << "[" << now_hms() << "]   " << job.label() << ": resuming, " << resumed
+    log_ << stamp() << "  " << job.label() << ": resuming, " << resumed
          << " candidate(s) already evaluated" << std::endl;
   if (fresh == 0) {
     // A round with nothing new ends the search. A generator's "fatal: " note
@@ -439,7 +434,7 @@ bool Scheduler::start_confirmation(Job& job) {
   w.label = job.label() + " (confirmation)";
   job.confirm_item = std::move(w);
   job.confirm_sent = false;
-  log_ << "[" << now_hms() << "]   " << job.label() << ": confirming " << job.finalists.size()
+  log_ << stamp() << "  " << job.label() << ": confirming " << job.finalists.size()
        << " finalist(s) with " << cs.baselines.size() << " baseline(s), " << cs.rounds << " rounds x "
        << cs.reps << " calls" << std::endl;
   return true;
@@ -491,7 +486,7 @@ void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
   }
   ++stats_.confirm_failures;
   if (opts_.metrics) opts_.metrics->confirmation(false);
-  log_ << "[" << now_hms() << "] warning: " << job.label() << ": confirmation round failed (" << why
+  log_ << stamp() << "warning: " << job.label() << ": confirmation round failed (" << why
        << "); the best stands on the exploration's numbers" << std::endl;
   select_and_finish(job);
 }
@@ -523,7 +518,7 @@ void Scheduler::finish(Job& job, bool ok, const std::string& message) {
   Selection sel = select_best(catalog_, id, *job.ctx.target);
   if (ok)  // the row just stored (a confirmed best differs from the exploration's)
     if (auto stored = catalog_.best(id)) sel.best = stored;
-  log_ << "[" << now_hms() << "] " << (ok ? "done   " : "FAILED ") << job.label();
+  log_ << stamp() << (ok ? "done   " : "FAILED ") << job.label();
   if (sel.best) {
     log_ << ": best " << fmt_ms(sel.best->value_ms) << " (" << sel.best->basis
          << (sel.best->basis == "measured" ? " on " + sel.best->device : "")

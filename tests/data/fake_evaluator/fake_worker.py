@@ -35,6 +35,12 @@ path, through a symlink in the artifact_dir, as artifact_dir/../..
 /that file, or by its path with kind and kernel_name null)). $FAKE_EVALUATOR_DELAY_S sleeps that long before each evaluate
 answer (a run long enough to be killed at random points).
 
+Start-up failures (the slot pool's policy, explore/slot_pool.h):
+$FAKE_HELLO_FAIL=always answers every hello with an error; a number N fails
+the first N hellos of all the workers sharing the counter file
+$FAKE_HELLO_COUNTER (every hello counts there, under a lock); $FAKE_HELLO_FAIL_GPU
+fails the hello of a worker bound (CUDA_VISIBLE_DEVICES) to that GPU.
+
 The engine starts it as `$KILN_PYTHON -m kiln_worker`; tests point KILN_PYTHON
 at fake_python.sh next to this file, which runs this script instead.
 """
@@ -52,9 +58,29 @@ def latency_ms(config):
     return 0.1 * config["BLOCK"] / 64  # BLOCK 64: 0.1 ms, 128: 0.2 ms, ...
 
 
+def hello_refused():
+    """Whether this hello fails under $FAKE_HELLO_FAIL / $FAKE_HELLO_FAIL_GPU.
+    Every hello counts one byte in $FAKE_HELLO_COUNTER when it is set."""
+    seen = 0
+    if os.environ.get("FAKE_HELLO_COUNTER"):
+        import fcntl
+        with open(os.environ["FAKE_HELLO_COUNTER"], "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            seen = len(f.read())
+            f.write("x")
+    gpu = os.environ.get("FAKE_HELLO_FAIL_GPU")
+    if gpu is not None and os.environ.get("CUDA_VISIBLE_DEVICES") == gpu:
+        return True
+    fail = os.environ.get("FAKE_HELLO_FAIL", "")
+    return fail == "always" or (fail.isdigit() and seen < int(fail))
+
+
 def answer(req):
     m = req.get("method")
     if m == "hello":
+        if hello_refused():
+            raise RuntimeError("fake evaluator: hello refused (FAKE_HELLO_FAIL)")
         device = {"kind": "cuda", "name": "NVIDIA H200"}
         for var in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):  # the binding, as the real worker says
             if os.environ.get(var) is not None:
