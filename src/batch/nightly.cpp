@@ -12,6 +12,7 @@
 #include "batch/plan.h"
 #include "catalog/catalog.h"
 #include "catalog/job_lookup.h"
+#include "common/shape_text.h"
 #include "metrics/nightly_metrics.h"
 
 namespace kiln::batch {
@@ -34,12 +35,6 @@ const char* to_string(NightlyStatus s) {
 }
 
 namespace {
-
-std::string shape_text(const json& shape) {
-  std::string s;
-  for (const auto& d : shape) s += (s.empty() ? "" : "x") + std::to_string(d.get<long long>());
-  return s;
-}
 
 std::string now_local() {
   std::time_t t = std::time(nullptr);

@@ -3,6 +3,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/shape_text.h"
+
 namespace kiln::batch {
 
 using nlohmann::json;
@@ -13,12 +15,6 @@ constexpr NightlyStatus kStatuses[] = {
     NightlyStatus::New,       NightlyStatus::Improved, NightlyStatus::Same,    NightlyStatus::Regression,
     NightlyStatus::NotComparable, NightlyStatus::Unchanged, NightlyStatus::Failed, NightlyStatus::Pending,
     NightlyStatus::Missing};
-
-std::string shape_text(const json& shape) {
-  std::string s;
-  for (const auto& d : shape) s += (s.empty() ? "" : "x") + std::to_string(d.get<long long>());
-  return s;
-}
 
 std::string fmt_ms(double v) {
   std::ostringstream os;

@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "cli/table.h"
 #include "common/home.h"
+#include "common/shape_text.h"
 #include "manifest/manifest.h"
 
 namespace kiln::cli {
@@ -109,12 +110,6 @@ inline int guarded(const char* cmd, Fn fn) {
     std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
     return 1;
   }
-}
-
-inline std::string shape_text(const json& shape) {
-  std::string s;
-  for (const auto& d : shape) s += (s.empty() ? "" : "x") + std::to_string(d.get<long long>());
-  return s;
 }
 
 inline std::string config_text(const json& config) {
