@@ -1,54 +1,16 @@
 // kiln package (kiln-package/2, src/package/) and kiln import-measurements.
-#include <cmath>
-#include <fstream>
 #include <iostream>
-#include <sstream>
-#include <tuple>
 
+#include "batch/measurements_file.h"
+#include "batch/package.h"
 #include "catalog/packaging.h"
 #include "cli/cli_util.h"
 #include "knowledge/target_list.h"
-#include "manifest/misses.h"
-#include "package/info_worker.h"
-#include "cli/package_cli.h"
 #include "package/package.h"
 
 namespace kiln {
 
 using namespace kiln::cli;
-
-namespace {
-
-// The evaluator that answers package_info: a CPU worker, as kiln submit's.
-PackageInfoFn info_from(InfoWorker& worker) {
-  return [&worker](const json& req) {
-    try {
-      return worker.call(req);
-    } catch (const WorkerRefused& e) {
-      const std::string msg = e.what();
-      if (msg.find("unknown method") != std::string::npos)
-        throw std::runtime_error("this evaluator has no package_info method (" + msg +
-                                 "): update worker/kiln_worker");
-      throw;
-    }
-  };
-}
-
-}  // namespace
-
-PackageResult package_with_worker(const Catalog& catalog, const std::vector<const Target*>& targets,
-                                  PackageOptions o, const std::string& kiln_version,
-                                  const std::string& device) {
-  InfoWorker worker(evaluator_options(device, {}, false), std::chrono::seconds(900));
-  json hello;
-  try {
-    hello = worker.hello();
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cannot start the Python evaluator: ") + e.what());
-  }
-  o.toolchain = {{"kiln", kiln_version}, {"triton", hello.value("triton", "")}, {"torch", hello.value("torch", "")}};
-  return write_package(catalog, targets, o, info_from(worker));
-}
 
 int cmd_package(const Args& args) {
   return guarded("package", [&] {
@@ -96,7 +58,7 @@ int cmd_package(const Args& args) {
     try {
       check_package_out(o);  // before the catalog and the evaluator
       Catalog catalog = open_catalog(*vm, true);
-      r = package_with_worker(catalog, targets, o, KILN_VERSION, device);
+      r = batch::package(catalog, targets, o, device);
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
@@ -118,90 +80,6 @@ int cmd_package(const Args& args) {
 
 // --- import-measurements -------------------------------------------------------
 
-namespace {
-
-MeasurementsIn read_measurements(const std::filesystem::path& file, const Knowledge& knowledge) {
-  const std::string name = file.string();
-  auto bad = [&](const std::string& why) { return UsageError(name + ": " + why); };
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec)) throw bad("not a regular file");
-  if (std::filesystem::file_size(file, ec) > (64u << 20)) throw bad("larger than 64 MiB: not a measurements file");
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw bad(std::string("not JSON: ") + e.what());
-  }
-  if (!j.is_object()) throw bad("expected a JSON object {device, driver, uuid, versions, kernels}");
-  MeasurementsIn m;
-  m.source = std::filesystem::absolute(file).string();
-  if (!j.contains("device") || !j["device"].is_string() || j["device"].get<std::string>().empty())
-    throw bad("'device' must be a non-empty string (the device the kernels were timed on)");
-  m.device = j["device"];
-  for (auto [key, dst] : {std::pair<const char*, std::string*>{"driver", &m.driver}, {"uuid", &m.uuid}}) {
-    if (!j.contains(key) || j[key].is_null()) continue;
-    if (!j[key].is_string()) throw bad(std::string("'") + key + "' must be a string");
-    *dst = j[key];
-  }
-  if (j.contains("format") && j["format"] != "kiln-measurements/1")
-    throw bad("'format' must be kiln-measurements/1 (what kiln-rt tune writes)");
-  // The target: per kernel, else the file's (kiln-rt tune writes its label,
-  // "gfx942:sramecc+:xnack- (AMD Instinct MI300X)").
-  auto targets_of = [&](const json& t, const std::string& at) {
-    std::pair<std::vector<std::string>, std::string> out;
-    if (t.is_null()) return out;
-    if (!t.is_string() || t.get<std::string>().empty() || t.get<std::string>().size() > 256)
-      throw bad(at + "target must be a non-empty string");
-    try {
-      for (const Target* x : miss_targets(knowledge.targets, t.get<std::string>())) out.first.push_back(x->name);
-    } catch (const std::invalid_argument& e) {
-      throw bad(at + "target: " + e.what());
-    }
-    out.second = t;
-    return out;
-  };
-  const auto file_targets = targets_of(j.value("target", json(nullptr)), "");
-  if (j.contains("versions") && !j["versions"].is_null()) {
-    if (!j["versions"].is_object()) throw bad("'versions' must be an object");
-    m.versions = j["versions"];
-  }
-  if (!j.contains("kernels") || !j["kernels"].is_array() || j["kernels"].empty())
-    throw bad("'kernels' must be a non-empty list");
-  for (size_t i = 0; i < j["kernels"].size(); ++i) {
-    const json& k = j["kernels"][i];
-    const std::string at = "kernels[" + std::to_string(i) + "]";
-    if (!k.is_object()) throw bad(at + " must be an object");
-    ImportedKernel ik;
-    if (!k.contains("job_key") || !k["job_key"].is_string() || k["job_key"].get<std::string>().empty())
-      throw bad(at + ".job_key must be a non-empty string");
-    ik.job_key = k["job_key"];
-    std::tie(ik.targets, ik.target_text) =
-        k.contains("target") ? targets_of(k["target"], at + ".") : file_targets;
-    if (!k.contains("candidate_id") || !k["candidate_id"].is_number_integer() || k["candidate_id"].get<long long>() <= 0)
-      throw bad(at + ".candidate_id must be a positive integer");
-    ik.candidate_id = k["candidate_id"];
-    auto positive = [](const json& v) {
-      return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0 && v.get<double>() < 1e7;
-    };
-    if (!k.contains("median_ms") || !positive(k["median_ms"]))
-      throw bad(at + ".median_ms must be a positive number of milliseconds");
-    ik.median_ms = k["median_ms"];
-    if (!k.contains("samples") || !k["samples"].is_array() || k["samples"].empty() || k["samples"].size() > 100000)
-      throw bad(at + ".samples must be a non-empty list of milliseconds");
-    for (const auto& s : k["samples"]) {
-      if (!positive(s)) throw bad(at + ".samples must hold positive numbers of milliseconds");
-      ik.samples.push_back(s);
-    }
-    m.kernels.push_back(std::move(ik));
-  }
-  return m;
-}
-
-}  // namespace
-
 int cmd_import_measurements(const Args& args) {
   return guarded("import-measurements", [&] {
     po::options_description d("kiln import-measurements options");
@@ -218,7 +96,7 @@ int cmd_import_measurements(const Args& args) {
                     "the next `kiln package` ships it.");
     if (!vm) return 0;
     const std::filesystem::path file = (*vm)["file"].as<std::string>();
-    const MeasurementsIn m = read_measurements(file, load_knowledge());  // validated before the catalog is opened
+    const MeasurementsIn m = batch::read_measurements(file, load_knowledge());  // validated before the catalog is opened
     Catalog catalog = open_catalog(*vm, false);
     ImportStats st;
     try {

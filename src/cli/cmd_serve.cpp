@@ -9,7 +9,7 @@
 
 #include "cli/cli_util.h"
 #include "catalog/service_reads.h"
-#include "cli/package_cli.h"
+#include "batch/package.h"
 #include "metrics/listen.h"
 #include "package/package.h"
 #include "server/dashboard.h"
@@ -101,7 +101,7 @@ int cmd_serve(const Args& args) {
       PackageOptions po;
       po.out = out;
       po.protected_dirs = {std::filesystem::absolute(catalog_path).parent_path()};
-      const PackageResult r = package_with_worker(catalog, {&t}, po, KILN_VERSION, device);
+      const PackageResult r = batch::package(catalog, {&t}, po, device);
       (void)r;
     };
     o.stop_on_signals = true;

@@ -9,16 +9,17 @@
 #include <map>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 
+#include "batch/plan.h"
+#include "batch/submit.h"
+#include "batch/workers.h"
 #include "catalog/catalog.h"
-#include "catalog/job_key.h"
 #include "catalog/reports.h"
 #include "cli/cli_util.h"
-#include "cli/plan.h"
+#include "cli/plan_text.h"
 #include "metrics/flags.h"
 #include "cli/table.h"
 #include "common/home.h"
@@ -65,29 +66,17 @@ int cmd_submit(const Args& args) {
     std::optional<MissManifest> misses;
     if (vm->count("misses")) misses = load_misses((*vm)["misses"].as<std::string>(), knowledge);
     Manifest m = misses ? misses->manifest : load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
-    json hello;
-    SubmitPlan plan;
-    try {
-      plan = plan_manifest(m, knowledge);
-      hello = plan.hello;
-    } catch (const ManifestError&) {
-      throw;
-    } catch (const std::exception& e) {
-      std::cerr << "kiln submit: cannot start the Python evaluator: " << e.what() << "\n";
-      return 3;
-    }
+    const batch::SubmitPlan plan = batch::plan_manifest(m, knowledge);
     if (vm->count("dry-run")) {
       if (vm->count("json")) std::cout << plan_json(m, plan).dump() << "\n";
       else print_plan(std::cout, m, plan);
       return 0;
     }
-    const std::string triton = hello.value("triton", "");
     Catalog catalog = open_catalog(*vm, false);
-    const std::vector<NewJob> jobs = expand_jobs(m, knowledge, hello, catalog.compile_seconds());
-    SubmitResult r = catalog.submit(m.name, std::filesystem::absolute(m.path).string(), m.text, jobs);
+    const batch::SubmitReport r = batch::submit_manifest(catalog, m, knowledge, plan);
     if (vm->count("json")) {
       json out = {{"batch", r.batch_id}, {"name", m.name}, {"jobs", r.total_jobs},
-                  {"new_jobs", r.new_jobs}, {"triton", triton}};
+                  {"new_jobs", r.new_jobs}, {"triton", r.triton}};
       if (misses) {
         out["misses"] = misses->lines;
         out["distinct_misses"] = misses->distinct;
@@ -96,7 +85,7 @@ int cmd_submit(const Args& args) {
     } else {
       if (misses)
         std::cout << misses->lines << " miss(es), " << misses->distinct << " distinct: ";
-      std::cout << "batch " << r.batch_id << " (" << m.name << "): " << r.total_jobs << " jobs, "
+      std::cout << "batch " << r.batch_id << " (" << r.name << "): " << r.total_jobs << " jobs, "
                 << r.new_jobs << " new\n";
     }
     return 0;
@@ -157,14 +146,7 @@ int cmd_run(const Args& args) {
         throw UsageError(e.what());
       }
     }
-    // On a GPU, compiles (one core each) and checks of several workers overlap
-    // the benchmarks: a core per worker, one left for kiln itself; more
-    // workers than cores would starve the one holding a GPU.
-    const bool on_gpus = o.device == "gpu" || !o.gpus.ids.empty();
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int gpu_count = std::max<int>(1, static_cast<int>(o.gpus.ids.size()));
-    o.workers = vm->count("workers") ? (*vm)["workers"].as<int>()
-                                     : (on_gpus ? std::clamp(cores - 1, 1, 12 * gpu_count) : 1);
+    o.workers = vm->count("workers") ? (*vm)["workers"].as<int>() : batch::default_workers(o);
     set_scheduling_flags(o, *vm);
     if (o.workers < 1) throw UsageError("--workers must be at least 1");
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();

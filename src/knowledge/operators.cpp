@@ -137,6 +137,15 @@ const OperatorSpec* OperatorRegistry::find(const std::string& name) const {
   return nullptr;
 }
 
+nlohmann::json OperatorSpec::with_defaults(const nlohmann::json& given) const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const ParamSpec& p : params)
+    if (!p.required) out[p.name] = p.default_value;
+  if (given.is_object())
+    for (const auto& [k, v] : given.items()) out[k] = v;
+  return out;
+}
+
 std::vector<std::string> OperatorRegistry::names() const {
   std::vector<std::string> out;
   for (const auto& op : ops_) out.push_back(op.name);

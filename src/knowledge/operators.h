@@ -31,6 +31,15 @@ struct OperatorSpec {
   // job's compile time where the catalog has no history (kiln submit).
   double compile_s = kDefaultCompileS;
   static constexpr double kDefaultCompileS = 0.2;
+
+  // given (an object of param values, or null) with every param it leaves out
+  // that has a default set to that default. The engine's one place for the
+  // defaults of kernels/operators.yaml: a job's params are complete from its
+  // expansion on (manifest entries, matched references), its key covers them,
+  // and the worker receives them complete (it fills in nothing). A required
+  // param given leaves out stays out (the caller reports it); given's other
+  // keys are kept as they are.
+  nlohmann::json with_defaults(const nlohmann::json& given) const;
 };
 
 class OperatorRegistry {

@@ -749,9 +749,7 @@ class Parser {
     if (!tgs) fail(entry, opq + " has no target: give targets: [...] at the top level or here");
 
     // Params: registry defaults, then manifest defaults the op takes, then the entry's.
-    json params = json::object();
-    for (const auto& spec : op->params)
-      if (!spec.required) params[spec.name] = spec.default_value;
+    json params = op->with_defaults(json::object());
     for (const KV& kv : defaults.params)
       for (const auto& spec : op->params)
         if (spec.name == kv.name()) params[spec.name] = param_value(spec, kv, op->name);

@@ -23,15 +23,6 @@ namespace {
   throw ManifestError(file, line, 1, message);
 }
 
-json with_defaults(const OperatorSpec& op, const json& given) {
-  json out = json::object();
-  for (const ParamSpec& p : op.params)
-    if (!p.default_value.is_null()) out[p.name] = p.default_value;
-  if (given.is_object())
-    for (const auto& [k, v] : given.items()) out[k] = v;
-  return out;
-}
-
 }  // namespace
 
 std::vector<PlanEntry> apply_serve_plan(Manifest& m, const json& matches, const OperatorRegistry& ops) {
@@ -84,7 +75,7 @@ std::vector<PlanEntry> apply_serve_plan(Manifest& m, const json& matches, const 
     j.reference = nullptr;
     j.op = op->name;
     j.shape = mt["shape"].get<std::vector<long long>>();
-    j.params = with_defaults(*op, mt.value("params", json::object()));
+    j.params = op->with_defaults(mt.value("params", json::object()));
     j.explore.generator = "template";
     e.generator = "template";
     e.op = op->name;

@@ -27,6 +27,7 @@ LAYERS: list[list[str]] = [
     ["reflect"],
     ["generate"],
     ["explore", "package", "server"],
+    ["batch"],         # the workflows: submit, nightly, package
     ["cli", "mpi", "bench"],
 ]
 # src/runtime (libkilnrt, kiln-rt) is a separate product: it includes nothing

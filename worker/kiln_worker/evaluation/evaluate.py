@@ -43,16 +43,9 @@ def job_fields(lib: Library, job: Any) -> tuple[str, list, str, dict, dict]:
     target = job.get("target") or {}
     if not isinstance(target, dict):
         raise BadRequest("job.target must be an object")
-    # defaults from operators.yaml for params the job leaves out
-    spec = lib.operators.get(op)
-    if spec is None:
+    if lib.operators.get(op) is None:
         raise TemplateError(f"unknown operator {op!r}")
-    merged = {}
-    for name, p in ((spec or {}).get("params") or {}).items():
-        if isinstance(p, dict) and "default" in p:
-            merged[name] = p["default"]
-    merged.update(params)
-    return op, list(shape), dtype, merged, target
+    return op, list(shape), dtype, lib.complete_params(op, params), target
 
 
 def space(lib: Library, job: Any) -> dict:

@@ -72,6 +72,22 @@ class Library:
             self._operators = ops
         return self._operators
 
+    def complete_params(self, op: str, params: dict | None) -> dict:
+        """params with every param of op that it leaves out set to its
+        operators.yaml default (a given value is never changed).
+
+        The engine owns a job's params: it fills these defaults in when it
+        expands a manifest (knowledge/operators.h, OperatorSpec::with_defaults),
+        the job key covers them, and its requests arrive complete, so for them
+        this adds nothing. It completes what other clients leave out (tests,
+        bench/ scripts) and the structural matcher's proposals, which are sized
+        before the engine completes them. tests/python/test_param_defaults.py
+        checks that both sides give the same defaults."""
+        spec = (self.operators.get(op) or {}).get("params") or {}
+        out = {k: v["default"] for k, v in spec.items() if isinstance(v, dict) and "default" in v}
+        out.update(params or {})
+        return out
+
     def module_name_for(self, op: str) -> str:
         entry = self.operators.get(op)
         if entry is None:

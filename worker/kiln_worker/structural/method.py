@@ -59,9 +59,9 @@ def match_job(lib, job: dict, workdir: str, threshold: float = 0.8) -> dict:
         try:
             mod = lib.launch_module(m["op"])
             target = job.get("target") or {}
-            m["traffic"] = mod.traffic(m["op"], m["shape"], dtype, _with_defaults(lib, m["op"], m["params"]))
+            m["traffic"] = mod.traffic(m["op"], m["shape"], dtype, lib.complete_params(m["op"], m["params"]))
             m["space"] = len(list(mod.config_space(m["op"], m["shape"], dtype,
-                                                   _with_defaults(lib, m["op"], m["params"]), target)))
+                                                   lib.complete_params(m["op"], m["params"]), target)))
         except Exception as exc:  # noqa: BLE001
             m["served"] = False
             m["reason"] = f"the {m['op']} template cannot size this job: {type(exc).__name__}: {exc}"
@@ -70,10 +70,3 @@ def match_job(lib, job: dict, workdir: str, threshold: float = 0.8) -> dict:
             m["served"] = False
             m["reason"] = f"the {m['op']} template has no config for shape {m['shape']} on this target"
     return m
-
-
-def _with_defaults(lib, op: str, params: dict) -> dict:
-    spec = (lib.operators.get(op) or {}).get("params") or {}
-    out = {k: v.get("default") for k, v in spec.items() if isinstance(v, dict) and "default" in v}
-    out.update(params or {})
-    return out

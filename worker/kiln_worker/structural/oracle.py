@@ -114,9 +114,7 @@ def _verify(lib, job: dict, device: str) -> str | None:
     from ..evaluation.check import upcast_dtype
     oracle = job["oracle"]
     op, shape, dtype = job["op"], list(job["shape"]), job.get("dtype", "fp32")
-    params = dict((lib.operators.get(op) or {}).get("params") or {})
-    params = {k: v.get("default") for k, v in params.items() if isinstance(v, dict) and "default" in v}
-    params.update(job.get("params") or {})
+    params = lib.complete_params(op, job.get("params"))
     tmpl = lib.launch_module(op)
     inputs = tmpl.make_inputs(op, shape, dtype, params, 0, device)
     updt = upcast_dtype(dtype)

@@ -1,0 +1,14 @@
+// How many evaluator processes `kiln run` starts when --workers is not given.
+// On GPUs, compiles (one core each) and checks of several workers overlap the
+// benchmarks: a core per worker, one left for kiln itself, at most 12 per
+// GPU (more workers than cores would starve the one holding a GPU). On the
+// CPU (the Triton interpreter): 1. Pure apart from reading the core count.
+#pragma once
+#include "explore/explorer.h"
+
+namespace kiln::batch {
+
+// o.device and o.gpus as the run will use them.
+int default_workers(const RunOptions& o);
+
+}  // namespace kiln::batch
