@@ -35,6 +35,7 @@
 #include "manifest/manifest.h"
 #include "transport.h"
 #include "worker_rank.h"
+#include "batch/workers.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -177,7 +178,8 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  if (o.workers < 1) throw UsageError("--workers must be at least 1");
+  if (o.workers < 1 || o.workers > batch::kMaxWorkers)
+    throw UsageError("--workers must be 1.." + std::to_string(batch::kMaxWorkers));
   if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
     throw UsageError("--device must be auto, cpu or gpu");
   if (o.coordinator_slots < 0) throw UsageError("--coordinator-slots must be 0 or more");

@@ -11,4 +11,9 @@ namespace kiln::batch {
 // o.device and o.gpus as the run will use them.
 int default_workers(const RunOptions& o);
 
+// The most evaluator processes one run (or one kiln-mpi rank) starts: each is
+// a Python interpreter with torch and Triton (hundreds of MB); --workers above
+// this is refused as a usage error rather than spawned.
+inline constexpr int kMaxWorkers = 256;
+
 }  // namespace kiln::batch

@@ -336,6 +336,7 @@ struct MergeStats {
   int best_new = 0, best_replaced = 0;
   int llm_calls = 0;
   int confirmations = 0;                    // rows of confirmation rounds (0005), by (job, run, entry)
+  int imported_measurements = 0;            // kiln-rt tune rows (0006), by (candidate, device)
   std::vector<std::string> skipped_tables;  // tables of `from` this kiln does not merge
 };
 MergeStats merge_catalog(Catalog& into, const std::filesystem::path& from);

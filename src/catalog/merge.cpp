@@ -174,7 +174,8 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
 
   MergeStats st;
   const std::set<std::string> known = {"batches", "jobs", "batch_jobs", "candidates", "evaluations",
-                                       "blobs", "artifacts", "best", "llm_calls", "confirmations"};
+                                       "blobs", "artifacts", "best", "llm_calls", "confirmations",
+                                       "imported_measurements"};
   {
     Stmt q(from, from_path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
            "merge: list tables");
@@ -512,6 +513,33 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
       bind_row(*ins, *sel, cols.size(), ids);
       ins->run();
       ++st.confirmations;
+    }
+  }
+
+  // --- imported_measurements: by (candidate, device), as an import keys them --------------------
+  if (has_table(from, "imported_measurements") && has_table(into, "imported_measurements")) {
+    const auto cols = common("imported_measurements", {"id"});
+    const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
+              c_dev = index_of(cols, "device");
+    Stmt find(into, into_path, "SELECT 1 FROM imported_measurements WHERE candidate_id = ?1 AND device = ?2",
+              "merge: find imported measurement");
+    auto sel = select_all(from, from_path, "imported_measurements", cols);
+    auto ins = insert_into(into, into_path, "imported_measurements", cols, false);
+    while (sel->step()) {
+      check("imported_measurements", cols, *sel);
+      same_job("imported_measurements", *sel, c_cand, c_job, cols.size());
+      std::map<int, std::optional<long long>> ids;
+      ids[c_job] = job_of(*sel, c_job);
+      ids[c_cand] = cand_of(*sel, c_cand);
+      if (!ids[c_job] || !ids[c_cand])
+        refuse("imported_measurements: a row names a job or candidate the shard does not hold");
+      find.reset().bind(1, *ids[c_cand]).bind_value(2, sel->value(c_dev));
+      const bool present = find.step();
+      find.reset();
+      if (present) continue;  // the catalog's own import of that device stands
+      bind_row(*ins, *sel, cols.size(), ids);
+      ins->run();
+      ++st.imported_measurements;
     }
   }
 

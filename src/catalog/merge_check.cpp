@@ -223,6 +223,19 @@ const std::map<std::string, Rules>& rules() {
         {"median_ms", ms(false)},
         {"conditions", js(JsonKind::kObject, 16 * kMiB)},
         {"created_at", time()}}},
+      {"imported_measurements",
+       {{"id", id()},
+        {"job_id", id()},
+        {"candidate_id", id()},
+        {"target", name()},
+        {"device", text(1 * kKiB)},
+        {"driver", text(1 * kKiB, true)},
+        {"uuid", text(256, true)},
+        {"versions", js(JsonKind::kAny, 1 * kMiB)},
+        {"median_ms", ms(false)},
+        {"samples", js(JsonKind::kArray, 64 * kMiB)},
+        {"source", text(4 * kKiB)},
+        {"imported_at", time()}}},
   };
   return r;
 }

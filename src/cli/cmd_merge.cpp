@@ -18,7 +18,8 @@ json stats_json(const MergeStats& s) {
           {"candidates", s.candidates},   {"evaluations", s.evaluations},
           {"blobs", s.blobs},             {"artifacts", s.artifacts},
           {"best_new", s.best_new},       {"best_replaced", s.best_replaced},
-          {"llm_calls", s.llm_calls},     {"confirmations", s.confirmations},     {"skipped_tables", s.skipped_tables}};
+          {"llm_calls", s.llm_calls},     {"confirmations", s.confirmations},
+          {"imported_measurements", s.imported_measurements}, {"skipped_tables", s.skipped_tables}};
 }
 
 }  // namespace
@@ -65,6 +66,7 @@ int cmd_merge(const Args& args) {
       total.best_replaced += s.best_replaced;
       total.llm_calls += s.llm_calls;
       total.confirmations += s.confirmations;
+      total.imported_measurements += s.imported_measurements;
       if (!vm->count("json")) {
         std::cout << "merged " << in << ": " << s.jobs_new << " new job(s), " << s.jobs_updated
                   << " updated, " << s.candidates << " candidate(s), " << s.evaluations

@@ -13,6 +13,7 @@
 #include "batch/nightly_report.h"
 #include "cli/cli_util.h"
 #include "metrics/flags.h"
+#include "batch/workers.h"
 
 namespace kiln {
 
@@ -100,7 +101,8 @@ int cmd_nightly(const Args& args) {
     o.workers = (*vm)["workers"].as<int>();
     o.device = (*vm)["device"].as<std::string>();
     set_scheduling_flags(o, *vm);
-    if (o.workers < 1) throw UsageError("--workers must be at least 1");
+    if (o.workers < 1 || o.workers > batch::kMaxWorkers)
+      throw UsageError("--workers must be 1.." + std::to_string(batch::kMaxWorkers));
     if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
       throw UsageError("--device must be auto, cpu or gpu");
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();

@@ -148,7 +148,8 @@ int cmd_run(const Args& args) {
     }
     o.workers = vm->count("workers") ? (*vm)["workers"].as<int>() : batch::default_workers(o);
     set_scheduling_flags(o, *vm);
-    if (o.workers < 1) throw UsageError("--workers must be at least 1");
+    if (o.workers < 1 || o.workers > batch::kMaxWorkers)
+      throw UsageError("--workers must be 1.." + std::to_string(batch::kMaxWorkers));
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
     if (vm->count("shard")) o.shard = parse_shard((*vm)["shard"].as<std::string>());

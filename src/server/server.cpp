@@ -6,6 +6,8 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <cstdio>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -132,7 +134,20 @@ struct Server::Impl {
   Facts facts;
   RateLimiter limiter;
   std::atomic<int> live{0};
-  std::mutex build_mu;  // one package build at a time
+  std::mutex build_mu;  // one package build at a time; guards `built`
+  // The package tars this process built, by target. Only these are served
+  // from the cache and only these are evicted: a file of the same name in the
+  // cache directory that this process did not write (a previous server's, or
+  // anyone's) is neither trusted nor deleted.
+  std::map<std::string, fs::path> built;
+  // In the names of the tars this process builds, so that none is ever a file
+  // someone else put in the cache directory.
+  const std::string instance_tag = [] {
+    std::random_device rd;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+    return std::string(buf);
+  }();
   asio::io_context io;
   tcp::acceptor acceptor;
   asio::signal_set signals;
@@ -148,7 +163,6 @@ struct Server::Impl {
   }
 
   Reply package(reports::Reader& reader, const std::string& name);
-  void evict_stale_packages(const std::string& target, const std::filesystem::path& keep);
   Reply route(const std::string& path, const Params& q);
   void accept();
 };
@@ -326,24 +340,6 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
   }
 }
 
-// The cache keeps one package per target: the one of its current best kernels.
-// Called with build_mu held, after `keep` was built.
-void Server::Impl::evict_stale_packages(const std::string& target, const fs::path& keep) {
-  std::error_code ec;
-  const std::string prefix = target + "-";
-  for (const auto& e : fs::directory_iterator(opts.cache_dir, ec)) {
-    const std::string f = e.path().filename().string();
-    // TARGET-<16 hex>.tar exactly ("H200-est-..." is another target's)
-    if (e.path() == keep || f.size() != prefix.size() + 20 || f.compare(0, prefix.size(), prefix) != 0 ||
-        f.compare(f.size() - 4, 4, ".tar") != 0)
-      continue;
-    const std::string fp = f.substr(prefix.size(), 16);
-    if (fp.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
-    std::error_code rm;
-    if (fs::remove(e.path(), rm)) log("evicted the stale package " + f);
-  }
-}
-
 Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
   const Target* t = opts.targets->find(name);
   if (!t) return error_reply(404, "unknown target '" + name + "'");
@@ -353,12 +349,13 @@ Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
   if (reports::best_kernels(reader, f).empty())
     return error_reply(404, "no finished job with a best kernel for " + t->name + " in the catalog");
   const std::string fp = reports::best_fingerprint(reader, t->name).substr(0, 16);
-  const fs::path cached = opts.cache_dir / (t->name + "-" + fp + ".tar");
+  const fs::path cached = opts.cache_dir / (t->name + "-" + fp + "-" + instance_tag + ".tar");
   std::string how = "cached";
   std::ifstream in;
   {
     std::lock_guard<std::mutex> lock(build_mu);
-    if (!fs::exists(cached)) {
+    const auto mine = built.find(t->name);
+    if (mine == built.end() || mine->second != cached || !fs::is_regular_file(cached)) {
       how = "built";
       fs::create_directories(opts.cache_dir);
       std::random_device rd;
@@ -372,7 +369,12 @@ Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {
         fs::remove_all(work);
         log("built the package of " + t->name + " in " +
             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
-        evict_stale_packages(t->name, cached);
+        // one package per target: the previous one this process built goes
+        if (mine != built.end() && mine->second != cached) {
+          std::error_code rm;
+          if (fs::remove(mine->second, rm)) log("evicted the stale package " + mine->second.filename().string());
+        }
+        built[t->name] = cached;
       } catch (const std::exception& e) {
         std::error_code ec;
         fs::remove_all(work, ec);

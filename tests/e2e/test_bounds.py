@@ -87,6 +87,16 @@ def test_submit_refuses_non_regular_and_oversized_files(tmp_path):
     assert not catalog.exists()
 
 
+@pytest.mark.parametrize("n", ["0", "257", "100000"])
+def test_workers_out_of_bounds_is_a_usage_error_before_anything_starts(tmp_path, n):
+    """--workers 100000 used to spawn workers for a minute, ignoring SIGTERM."""
+    catalog = tmp_path / "kiln.db"
+    t0 = time.time()
+    r = kiln("run", "--device", "cpu", "--workers", n, catalog=catalog, check=False, timeout=20)
+    assert r.returncode == 2 and "--workers must be 1..256" in r.stderr, r.stderr
+    assert time.time() - t0 < 10
+
+
 def test_huge_name_rejected_fast_and_echoed_short(tmp_path):
     catalog = tmp_path / "kiln.db"
     man = tmp_path / "m.yaml"

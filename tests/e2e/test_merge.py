@@ -242,6 +242,13 @@ HOSTILE = [
      "LIMIT 1) WHERE job_id = (SELECT MIN(job_id) FROM best)", ["best row", "is not a candidate of job"]),
     ("missing job", "PRAGMA foreign_keys = OFF; UPDATE candidates SET job_id = 999999 WHERE id = "
      + FIRST.format(t="candidates"), ["references job 999999"]),
+    ("imported latency", "INSERT INTO imported_measurements (job_id, candidate_id, target, device, versions, "
+     "median_ms, samples, source, imported_at) SELECT c.job_id, c.id, 'MI300X', 'MI300X', '{}', -1, '[1]', 'x', 1.7e9 "
+     "FROM candidates c LIMIT 1", ["imported_measurements row", "median_ms", "outside"]),
+    ("imported of another job", "INSERT INTO imported_measurements (job_id, candidate_id, target, device, versions, "
+     "median_ms, samples, source, imported_at) SELECT (SELECT MAX(job_id) FROM candidates), c.id, 'MI300X', 'MI300X', "
+     "'{}', 0.05, '[0.05]', 'x', 1.7e9 FROM candidates c WHERE c.job_id = (SELECT MIN(job_id) FROM candidates) LIMIT 1",
+     ["imported_measurements row", "is not a candidate of job"]),
 ]
 
 
@@ -271,3 +278,33 @@ def test_merge_refuses_a_hostile_shard_and_imports_nothing(merged, tmp_path, nam
     assert content(out) == before
     kiln("merge", out, other)
     assert content(out) == content(merged["out"])
+
+
+def test_merge_copies_imported_measurements(merged, tmp_path):
+    """A shard's `kiln import-measurements` rows (kiln-rt tune on a deployment
+    node) come with it, their job and candidate remapped, once per (candidate,
+    device)."""
+    good, other = merged["ins"]
+    shard = tmp_path / "tuned.db"
+    shutil.copy(other, shard)
+    con = sqlite3.connect(shard)
+    con.execute("INSERT INTO imported_measurements (job_id, candidate_id, target, device, driver, uuid, versions, "
+                "median_ms, samples, source, imported_at) SELECT c.job_id, c.id, j.target, 'AMD Instinct MI300X', "
+                "'ROCm 6.2', 'GPU-1', '{}', 0.0512, '[0.0512, 0.0515]', '/tmp/tune.json', 1.7e9 FROM candidates c "
+                "JOIN jobs j ON j.id = c.job_id JOIN evaluations e ON e.candidate_id = c.id WHERE e.status = 'ok' "
+                "ORDER BY c.id LIMIT 1")
+    want = con.execute("SELECT j.key, c.key, m.median_ms, m.driver FROM imported_measurements m "
+                       "JOIN jobs j ON j.id = m.job_id JOIN candidates c ON c.id = m.candidate_id").fetchall()
+    con.commit()
+    con.close()
+    assert len(want) == 1
+    out = tmp_path / "out.db"
+    kiln("merge", out, good)
+    r = json.loads(kiln("merge", out, shard, "--json").stdout)
+    assert r["total"]["imported_measurements"] == 1 and "imported_measurements" not in r["total"]["skipped_tables"]
+    got = rows(out, "SELECT j.key, c.key, m.median_ms, m.driver FROM imported_measurements m "
+                    "JOIN jobs j ON j.id = m.job_id JOIN candidates c ON c.id = m.candidate_id")
+    assert got == want
+    r = json.loads(kiln("merge", out, shard, "--json").stdout)
+    assert r["total"]["imported_measurements"] == 0
+    assert rows(out, "SELECT COUNT(*) FROM imported_measurements")[0][0] == 1

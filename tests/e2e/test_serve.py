@@ -621,17 +621,22 @@ def test_code_object_download_and_package_tar(tmp_path):
         assert any((pkg / f).read_bytes() == blob for f in sums)   # the served code object is in it
         status, headers, tar2 = s.get("/api/packages/H200")
         assert status == 200 and headers["X-Kiln-Package"] == "cached" and tar2 == tar1
-        # a new best set builds a new package and evicts the stale one, only this target's
+        # a new best set builds a new package and evicts the stale one it built; files it
+        # did not build are neither served nor deleted, whatever their names
         cache = tmp_path / "cache"
-        decoy = cache / "H200-est-0123456789abcdef.tar"   # another target's name, not evicted
-        decoy.write_bytes(b"x")
-        (old,) = [p.name for p in cache.glob("H200-*.tar") if p != decoy]
+        (old,) = [p.name for p in cache.glob("H200-*.tar")]
+        fp = old.split("-")[1]
+        planted = [cache / f"H200-{fp}.tar", cache / "H200-0000000000000000.tar", cache / "MI300X-0000000000000000.tar"]
+        for p in planted:
+            p.write_bytes(b"not a package")
         with sqlite3.connect(cat) as db:
             db.execute("UPDATE best SET value_ms = value_ms * 1.01 WHERE job_id IN "
                        "(SELECT id FROM jobs WHERE target = 'H200')")
         status, headers, tar3 = s.get("/api/packages/H200", timeout=300)
-        assert status == 200 and headers["X-Kiln-Package"] == "built", tar3[:2000]
+        assert status == 200 and headers["X-Kiln-Package"] == "built" and tar3[:2000] != b"not a package", tar3[:200]
         left = sorted(p.name for p in cache.glob("*.tar"))
-        assert old not in left and decoy.name in left and len(left) == 2, left
+        assert old not in left and all(p.name in left for p in planted) and len(left) == 4, left
+        status, headers, tar4 = s.get("/api/packages/H200")
+        assert status == 200 and headers["X-Kiln-Package"] == "cached" and tar4 == tar3
     finally:
         s.stop()
