@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import common, dim_tiles
 
 OPERATORS = ("norm_dim",)
 KINDS = ("rms", "l2", "l1mean")
@@ -97,20 +97,8 @@ def config_space(op, shape, dtype, params, target):
     1..32 values; the AMD knobs on hip targets."""
     _check(op)
     _kind(params)
-    outer, red, inner = shape
-    ws = common.warp_size(target)
-    rb = triton.next_power_of_2(red)
-    if inner == 1:
-        tiles = [(min(rb, b), 1) for b in (1024, 4096, 512)]
-    else:
-        ib = triton.next_power_of_2(inner)
-        tiles = [(min(rb, r), min(ib, i)) for i in (64, 128, 32, 16) for r in (16, 32, 8, 64)]
-    base = []
-    for r, i in dict.fromkeys(tiles):
-        for w in (4, 8, 2, 1):
-            if (w == 1 or w * ws <= r * i) and r * i <= w * ws * 32:
-                base.append({"BLOCK_R": r, "BLOCK_I": i, "num_warps": w, "num_stages": 1})
-    return common.expand(common.dedupe(base), common.amd_knobs(target))
+    return dim_tiles.config_space(shape, target, last_dim_blocks=(1024, 4096, 512), inner_blocks=(64, 128, 32, 16),
+                                  red_blocks=(16, 32, 8, 64), warps=(4, 8, 2, 1), max_per_thread=32)
 
 
 def _grid(shape, config):

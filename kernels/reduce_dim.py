@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import common, dim_tiles
 
 OPERATORS = ("reduce_dim",)
 KINDS = ("sum", "mean", "amax", "amin", "argmax", "argmin")
@@ -121,20 +121,8 @@ def config_space(op, shape, dtype, params, target):
     else 16..128 inner columns with BLOCK_R 8..64; per tile the warp counts
     giving each thread 1..64 values; the AMD knobs on hip targets."""
     _check(op)
-    outer, red, inner = shape
-    ws = common.warp_size(target)
-    rb = triton.next_power_of_2(red)
-    if inner == 1:
-        tiles = [(min(rb, b), 1) for b in (256, 1024, 4096)]
-    else:
-        ib = triton.next_power_of_2(inner)
-        tiles = [(min(rb, r), min(ib, i)) for i in (16, 32, 64, 128) for r in (8, 16, 32, 64)]
-    base = []
-    for r, i in dict.fromkeys(tiles):
-        for w in (1, 2, 4, 8):
-            if (w == 1 or w * ws <= r * i) and r * i <= w * ws * 64:
-                base.append({"BLOCK_R": r, "BLOCK_I": i, "num_warps": w, "num_stages": 1})
-    return common.expand(common.dedupe(base), common.amd_knobs(target))
+    return dim_tiles.config_space(shape, target, last_dim_blocks=(256, 1024, 4096), inner_blocks=(16, 32, 64, 128),
+                                  red_blocks=(8, 16, 32, 64), warps=(1, 2, 4, 8), max_per_thread=64)
 
 
 def _grid(shape, config):
