@@ -23,12 +23,7 @@ OUT=${OUT:-$PWD/out}
 W=/tmp/shortlist
 rm -rf "$W"; mkdir -p "$W/home/configs" "$OUT"
 export PYTHONUNBUFFERED=1
-if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
-  scripts/gpu/build_on_device.sh >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
-fi
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$ROOT/build-gpu/kiln
-RT=$ROOT/build-gpu/kiln-rt
+. bench/gpu_setup.sh "$W/build.log"
 # KILN_HOME: the tree, with one more target
 for d in db kernels worker; do ln -s "$ROOT/$d" "$W/home/$d"; done
 cp -r "$ROOT/configs/." "$W/home/configs/"
