@@ -1185,15 +1185,11 @@ std::vector<LlmCallRow> Catalog::llm_calls(long long job_id) const {
           "seed, prompt, response, prompt_tokens, completion_tokens, latency_s, attempts, status, "
           "error, retrieval, created_at FROM llm_calls WHERE job_id = ? ORDER BY id");
   st.bind(1, job_id);
-  std::vector<LlmCallRow> out;
-  while (st.step()) {
-    LlmCallRow r;
+  return st.rows<LlmCallRow>([&](LlmCallRow& r) {
     st.into(0, r.id, r.candidate_id, r.job_id, r.instance, r.round, r.parent_id, r.model, r.url, r.temperature,
             r.seed, r.prompt, r.response, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, r.status,
             r.error, r.retrieval, r.created_at);
-    out.push_back(std::move(r));
-  }
-  return out;
+  });
 }
 
 }  // namespace kiln

@@ -33,12 +33,10 @@ std::optional<Lineage> lineage(const Catalog& catalog, long long job_id) {
                  "ORDER BY c.id",
                  "lineage: the candidates" + of);
     st.bind(1, job_id);
-    while (st.step()) {
-      LineageCandidate c;
+    out.candidates = st.rows<LineageCandidate>([&](LineageCandidate& c) {
       st.into(0, c.id, c.parent_id, c.round, c.instance, c.generator, c.template_name, c.config, c.status, c.message,
               c.median_ms, c.estimate_ms, c.max_abs_err);
-      out.candidates.push_back(std::move(c));
-    }
+    });
   }
   if (sql::has_table(sql::Access::db(catalog), catalog.path(), "llm_calls")) {
     sql::Stmt st(catalog,
@@ -46,12 +44,10 @@ std::optional<Lineage> lineage(const Catalog& catalog, long long job_id) {
                  "FROM llm_calls WHERE job_id = ?1 AND candidate_id IS NOT NULL ORDER BY id",
                  "lineage: the llm calls" + of);
     st.bind(1, job_id);
-    while (st.step()) {
-      LineageLlmCall l;
+    out.llm_calls = st.rows<LineageLlmCall>([&](LineageLlmCall& l) {
       st.into(0, l.id, l.candidate_id, l.model, l.prompt_tokens, l.completion_tokens, l.latency_s, l.attempts,
               l.status);
-      out.llm_calls.push_back(std::move(l));
-    }
+    });
   }
   return out;
 }

@@ -108,14 +108,10 @@ std::vector<CandidateResult> candidates(Reader& reader, long long job_id) {
           "FROM candidates c LEFT JOIN evaluations e ON e.candidate_id = c.id WHERE c.job_id = ?1 "
           "ORDER BY e.id IS NULL, e.id, c.id");
   q.bind(1, job_id);
-  std::vector<CandidateResult> out;
-  while (q.step()) {
-    CandidateResult c;
+  return q.rows<CandidateResult>([&](CandidateResult& c) {
     q.into(0, c.id, c.generator, c.template_name, c.config, c.round, c.instance, c.parent_id, c.evaluated, c.status,
            c.message, c.bench_device, c.median_ms, c.estimate_ms, c.compile_s, c.evaluated_at);
-    out.push_back(std::move(c));
-  }
-  return out;
+  });
 }
 
 std::vector<BestKernel> best_kernels(Reader& reader, const BestFilter& f) {

@@ -119,6 +119,14 @@ class Stmt {
   sqlite3_value* value(int c) const;
   int columns() const;
 
+  // Steps through the remaining rows, each read by read(T&) into a new T.
+  template <class T, class Read>
+  std::vector<T> rows(Read&& read) {
+    std::vector<T> out;
+    while (step()) read(out.emplace_back());
+    return out;
+  }
+
   // Reads the current row's columns first, first+1, ... into `out...` in
   // order, each by its type: integers and bool from the integer column,
   // floating point, std::string (text), nlohmann::json (js), Strict (js_strict),
