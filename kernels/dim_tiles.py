@@ -1,6 +1,6 @@
 """The config space of the [outer, R, inner] reductions (norm_dim.py,
 reduce_dim.py): a program owns BLOCK_I inner positions of one outer index and
-walks R in BLOCK_R chunks."""
+walks R in BLOCK_R chunks: the grid is (outer, cdiv(inner, BLOCK_I), 1)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,8 @@ def config_space(shape, target, last_dim_blocks, inner_blocks, red_blocks, warps
             if (w == 1 or w * ws <= r * i) and r * i <= w * ws * max_per_thread:
                 base.append({"BLOCK_R": r, "BLOCK_I": i, "num_warps": w, "num_stages": 1})
     return common.expand(common.dedupe(base), common.amd_knobs(target))
+
+
+def grid(shape, config):
+    outer, red, inner = shape
+    return (outer, common.cdiv(inner, config["BLOCK_I"]), 1)

@@ -101,18 +101,13 @@ def config_space(op, shape, dtype, params, target):
                                   red_blocks=(16, 32, 8, 64), warps=(4, 8, 2, 1), max_per_thread=32)
 
 
-def _grid(shape, config):
-    outer, red, inner = shape
-    return (outer, common.cdiv(inner, config["BLOCK_I"]), 1)
-
-
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
     outer, red, inner = x.shape
     opts, consts = common.runtime_options(config, common.device_backend(out))
-    norm_dim_kernel[_grid(x.shape, config)](x, out, red, inner, _eps(params), KIND=KINDS.index(_kind(params)),
-                                            **consts, **opts)
+    grid = dim_tiles.grid(x.shape, config)
+    norm_dim_kernel[grid](x, out, red, inner, _eps(params), KIND=KINDS.index(_kind(params)), **consts, **opts)
     return out
 
 
@@ -125,7 +120,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     size = common.numel(shape) * common.element_bytes(dtype)
     args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_red", "i32", red), ("n_inner", "i32", inner),
             ("eps", "fp32", _eps(params))]
-    return common.spec(norm_dim_kernel, args, consts, opts, _grid(shape, config), target)
+    return common.spec(norm_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
 
 
 def traffic(op, shape, dtype, params):

@@ -125,18 +125,13 @@ def config_space(op, shape, dtype, params, target):
                                   red_blocks=(8, 16, 32, 64), warps=(1, 2, 4, 8), max_per_thread=64)
 
 
-def _grid(shape, config):
-    outer, red, inner = shape
-    return (outer, common.cdiv(inner, config["BLOCK_I"]), 1)
-
-
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
     opts, consts = common.runtime_options(config, common.device_backend(out))
     outer, red, inner = x.shape
-    reduce_dim_kernel[_grid(x.shape, config)](x, out, outer, red, inner, KIND=_CODE[_kind(params)],
-                                              **consts, **opts)
+    grid = dim_tiles.grid(x.shape, config)
+    reduce_dim_kernel[grid](x, out, outer, red, inner, KIND=_CODE[_kind(params)], **consts, **opts)
     return out
 
 
@@ -151,7 +146,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     args = [("x_ptr", ptr, outer * red * inner * common.element_bytes(dtype)),
             ("out_ptr", "*i64" if arg else ptr, out_bytes),
             ("n_outer", "i32", outer), ("n_red", "i32", red), ("n_inner", "i32", inner)]
-    return common.spec(reduce_dim_kernel, args, consts, opts, _grid(shape, config), target)
+    return common.spec(reduce_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
 
 
 def traffic(op, shape, dtype, params):
