@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import common, dim_tiles
 
 OPERATORS = ("norm_dim",)
 KINDS = ("rms", "l2", "l1mean")
@@ -97,25 +97,8 @@ def config_space(op, shape, dtype, params, target):
     1..32 values; the AMD knobs on hip targets."""
     _check(op)
     _kind(params)
-    outer, red, inner = shape
-    ws = common.warp_size(target)
-    rb = triton.next_power_of_2(red)
-    if inner == 1:
-        tiles = [(min(rb, b), 1) for b in (1024, 4096, 512)]
-    else:
-        ib = triton.next_power_of_2(inner)
-        tiles = [(min(rb, r), min(ib, i)) for i in (64, 128, 32, 16) for r in (16, 32, 8, 64)]
-    base = []
-    for r, i in dict.fromkeys(tiles):
-        for w in (4, 8, 2, 1):
-            if (w == 1 or w * ws <= r * i) and r * i <= w * ws * 32:
-                base.append({"BLOCK_R": r, "BLOCK_I": i, "num_warps": w, "num_stages": 1})
-    return common.expand(common.dedupe(base), common.amd_knobs(target))
-
-
-def _grid(shape, config):
-    outer, red, inner = shape
-    return (outer, common.cdiv(inner, config["BLOCK_I"]), 1)
+    return dim_tiles.config_space(shape, target, last_dim_blocks=(1024, 4096, 512), inner_blocks=(64, 128, 32, 16),
+                                  red_blocks=(16, 32, 8, 64), warps=(4, 8, 2, 1), max_per_thread=32)
 
 
 def launch(op, inputs, out, config, params):
@@ -123,8 +106,8 @@ def launch(op, inputs, out, config, params):
     x = inputs["x"]
     outer, red, inner = x.shape
     opts, consts = common.runtime_options(config, common.device_backend(out))
-    norm_dim_kernel[_grid(x.shape, config)](x, out, red, inner, _eps(params), KIND=KINDS.index(_kind(params)),
-                                            **consts, **opts)
+    grid = dim_tiles.grid(x.shape, config)
+    norm_dim_kernel[grid](x, out, red, inner, _eps(params), KIND=KINDS.index(_kind(params)), **consts, **opts)
     return out
 
 
@@ -137,7 +120,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     size = common.numel(shape) * common.element_bytes(dtype)
     args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_red", "i32", red), ("n_inner", "i32", inner),
             ("eps", "fp32", _eps(params))]
-    return common.spec(norm_dim_kernel, args, consts, opts, _grid(shape, config), target)
+    return common.spec(norm_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
 
 
 def traffic(op, shape, dtype, params):

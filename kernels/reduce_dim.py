@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import common, dim_tiles
 
 OPERATORS = ("reduce_dim",)
 KINDS = ("sum", "mean", "amax", "amin", "argmax", "argmin")
@@ -121,25 +121,8 @@ def config_space(op, shape, dtype, params, target):
     else 16..128 inner columns with BLOCK_R 8..64; per tile the warp counts
     giving each thread 1..64 values; the AMD knobs on hip targets."""
     _check(op)
-    outer, red, inner = shape
-    ws = common.warp_size(target)
-    rb = triton.next_power_of_2(red)
-    if inner == 1:
-        tiles = [(min(rb, b), 1) for b in (256, 1024, 4096)]
-    else:
-        ib = triton.next_power_of_2(inner)
-        tiles = [(min(rb, r), min(ib, i)) for i in (16, 32, 64, 128) for r in (8, 16, 32, 64)]
-    base = []
-    for r, i in dict.fromkeys(tiles):
-        for w in (1, 2, 4, 8):
-            if (w == 1 or w * ws <= r * i) and r * i <= w * ws * 64:
-                base.append({"BLOCK_R": r, "BLOCK_I": i, "num_warps": w, "num_stages": 1})
-    return common.expand(common.dedupe(base), common.amd_knobs(target))
-
-
-def _grid(shape, config):
-    outer, red, inner = shape
-    return (outer, common.cdiv(inner, config["BLOCK_I"]), 1)
+    return dim_tiles.config_space(shape, target, last_dim_blocks=(256, 1024, 4096), inner_blocks=(16, 32, 64, 128),
+                                  red_blocks=(8, 16, 32, 64), warps=(1, 2, 4, 8), max_per_thread=64)
 
 
 def launch(op, inputs, out, config, params):
@@ -147,8 +130,8 @@ def launch(op, inputs, out, config, params):
     x = inputs["x"]
     opts, consts = common.runtime_options(config, common.device_backend(out))
     outer, red, inner = x.shape
-    reduce_dim_kernel[_grid(x.shape, config)](x, out, outer, red, inner, KIND=_CODE[_kind(params)],
-                                              **consts, **opts)
+    grid = dim_tiles.grid(x.shape, config)
+    reduce_dim_kernel[grid](x, out, outer, red, inner, KIND=_CODE[_kind(params)], **consts, **opts)
     return out
 
 
@@ -163,7 +146,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     args = [("x_ptr", ptr, outer * red * inner * common.element_bytes(dtype)),
             ("out_ptr", "*i64" if arg else ptr, out_bytes),
             ("n_outer", "i32", outer), ("n_red", "i32", red), ("n_inner", "i32", inner)]
-    return common.spec(reduce_dim_kernel, args, consts, opts, _grid(shape, config), target)
+    return common.spec(reduce_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
 
 
 def traffic(op, shape, dtype, params):

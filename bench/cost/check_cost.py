@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "worker"), str(ROOT), str(ROOT / "bench" / "cost")]
 
-import yaml  # noqa: E402
 
 from compile_cost import CASES  # noqa: E402
+from gpu_evaluation import h200_evaluation  # noqa: E402
 
 
 def held(timings: dict, kind: str) -> float:
@@ -41,19 +39,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--json", help="write every sample here")
     args = ap.parse_args()
-    os.environ.setdefault("KILN_GPU_LOCK", os.path.join(tempfile.mkdtemp(), "gpu.lock"))
-    from kiln_worker.evaluation import check
-    from kiln_worker.processes.device import select_device
-    from kiln_worker.evaluation.evaluate import Evaluation
-    from kiln_worker.evaluation.templates import Library
-
-    dev = select_device()
-    if not dev.is_gpu:
-        print("check_cost: no GPU here", file=sys.stderr)
+    started = h200_evaluation("check_cost")
+    if started is None:
         return 2
-    lib = Library()
-    ev = Evaluation(lib, dev)
-    target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
+    ev, dev, target = started
+    from kiln_worker.evaluation import check
     fast, detailed, fused_applies = check.compare, check._compare_detailed, check.fused_applies
     modes = ("fused", "torch", "detailed")
     rows, samples = [], []

@@ -33,9 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "worker"), str(ROOT), str(ROOT / "bench" / "cost")]
 
-import yaml  # noqa: E402
 
 from compile_cost import CASES  # noqa: E402
+from gpu_evaluation import h200_evaluation  # noqa: E402
 
 EXTRA: list = []  # the matmul templates take fp16 / bf16 only (no fp32 case for the sqrt(K) tolerance)
 
@@ -60,20 +60,12 @@ def main() -> int:
     ap.add_argument("--skip-pytest", action="store_true")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT") or tempfile.mkdtemp()
-    os.environ.setdefault("KILN_GPU_LOCK", os.path.join(tempfile.mkdtemp(), "gpu.lock"))
+    started = h200_evaluation("checker_h200")
+    if started is None:
+        return 2
+    ev, _, target = started
     from kiln_worker.evaluation import timing
     from kiln_worker.processes import gpulock
-    from kiln_worker.processes.device import select_device
-    from kiln_worker.evaluation.evaluate import Evaluation
-    from kiln_worker.evaluation.templates import Library
-
-    dev = select_device()
-    if not dev.is_gpu:
-        print("checker_h200: no GPU here", file=sys.stderr)
-        return 2
-    lib = Library()
-    ev = Evaluation(lib, dev)
-    target = yaml.safe_load(open(ROOT / "configs" / "targets" / "H200.yaml"))
     details: dict = {"templates": [], "pytest": {}, "lock": {}}
     print("| op | dtype | status | timed == shipped | check_s first / again (ms) | setup_s first / again (ms) | seeds |")
     print("| --- | --- | --- | --- | ---: | ---: | --- |")

@@ -19,9 +19,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-scripts/gpu/build_on_device.sh > /tmp/fs-build.log 2>&1 || { tail -30 /tmp/fs-build.log; exit 1; }
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$PWD/build-gpu/kiln
+. bench/gpu_setup.sh "/tmp/fs-build.log"
 M=${MANIFEST:-bench/cost/small_batch.yaml}
 AB=${AB:-KILN_FORK_SERVER}
 R=$OUT/start_ab.jsonl; : > "$R"

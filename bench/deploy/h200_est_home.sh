@@ -7,12 +7,7 @@
 # KILN_CATALOG=$W/kiln.db.
 mkdir -p "$W/home/configs"
 export PYTHONUNBUFFERED=1
-if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
-  "$ROOT/scripts/gpu/build_on_device.sh" >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
-fi
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$ROOT/build-gpu/kiln
-RT=$ROOT/build-gpu/kiln-rt
+. bench/gpu_setup.sh "$W/build.log"
 for d in db kernels worker; do ln -s "$ROOT/$d" "$W/home/$d"; done
 cp -r "$ROOT/configs/." "$W/home/configs/"
 sed -e 's/^name: H200$/name: H200-est/' -e 's/^aliases:.*/aliases: []/' \

@@ -15,9 +15,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-scripts/gpu/build_on_device.sh > /tmp/pk-build.log 2>&1 || { tail -30 /tmp/pk-build.log; exit 1; }
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$PWD/build-gpu/kiln
+. bench/gpu_setup.sh "/tmp/pk-build.log"
 D=/tmp/pk-h200; rm -rf "$D"; mkdir -p "$D"
 M=${MANIFEST:-$D/m.yaml}
 [ -n "${MANIFEST:-}" ] || cat > "$M" <<'YAML'

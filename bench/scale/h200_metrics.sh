@@ -16,11 +16,8 @@ OUT=${OUT:-$PWD/out}
 W=/tmp/kiln-metrics
 rm -rf "$W"; mkdir -p "$W/scrapes" "$OUT"
 export PYTHONUNBUFFERED=1
-if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
-  scripts/gpu/build_on_device.sh >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
-fi
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=${KILN_BIN:-$PWD/build-gpu/kiln}
+. bench/gpu_setup.sh "$W/build.log"
+K=${KILN_BIN:-$K}
 export KILN_CATALOG=$W/kiln.db
 $K submit "${MANIFEST:-jobs/quickstart.yaml}" >/dev/null
 timeout -s TERM "${KILN_RUN_TIMEOUT:-300}" $K run --device gpu --json --metrics 127.0.0.1:0 \

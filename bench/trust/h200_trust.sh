@@ -22,12 +22,7 @@ TAG=${TAG:-trust}
 W=/tmp/$TAG
 rm -rf "$W"; mkdir -p "$W" "$OUT"
 export PYTHONUNBUFFERED=1
-if [[ ${KILN_SKIP_BUILD:-0} != 1 ]]; then
-  scripts/gpu/build_on_device.sh >"$W/build.log" 2>&1 || { tail -30 "$W/build.log"; exit 1; }
-fi
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$PWD/build-gpu/kiln
-RT=$PWD/build-gpu/kiln-rt
+. bench/gpu_setup.sh "$W/build.log"
 export KILN_CATALOG=$W/kiln.db
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$W/gpu.txt"
 for m in ${MANIFESTS:-jobs/quickstart.yaml jobs/examples/anchors_h200.yaml}; do $K submit "$m" >/dev/null; done

@@ -69,20 +69,8 @@ const char* const kJobCols =
 
 JobRow read_job(const Stmt& st) {
   JobRow j;
-  j.id = st.i64(0);
-  j.key = st.text(1);
-  j.op = st.text(2);
-  j.shape = st.js(3);
-  j.dtype = st.text(4);
-  j.params = st.js(5);
-  j.target = st.text(6);
-  j.arch = st.text(7);
-  j.spec = st.js(8);
-  j.state = st.text(9);
-  j.attempts = (int)st.i64(10);
-  j.message = st.text(11);
-  j.lease_owner = st.text(12);
-  j.lease_expires = st.opt_dbl(13);
+  st.into(0, j.id, j.key, j.op, j.shape, j.dtype, j.params, j.target, j.arch, j.spec, j.state, j.attempts,
+          j.message, j.lease_owner, j.lease_expires);
   return j;
 }
 
@@ -92,17 +80,8 @@ const char* const kCandCols =
 
 CandidateRow read_candidate(const Stmt& st) {
   CandidateRow c;
-  c.id = st.i64(0);
-  c.job_id = st.i64(1);
-  c.key = st.text(2);
-  c.generator = st.text(3);
-  c.template_name = st.text(4);
-  c.config = st.js(5);
-  if (!st.is_null(6)) c.source = st.text(6);
-  c.parent_id = st.opt_i64(7);
-  c.round = (int)st.i64(8);
-  c.instance = (int)st.i64(9);
-  c.evaluated = st.i64(10) != 0;
+  st.into(0, c.id, c.job_id, c.key, c.generator, c.template_name, c.config, c.source, c.parent_id, c.round,
+          c.instance, c.evaluated);
   return c;
 }
 
@@ -877,13 +856,7 @@ std::optional<BestRow> Catalog::best(long long job_id) const {
   st.bind(1, job_id);
   if (!st.step()) return std::nullopt;
   BestRow b;
-  b.job_id = st.i64(0);
-  b.candidate_id = st.i64(1);
-  b.basis = st.text(2);
-  b.value_ms = st.dbl(3);
-  b.device = st.text(4);
-  if (!st.is_null(5)) b.confirmed_run = st.text(5);
-  b.confirmed_ms = st.opt_dbl(6);
+  st.into(0, b.job_id, b.candidate_id, b.basis, b.value_ms, b.device, b.confirmed_run, b.confirmed_ms);
   return b;
 }
 
@@ -1000,17 +973,10 @@ std::vector<ConfirmationRow> Catalog::confirmations(long long job_id, const std:
   std::vector<ConfirmationRow> out;
   while (st.step()) {
     ConfirmationRow r;
-    r.id = st.i64(0);
     r.job_id = job_id;
-    r.candidate_id = st.opt_i64(1);
-    if (!st.is_null(2)) r.baseline = st.text(2);
-    r.run_id = st.text(3);
-    r.basis = st.text(4);
-    r.device = st.text(5);
+    st.into(0, r.id, r.candidate_id, r.baseline, r.run_id, r.basis, r.device);
     r.samples_ms = decode_samples(st.blob(6));
-    r.median_ms = st.dbl(7);
-    r.conditions = st.js(8);
-    r.created_at = st.dbl(9);
+    st.into(7, r.median_ms, r.conditions, r.created_at);
     out.push_back(std::move(r));
   }
   return out;
@@ -1219,32 +1185,11 @@ std::vector<LlmCallRow> Catalog::llm_calls(long long job_id) const {
           "seed, prompt, response, prompt_tokens, completion_tokens, latency_s, attempts, status, "
           "error, retrieval, created_at FROM llm_calls WHERE job_id = ? ORDER BY id");
   st.bind(1, job_id);
-  std::vector<LlmCallRow> out;
-  while (st.step()) {
-    LlmCallRow r;
-    r.id = st.i64(0);
-    r.candidate_id = st.opt_i64(1);
-    r.job_id = st.i64(2);
-    r.instance = (int)st.i64(3);
-    r.round = (int)st.i64(4);
-    r.parent_id = st.opt_i64(5);
-    r.model = st.text(6);
-    r.url = st.text(7);
-    r.temperature = st.opt_dbl(8);
-    r.seed = st.opt_i64(9);
-    r.prompt = st.text(10);
-    if (!st.is_null(11)) r.response = st.text(11);
-    r.prompt_tokens = st.opt_i64(12);
-    r.completion_tokens = st.opt_i64(13);
-    r.latency_s = st.opt_dbl(14);
-    r.attempts = (int)st.i64(15);
-    r.status = st.text(16);
-    r.error = st.text(17);
-    r.retrieval = st.js(18);
-    r.created_at = st.dbl(19);
-    out.push_back(std::move(r));
-  }
-  return out;
+  return st.rows<LlmCallRow>([&](LlmCallRow& r) {
+    st.into(0, r.id, r.candidate_id, r.job_id, r.instance, r.round, r.parent_id, r.model, r.url, r.temperature,
+            r.seed, r.prompt, r.response, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, r.status,
+            r.error, r.retrieval, r.created_at);
+  });
 }
 
 }  // namespace kiln

@@ -15,23 +15,10 @@ std::vector<JobEvaluation> evaluations(const Catalog& catalog, long long job_id)
   while (st.step()) {
     JobEvaluation e;
     CandidateRow& c = e.candidate;
-    c.id = st.i64(0);
-    c.job_id = st.i64(1);
-    c.key = st.text(2);
-    c.generator = st.text(3);
-    c.template_name = st.text(4);
-    c.config = st.js(5);
-    c.source = st.opt_text(6);
-    c.parent_id = st.opt_i64(7);
-    c.round = static_cast<int>(st.i64(8));
-    c.instance = static_cast<int>(st.i64(9));
+    st.into(0, c.id, c.job_id, c.key, c.generator, c.template_name, c.config, c.source, c.parent_id, c.round,
+            c.instance);
     c.evaluated = true;
-    e.status = st.text(10);
-    e.message = st.text(11);
-    e.result = st.js(12);
-    e.bench_device = st.opt_text(13);
-    e.median_ms = st.opt_dbl(14);
-    e.estimate_ms = st.opt_dbl(15);
+    st.into(10, e.status, e.message, e.result, e.bench_device, e.median_ms, e.estimate_ms);
     out.push_back(std::move(e));
   }
   return out;

@@ -22,16 +22,8 @@ std::optional<Lineage> lineage(const Catalog& catalog, long long job_id) {
                  "lineage: the job" + of);
     st.bind(1, job_id);
     if (!st.step()) return std::nullopt;
-    out.job_id = st.i64(0);
-    out.op = st.text(1);
-    out.shape = st.js(2);
-    out.dtype = st.text(3);
-    out.target = st.text(4);
-    out.state = st.text(5);
-    out.message = st.opt_text(6);
-    out.best_candidate_id = st.opt_i64(7);
-    out.best_basis = st.opt_text(8);
-    out.best_ms = st.opt_dbl(9);
+    st.into(0, out.job_id, out.op, out.shape, out.dtype, out.target, out.state, out.message, out.best_candidate_id,
+            out.best_basis, out.best_ms);
   }
   {
     sql::Stmt st(catalog,
@@ -41,22 +33,10 @@ std::optional<Lineage> lineage(const Catalog& catalog, long long job_id) {
                  "ORDER BY c.id",
                  "lineage: the candidates" + of);
     st.bind(1, job_id);
-    while (st.step()) {
-      LineageCandidate c;
-      c.id = st.i64(0);
-      c.parent_id = st.opt_i64(1);
-      c.round = static_cast<int>(st.i64(2));
-      c.instance = static_cast<int>(st.i64(3));
-      c.generator = st.text(4);
-      c.template_name = st.opt_text(5);
-      c.config = st.js(6);
-      c.status = st.opt_text(7);
-      c.message = st.opt_text(8);
-      c.median_ms = st.opt_dbl(9);
-      c.estimate_ms = st.opt_dbl(10);
-      c.max_abs_err = st.opt_dbl(11);
-      out.candidates.push_back(std::move(c));
-    }
+    out.candidates = st.rows<LineageCandidate>([&](LineageCandidate& c) {
+      st.into(0, c.id, c.parent_id, c.round, c.instance, c.generator, c.template_name, c.config, c.status, c.message,
+              c.median_ms, c.estimate_ms, c.max_abs_err);
+    });
   }
   if (sql::has_table(sql::Access::db(catalog), catalog.path(), "llm_calls")) {
     sql::Stmt st(catalog,
@@ -64,18 +44,10 @@ std::optional<Lineage> lineage(const Catalog& catalog, long long job_id) {
                  "FROM llm_calls WHERE job_id = ?1 AND candidate_id IS NOT NULL ORDER BY id",
                  "lineage: the llm calls" + of);
     st.bind(1, job_id);
-    while (st.step()) {
-      LineageLlmCall l;
-      l.id = st.i64(0);
-      l.candidate_id = st.i64(1);
-      l.model = st.opt_text(2);
-      l.prompt_tokens = st.opt_i64(3);
-      l.completion_tokens = st.opt_i64(4);
-      l.latency_s = st.opt_dbl(5);
-      l.attempts = st.i64(6);
-      l.status = st.text(7);
-      out.llm_calls.push_back(std::move(l));
-    }
+    out.llm_calls = st.rows<LineageLlmCall>([&](LineageLlmCall& l) {
+      st.into(0, l.id, l.candidate_id, l.model, l.prompt_tokens, l.completion_tokens, l.latency_s, l.attempts,
+              l.status);
+    });
   }
   return out;
 }

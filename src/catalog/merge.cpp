@@ -271,20 +271,25 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
       refuse("it references job " + std::to_string(q.i64(i)) + " that it does not have");
     return it->second;
   };
+  // Copies every row of `table` but the columns `drop` (INSERT OR IGNORE: the
+  // table's unique key decides), column `id_col` translated by `map_id`;
+  // counts the rows added.
+  auto copy_mapped = [&](const std::string& table, const std::set<std::string>& drop, const char* id_col,
+                         const auto& map_id, int& added) {
+    const auto cols = common(table, drop);
+    const int c_id = index_of(cols, id_col);
+    auto sel = select_all(from, from_path, table, cols);
+    auto ins = insert_into(into, into_path, table, cols, true);
+    while (sel->step()) {
+      check(table, cols, *sel);
+      bind_row(*ins, *sel, cols.size(), {{c_id, map_id(*sel, c_id)}});
+      ins->run();
+      added += ins->changes();
+    }
+  };
 
   // --- batch_jobs -------------------------------------------------------------------
-  {
-    const auto cols = common("batch_jobs");
-    const int c_job = index_of(cols, "job_id");
-    auto sel = select_all(from, from_path, "batch_jobs", cols);
-    auto ins = insert_into(into, into_path, "batch_jobs", cols, true);
-    while (sel->step()) {
-      check("batch_jobs", cols, *sel);
-      bind_row(*ins, *sel, cols.size(), {{c_job, job_of(*sel, c_job)}});
-      ins->run();
-      st.batch_links += ins->changes();
-    }
-  }
+  copy_mapped("batch_jobs", {}, "job_id", job_of, st.batch_links);
 
   // --- candidates: by (job, key) -------------------------------------------------------
   std::map<long long, long long> cand_map;      // from id -> into id
@@ -383,33 +388,9 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
     }
   }
 
-  // --- evaluations: one per candidate ----------------------------------------------------
-  {
-    const auto cols = common("evaluations", {"id"});
-    const int c_cand = index_of(cols, "candidate_id");
-    auto sel = select_all(from, from_path, "evaluations", cols);
-    auto ins = insert_into(into, into_path, "evaluations", cols, true);
-    while (sel->step()) {
-      check("evaluations", cols, *sel);
-      bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
-      ins->run();
-      st.evaluations += ins->changes();
-    }
-  }
-
-  // --- artifacts: by (candidate, target) --------------------------------------------------
-  {
-    const auto cols = common("artifacts", {"id"});
-    const int c_cand = index_of(cols, "candidate_id");
-    auto sel = select_all(from, from_path, "artifacts", cols);
-    auto ins = insert_into(into, into_path, "artifacts", cols, true);
-    while (sel->step()) {
-      check("artifacts", cols, *sel);
-      bind_row(*ins, *sel, cols.size(), {{c_cand, cand_of(*sel, c_cand)}});
-      ins->run();
-      st.artifacts += ins->changes();
-    }
-  }
+  // --- evaluations: one per candidate; artifacts: by (candidate, target) -------------------
+  copy_mapped("evaluations", {"id"}, "candidate_id", cand_of, st.evaluations);
+  copy_mapped("artifacts", {"id"}, "candidate_id", cand_of, st.artifacts);
 
   // --- best: measured beats estimated; then the lower value ----------------------------------
   {

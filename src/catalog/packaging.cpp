@@ -32,12 +32,7 @@ std::set<std::string> columns(const Catalog& c, const std::string& table) {
 
 PackageCandidate candidate_from(const Stmt& q, int at, const Catalog& c) {
   PackageCandidate pc;
-  pc.candidate_id = q.i64(at);
-  pc.config = q.js_strict(at + 1);
-  pc.kind = q.text(at + 2);
-  pc.sha256 = q.text(at + 3);
-  pc.kernel_name = q.text(at + 4);
-  pc.metadata = q.js_strict(at + 5);
+  q.into(at, pc.candidate_id, sql::Strict{pc.config}, pc.kind, pc.sha256, pc.kernel_name, sql::Strict{pc.metadata});
   pc.bytes = q.blob(at + 6);
   pc.estimate_ms = q.opt_dbl(at + 7);
   if (sha256_hex(pc.bytes) != pc.sha256)
@@ -102,18 +97,8 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
   std::vector<PackageJob> jobs;
   while (q.step()) {
     PackageJob j;
-    j.job_id = q.i64(0);
-    j.key = q.text(1);
-    j.op = q.text(2);
-    j.shape = q.js_strict(3);
-    j.dtype = q.text(4);
-    j.params = q.js_strict(5);
-    j.spec = q.js_strict(6);
-    j.target = q.text(7);
-    j.arch = q.text(8);
-    j.basis = q.text(9);
-    j.value_ms = q.dbl(10);
-    j.device = q.is_null(11) ? "" : q.text(11);
+    q.into(0, j.job_id, j.key, j.op, sql::Strict{j.shape}, j.dtype, sql::Strict{j.params}, sql::Strict{j.spec}, j.target,
+           j.arch, j.basis, j.value_ms, j.device);  // device: "" for NULL
     j.candidates.push_back(candidate_from(q, 12, catalog));
     const json result = q.js_strict(20);
     if (j.basis == "measured") {

@@ -15,18 +15,8 @@ std::vector<RecentBest> recent_bests(const Catalog& catalog, long long exclude_j
   std::vector<RecentBest> out;
   while (st.step()) {
     RecentBest r;
-    r.job_id = st.i64(0);
-    r.op = st.text(1);
-    r.target = st.text(2);
-    r.dtype = st.text(3);
-    r.spec = st.js(4);
-    r.candidate_id = st.i64(5);
-    r.generator = st.text(6);
-    r.template_name = st.text(7);
-    r.config = st.js(8);
-    r.source = st.text(9);
-    r.value_ms = st.dbl(10);
-    r.basis = st.text(11);
+    st.into(0, r.job_id, r.op, r.target, r.dtype, r.spec, r.candidate_id, r.generator, r.template_name, r.config,
+            r.source, r.value_ms, r.basis);
     out.push_back(std::move(r));
   }
   return out;

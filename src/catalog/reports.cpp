@@ -19,14 +19,7 @@ StatusReport status_report(const Catalog& catalog, const std::optional<std::stri
     if (batch) st.bind(1, *batch);
     while (st.step()) {
       BatchStatus b;
-      b.id = st.text(0);
-      b.name = st.text(1);
-      b.created_at = st.dbl(2);
-      b.queued = st.i64(3);
-      b.running = st.i64(4);
-      b.done = st.i64(5);
-      b.failed = st.i64(6);
-      b.jobs = st.i64(7);
+      st.into(0, b.id, b.name, b.created_at, b.queued, b.running, b.done, b.failed, b.jobs);
       out.batches.push_back(std::move(b));
     }
   }
@@ -47,12 +40,7 @@ StatusReport status_report(const Catalog& catalog, const std::optional<std::stri
     if (batch) st.bind(1, *batch);
     while (st.step()) {
       FailedJob f;
-      f.id = st.i64(0);
-      f.op = st.text(1);
-      f.shape = st.js_strict(2);
-      f.dtype = st.text(3);
-      f.target = st.text(4);
-      f.message = st.opt_text(5);
+      st.into(0, f.id, f.op, sql::Strict{f.shape}, f.dtype, f.target, f.message);
       out.failed_jobs.push_back(std::move(f));
     }
   }
@@ -81,31 +69,11 @@ std::vector<BestReportRow> best_report(const Catalog& catalog, const BestFilter&
   std::vector<BestReportRow> out;
   while (st.step()) {
     BestReportRow r;
-    r.job_id = st.i64(0);
-    r.op = st.text(1);
-    r.shape = st.js_strict(2);
-    r.dtype = st.text(3);
-    r.target = st.text(4);
-    r.arch = st.text(5);
-    r.state = st.text(6);
-    r.message = st.opt_text(7);
+    st.into(0, r.job_id, r.op, sql::Strict{r.shape}, r.dtype, r.target, r.arch, r.state, r.message);
     if (!st.is_null(8)) {
       BestReportRow::Best b;
-      b.basis = st.text(8);
-      b.value_ms = st.dbl(9);
-      b.device = st.opt_text(10);
-      b.confirmed_run = st.opt_text(11);
-      b.candidate_id = st.i64(12);
-      b.config = st.js_strict(13);
-      b.max_rel_err = st.opt_dbl(14);
-      b.p99_ms = st.opt_dbl(15);
-      b.mean_ms = st.opt_dbl(16);
-      b.occupancy = st.opt_dbl(17);
-      b.exec_device = st.opt_text(18);
-      b.seeds = st.opt_i64(19);
-      b.registers = st.opt_i64(20);
-      b.spills = st.opt_i64(21);
-      b.shared_bytes = st.opt_i64(22);
+      st.into(8, b.basis, b.value_ms, b.device, b.confirmed_run, b.candidate_id, sql::Strict{b.config}, b.max_rel_err,
+              b.p99_ms, b.mean_ms, b.occupancy, b.exec_device, b.seeds, b.registers, b.spills, b.shared_bytes);
       if (!st.is_null(23)) b.code_object = BestReportRow::CodeObject{st.text(23), st.text(24), st.text(25), st.blob(26)};
       r.best = std::move(b);
     }

@@ -17,7 +17,9 @@
 
 #include "catalog/catalog.h"
 
-struct sqlite3_stmt;
+namespace kiln::sql {
+class StmtCache;
+}
 
 namespace kiln::reports {
 
@@ -31,18 +33,12 @@ class Reader {
   Reader& operator=(const Reader&) = delete;
   const Catalog& catalog() const { return catalog_; }
 
-  // The statement of `sql`, reset, from the cache (nullptr when the cached one
-  // is in use: the caller prepares its own). For this file's reads only.
-  sqlite3_stmt* take(const std::string& sql);
-  void give_back(const std::string& sql, sqlite3_stmt* st);
+  // The prepared report statements of this connection (for this file's reads).
+  sql::StmtCache& statements();
 
  private:
   Catalog catalog_;
-  struct Entry {
-    sqlite3_stmt* st = nullptr;
-    bool in_use = false;
-  };
-  std::map<std::string, Entry> cache_;
+  std::unique_ptr<sql::StmtCache> statements_;
 };
 
 struct BatchSummary {

@@ -48,7 +48,33 @@ Stmt::Stmt(sqlite3* db, fs::path path, std::string_view sql, std::string what)
 Stmt::Stmt(const Catalog& c, std::string_view sql, std::string what)
     : Stmt(Access::db(c), c.path(), sql, std::move(what)) {}
 
-Stmt::~Stmt() { sqlite3_finalize(st_); }
+Stmt::Stmt(StmtCache& cache, const Catalog& c, std::string_view sql, std::string what)
+    : db_(Access::db(c)), path_(c.path()), what_(what.empty() ? first_line(sql) : std::move(what)) {
+  auto it = cache.entries_.find(sql);
+  if (it == cache.entries_.end() || it->second.in_use) {
+    Stmt fresh(db_, path_, sql, what_);
+    st_ = std::exchange(fresh.st_, nullptr);
+    if (it != cache.entries_.end()) return;  // the cached one is busy: this one is our own
+    it = cache.entries_.emplace(std::string(sql), StmtCache::Entry{st_, false}).first;
+  }
+  it->second.in_use = true;
+  cached_ = &it->second;
+  st_ = it->second.st;
+}
+
+Stmt::~Stmt() {
+  if (!cached_) {
+    sqlite3_finalize(st_);
+    return;
+  }
+  sqlite3_reset(st_);
+  sqlite3_clear_bindings(st_);
+  cached_->in_use = false;
+}
+
+StmtCache::~StmtCache() {
+  for (auto& [sql, e] : entries_) sqlite3_finalize(e.st);
+}
 
 namespace {
 int checked(int rc, const Stmt& st) {

@@ -8,9 +8,13 @@
 #pragma once
 #include <cstddef>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,12 +36,42 @@ struct Access {
   static sqlite3* db(const Catalog& c) { return c.db_; }
 };
 
+// Prepared statements of one connection kept for reuse, keyed by their SQL
+// (preparing a join can cost more than running it). Owned by whoever owns the
+// connection and destroyed before it; finalizes its statements. Threading: as
+// the connection, one thread at a time.
+// A JSON column read strictly (Stmt::into): text that does not parse throws.
+struct Strict {
+  nlohmann::json& out;
+};
+
+class StmtCache {
+ public:
+  StmtCache() = default;
+  ~StmtCache();
+  StmtCache(const StmtCache&) = delete;
+  StmtCache& operator=(const StmtCache&) = delete;
+
+ private:
+  friend class Stmt;
+  struct Entry {
+    sqlite3_stmt* st = nullptr;
+    bool in_use = false;
+  };
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
 class Stmt {
  public:
   // Prepares `sql` on db; `what` names the operation in error messages
   // (default: the statement's first line).
   Stmt(sqlite3* db, std::filesystem::path path, std::string_view sql, std::string what = "");
   Stmt(const Catalog& c, std::string_view sql, std::string what = "");
+  // Reuses the cache's statement of `sql` (prepared on first use); while that
+  // one is in use (a nested read of the same SQL) prepares a statement of its
+  // own. When destroyed, a cached statement is reset, its bindings cleared,
+  // and handed back. `cache` must belong to c's connection and outlive this.
+  Stmt(StmtCache& cache, const Catalog& c, std::string_view sql, std::string what = "");
   ~Stmt();
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
@@ -85,6 +119,48 @@ class Stmt {
   sqlite3_value* value(int c) const;
   int columns() const;
 
+  // Steps through the remaining rows, each read by read(T&) into a new T.
+  template <class T, class Read>
+  std::vector<T> rows(Read&& read) {
+    std::vector<T> out;
+    while (step()) read(out.emplace_back());
+    return out;
+  }
+
+  // Reads the current row's columns first, first+1, ... into `out...` in
+  // order, each by its type: integers and bool from the integer column,
+  // floating point, std::string (text), nlohmann::json (js), Strict (js_strict),
+  // std::optional of any of those (unset for NULL).
+  template <class... T>
+  void into(int first, T&&... out) const {
+    int c = first;
+    (get(c++, out), ...);
+  }
+  void get(int c, Strict s) const { s.out = js_strict(c); }
+  template <class T>
+  void get(int c, T& out) const {
+    if constexpr (std::is_same_v<T, bool>) {
+      out = i64(c) != 0;
+    } else if constexpr (std::is_integral_v<T>) {
+      out = static_cast<T>(i64(c));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      out = static_cast<T>(dbl(c));
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      out = text(c);
+    } else if constexpr (std::is_same_v<T, nlohmann::json>) {
+      out = js(c);
+    } else {
+      static_assert(std::is_same_v<T, std::optional<typename T::value_type>>, "Stmt::get: no column type for T");
+      if (is_null(c)) {
+        out.reset();
+      } else {
+        typename T::value_type v{};
+        get(c, v);
+        out = std::move(v);
+      }
+    }
+  }
+
   // Rows changed by the last write of this connection; the last rowid inserted.
   int changes() const;
   long long last_insert_rowid() const;
@@ -96,6 +172,7 @@ class Stmt {
   std::filesystem::path path_;
   std::string what_;
   sqlite3_stmt* st_ = nullptr;
+  StmtCache::Entry* cached_ = nullptr;  // the cache entry borrowed, if any
 };
 
 // Runs `sql` (several statements allowed); throws CatalogError naming `what`.

@@ -33,15 +33,6 @@ std::string read_token(const std::string& file) {
   return token;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
 }  // namespace
 
 int cmd_serve(const Args& args) {
@@ -152,7 +143,7 @@ int cmd_report(const Args& args) {
       if (!known) throw UsageError("no batch '" + *o.batch_id + "' in " + catalog_path + " (kiln status lists them)");
     }
     o.source = catalog_path;
-    o.generated_at = utc_now();
+    o.generated_at = server::utc_now_text();
     server::Facts facts;
     const std::string html = server::render_dashboard(reader, knowledge.targets, facts, o);
     // atomically: a reader never sees half a report

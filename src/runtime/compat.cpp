@@ -46,17 +46,15 @@ std::string TargetLimits::arch() const {
 }
 
 TargetLimits limits_from_device(const DeviceProps& d) {
-  TargetLimits l;
-  l.backend = d.backend;
-  l.label = d.target_id + " (" + d.name + ")";
-  if (d.backend == "hip") l.amd = TargetId::parse(d.target_id);
-  l.cc_major = d.cc_major;
-  l.cc_minor = d.cc_minor;
-  l.warp_size = d.warp_size;
-  l.compute_units = d.compute_units;
-  l.max_shared_per_block = d.max_shared_per_block;
-  l.max_regs_per_block = d.max_regs_per_block;
-  return l;
+  return TargetLimits{.backend = d.backend,
+                      .label = d.target_id + " (" + d.name + ")",
+                      .amd = d.backend == "hip" ? TargetId::parse(d.target_id) : TargetId{},
+                      .cc_major = d.cc_major,
+                      .cc_minor = d.cc_minor,
+                      .warp_size = d.warp_size,
+                      .compute_units = d.compute_units,
+                      .max_shared_per_block = d.max_shared_per_block,
+                      .max_regs_per_block = d.max_regs_per_block};
 }
 
 TargetLimits limits_from_id(const std::string& id) {

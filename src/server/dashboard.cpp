@@ -121,12 +121,10 @@ void best_table(Page& p, const std::vector<BestKernel>& kernels, Facts& facts, r
 
 void speedup_section(Page& p, const std::vector<BestKernel>& kernels, Facts& facts, reports::Reader& reader) {
   p.o << "<h2 id=\"speedup\">Speedup over baselines</h2>\n";
-  Chart c;
-  c.id = "speedup";
-  c.title = "Speedup over baselines (baseline median / kernel median, bootstrap 95% CI)";
-  c.x.label = "kernel";
-  c.y.label = "speedup (x)";
-  c.y.log = true;
+  Chart c{.id = "speedup",
+          .title = "Speedup over baselines (baseline median / kernel median, bootstrap 95% CI)",
+          .x = {.label = "kernel"},
+          .y = {.label = "speedup (x)", .log = true}};
   std::map<std::string, Series> by_baseline;
   int x = 0;
   for (const auto& k : kernels) {
@@ -305,12 +303,10 @@ void history_section(Page& p, const std::vector<BestKernel>& kernels, reports::R
     const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
                                               canonical_json(k.job.params), k.job.target);
     if (hist.size() < 2) continue;
-    Chart c;
-    c.id = "history-" + std::to_string(k.job.id);
-    c.title = "History: " + kernel_label(k.job);
-    c.x.label = "run (job created)";
-    c.y.label = "latency (ms)";
-    c.y.log = true;
+    Chart c{.id = "history-" + std::to_string(k.job.id),
+            .title = "History: " + kernel_label(k.job),
+            .x = {.label = "run (job created)"},
+            .y = {.label = "latency (ms)", .log = true}};
     Series line{"best latency", Mark::kLine, {}, "#1f77b4", false};
     Series conf{"confirmed median, 95% CI", Mark::kPoints, {}, "#ff7f0e", false};
     for (size_t i = 0; i < hist.size(); ++i) {
@@ -353,12 +349,10 @@ void job_section(Page& p, const reports::JobOverview& j, const std::vector<repor
     if (!c.bench_device.empty() && c.median_ms) return c.median_ms;
     return c.estimate_ms;
   };
-  Chart lat;
-  lat.id = "job-" + std::to_string(j.id) + "-candidates";
-  lat.title = "Latency of each candidate by config (evaluation order)";
-  lat.x.label = "config";
-  lat.y.label = "latency (ms)";
-  lat.y.log = true;
+  Chart lat{.id = "job-" + std::to_string(j.id) + "-candidates",
+            .title = "Latency of each candidate by config (evaluation order)",
+            .x = {.label = "config"},
+            .y = {.label = "latency (ms)", .log = true}};
   Series ok{"correct", Mark::kPoints, {}, "#1f77b4", false};
   Series bad{"failed (at the floor)", Mark::kPoints, {}, "#d62728", false};
   double floor = 1e300;
@@ -384,12 +378,10 @@ void job_section(Page& p, const reports::JobOverview& j, const std::vector<repor
   lat.width = std::max(560, std::min(1300, 14 * static_cast<int>(evals.size()) + 300));
   lat.height = 320;
 
-  Chart conv;
-  conv.id = "job-" + std::to_string(j.id) + "-convergence";
-  conv.title = "Best so far against evaluations";
-  conv.x.label = "evaluations";
-  conv.y.label = "latency (ms)";
-  conv.y.log = true;
+  Chart conv{.id = "job-" + std::to_string(j.id) + "-convergence",
+             .title = "Best so far against evaluations",
+             .x = {.label = "evaluations"},
+             .y = {.label = "latency (ms)", .log = true}};
   Series best{"best so far", Mark::kStep, {}, "#2ca02c", false};
   Series each{"each correct candidate", Mark::kPoints, {}, "#aaaaaa", false};
   double so_far = 1e300;
@@ -492,6 +484,15 @@ std::string render_dashboard(reports::Reader& reader, const TargetRegistry& targ
   p.o << "<p class=\"meta\">" << p.charts << " charts. Latencies: measured medians on a device of the target's kind "
          "where there is one, else the static model's estimates (docs/estimate.md).</p>\n</body></html>\n";
   return p.o.str();
+}
+
+std::string utc_now_text() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
 }
 
 }  // namespace kiln::server

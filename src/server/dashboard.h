@@ -30,6 +30,9 @@ struct DashboardOptions {
   int max_job_sections = 300;           // per-job charts for at most this many jobs (the newest)
 };
 
+// The time now as DashboardOptions::generated_at shows it: "YYYY-MM-DD HH:MM:SS UTC".
+std::string utc_now_text();
+
 std::string render_dashboard(reports::Reader& reader, const TargetRegistry& targets, Facts& facts,
                              const DashboardOptions& options);
 

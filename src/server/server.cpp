@@ -85,15 +85,6 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
 // Read-only catalog connections with their prepared reads, one per handler
 // thread at a time.
 class CatalogPool {
@@ -307,7 +298,7 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
     if (path == "/" || path == "/index.html") {
       DashboardOptions d;
       d.source = opts.catalog.string();
-      d.generated_at = now_text();
+      d.generated_at = utc_now_text();
       d.served = true;
       if (auto it = q.find("batch"); it != q.end() && !it->second.empty()) d.batch_id = it->second;
       r.content_type = "text/html; charset=utf-8";

@@ -32,13 +32,8 @@ class PackagingTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir = tmpl;
     cat.emplace(Catalog::open(dir / "c.db", false, kMigrations));
-    NewJob j;
-    j.op = "softmax";
-    j.dtype = "fp16";
-    j.target = "MI300X";
-    j.arch = "gfx942";
-    j.shape = json::array({128, 1000});
-    j.params = json::object();
+    NewJob j{.op = "softmax", .dtype = "fp16", .target = "MI300X", .arch = "gfx942",
+             .shape = json::array({128, 1000}), .params = json::object()};
     j.spec = {{"op", j.op}, {"shape", j.shape}, {"dtype", j.dtype}, {"params", j.params}};
     j.key = job_key(j.spec, "t", "3.6.0");
     key = j.key;
@@ -59,14 +54,8 @@ class PackagingTest : public ::testing::Test {
       e.status = i == 7 ? "incorrect" : "ok";
       e.result = json::object();
       e.estimate_ms = est[i];
-      ArtifactIn a;
-      a.target = "MI300X";
-      a.arch = "gfx942";
-      a.kind = "hsaco";
-      a.kernel_name = "softmax_kernel";
-      a.bytes = "code object " + std::to_string(i);
-      a.metadata = {{"num_warps", 4}};
-      e.artifact = a;
+      e.artifact = ArtifactIn{.target = "MI300X", .arch = "gfx942", .kind = "hsaco", .kernel_name = "softmax_kernel",
+                             .bytes = "code object " + std::to_string(i), .metadata = {{"num_warps", 4}}};
       cat->record_evaluation(id, e);
     }
     cat->set_best({job_id, ids[0], "estimated", 1.0, ""});
@@ -202,13 +191,8 @@ TEST_F(PackagingTest, AMeasuredBestCarriesTheDriverAndUuidTheWorkerReported) {
   e.status = "ok";
   e.result = {{"latency", {{"median_ms", 0.25},
                            {"device_identity", {{"driver", "580.159.04"}, {"uuid", "GPU-6253"}, {"name", "X"}}}}}};
-  ArtifactIn a;
-  a.target = "MI300X";
-  a.arch = "gfx942";
-  a.kind = "hsaco";
-  a.kernel_name = "softmax_kernel";
-  a.bytes = "measured code object";
-  e.artifact = a;
+  e.artifact = ArtifactIn{.target = "MI300X", .arch = "gfx942", .kind = "hsaco", .kernel_name = "softmax_kernel",
+                         .bytes = "measured code object"};
   cat->record_evaluation(id, e);
   cat->set_best({job_id, id, "measured", 0.25, "AMD Instinct MI300X"});
   auto jobs = package_jobs(*cat, "MI300X");

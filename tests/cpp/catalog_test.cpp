@@ -57,13 +57,8 @@ std::string slurp(const fs::path& p) {
 }
 
 NewJob make_job(const std::string& name, int rows = 128) {
-  NewJob j;
-  j.op = "softmax";
-  j.dtype = "fp16";
-  j.target = "MI300X";
-  j.arch = "gfx942";
-  j.shape = json::array({rows, 1000});
-  j.params = json::object();
+  NewJob j{.op = "softmax", .dtype = "fp16", .target = "MI300X", .arch = "gfx942",
+           .shape = json::array({rows, 1000}), .params = json::object()};
   j.spec = {{"op", j.op}, {"shape", j.shape}, {"dtype", j.dtype}, {"params", j.params},
             {"target", {{"name", j.target}, {"arch", j.arch}}}, {"tag", name}};
   j.key = job_key(j.spec, "template-sha", "3.6.0");
@@ -100,14 +95,8 @@ json ok_result() {
 }
 
 ArtifactIn artifact(const std::string& bytes, const std::string& kind = "hsaco") {
-  ArtifactIn a;
-  a.target = "MI300X";
-  a.arch = "gfx942";
-  a.kind = kind;
-  a.kernel_name = "softmax_kernel";
-  a.bytes = bytes;
-  a.metadata = {{"grid", {128, 1, 1}}, {"block", {256, 1, 1}}};
-  return a;
+  return ArtifactIn{.target = "MI300X", .arch = "gfx942", .kind = kind, .kernel_name = "softmax_kernel",
+                    .bytes = bytes, .metadata = {{"grid", {128, 1, 1}}, {"block", {256, 1, 1}}}};
 }
 
 class CatalogTest : public ::testing::Test {
@@ -149,6 +138,24 @@ class CatalogTest : public ::testing::Test {
     return {job_id, cat.add_candidate(c).id};
   }
 
+  // Submits one job per value, tagged PREFIX0, PREFIX1, ..., each set up by set(job, value).
+  template <class T, class Set>
+  static void submit_each(Catalog& cat, const std::string& prefix, const std::vector<T>& values, Set set) {
+    std::vector<NewJob> jobs;
+    for (const T& v : values) {
+      jobs.push_back(make_job(prefix + std::to_string(jobs.size())));
+      set(jobs.back(), v);
+    }
+    cat.submit("b", "m", "", jobs);
+  }
+
+  // Claims every job in turn: their spec tags in claim order.
+  static std::vector<std::string> claim_all(Catalog& cat) {
+    std::vector<std::string> order;
+    while (auto j = cat.claim_job("h:1", 60)) order.push_back(j->spec["tag"].get<std::string>());
+    return order;
+  }
+
   fs::path dir, db;
   int n_mig = 0;
 };
@@ -157,32 +164,21 @@ class CatalogTest : public ::testing::Test {
 
 TEST_F(CatalogTest, ClaimsTheMostExpensiveJobFirst) {
   Catalog cat = open();
-  std::vector<NewJob> jobs;
-  for (double p : {0.1, 5.0, 0.0, 1.0, 5.0}) {
-    jobs.push_back(make_job("p" + std::to_string(jobs.size())));
-    jobs.back().priority = p;
-  }
-  cat.submit("b", "m", "", jobs);
+  submit_each<double>(cat, "p", {0.1, 5.0, 0.0, 1.0, 5.0}, [](NewJob& j, double p) { j.priority = p; });
   EXPECT_EQ(cat.query("SELECT priority FROM jobs ORDER BY id").rows[1][0], 5.0);
-  std::vector<std::string> order;
-  while (auto j = cat.claim_job("h:1", 60)) order.push_back(j->spec["tag"].get<std::string>());
   // Highest priority first; equal priorities in id order; unknown (0) last.
-  EXPECT_EQ(order, (std::vector<std::string>{"p1", "p4", "p3", "p0", "p2"}));
+  EXPECT_EQ(claim_all(cat), (std::vector<std::string>{"p1", "p4", "p3", "p0", "p2"}));
 }
 
 TEST_F(CatalogTest, ClaimsTheMostCompilingJobFirstThenTheMostExpensive) {
   Catalog cat = open();
-  std::vector<NewJob> jobs;
-  for (auto [compile, priority] : std::vector<std::pair<double, double>>{{0, 9}, {3, 0.1}, {3, 1}, {0, 0}, {1, 5}}) {
-    jobs.push_back(make_job("c" + std::to_string(jobs.size())));
-    jobs.back().compile_est_s = compile;
-    jobs.back().priority = priority;
-  }
-  cat.submit("b", "m", "", jobs);
+  submit_each<std::pair<double, double>>(cat, "c", {{0, 9}, {3, 0.1}, {3, 1}, {0, 0}, {1, 5}},
+                                         [](NewJob& j, std::pair<double, double> compile_priority) {
+                                           j.compile_est_s = compile_priority.first;
+                                           j.priority = compile_priority.second;
+                                         });
   EXPECT_EQ(cat.query("SELECT compile_est_s FROM jobs ORDER BY id").rows[4][0], 1.0);
-  std::vector<std::string> order;
-  while (auto j = cat.claim_job("h:1", 60)) order.push_back(j->spec["tag"].get<std::string>());
-  EXPECT_EQ(order, (std::vector<std::string>{"c2", "c1", "c4", "c0", "c3"}));
+  EXPECT_EQ(claim_all(cat), (std::vector<std::string>{"c2", "c1", "c4", "c0", "c3"}));
 }
 
 TEST_F(CatalogTest, CompileSecondsAreMeansPerOperatorAndArchOfRecentEvaluations) {

@@ -21,16 +21,9 @@ class SelectTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     catalog_ = std::make_unique<Catalog>(
         Catalog::open(dir_ / "kiln.db", false, std::filesystem::path(KILN_SOURCE_DIR) / "db" / "migrations"));
-    NewJob j;
-    j.key = "k1";
-    j.op = "softmax";
-    j.dtype = "fp16";
-    j.target = "H200";
-    j.arch = "sm_90";
-    j.shape = json::array({4, 8});
-    j.params = json::object();
-    j.spec = {{"op", "softmax"}};
-    catalog_->submit("t", "t.yaml", "", {j});
+    catalog_->submit("t", "t.yaml", "", {NewJob{.key = "k1", .op = "softmax", .dtype = "fp16", .target = "H200",
+                                                .arch = "sm_90", .shape = json::array({4, 8}),
+                                                .params = json::object(), .spec = {{"op", "softmax"}}}});
     job_ = catalog_->claim_job("me:1", 60)->id;
     h200_.name = "H200";
     h200_.vendor = "nvidia";

@@ -19,19 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import KILN, ROOT, kiln  # noqa: E402
+from conftest import KILN, ROOT, db_rows, kiln  # noqa: E402
 
 QUICKSTART = ROOT / "jobs" / "quickstart.yaml"
 
 AMD_MACHINE = 224
-
-
-def db_rows(catalog, sql):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 FAKE_EVALUATOR = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
@@ -71,13 +63,6 @@ def worker_pids_with(marker):
         except OSError:
             continue
     return pids
-
-
-@pytest.fixture(scope="module")
-def binary():
-    if not KILN.exists():
-        pytest.fail(f"{KILN} is missing: build first (scripts/setup.sh)")
-    return KILN
 
 
 def file_digest(path):

@@ -14,21 +14,17 @@ the job fails with that message, and no candidate rows are written.
 KILN_BIN names the binary (default: build/kiln).
 """
 import json
-import socket
-import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from conftest import KILN, ROOT  # noqa: E402
+from conftest import LLM_VARS, ROOT, db_dicts, free_port, stop  # noqa: E402
 from conftest import kiln as run_kiln  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "reference" / "llm_e2e"
 SERVER = ROOT / "tests" / "fixtures" / "scripted_llm.py"
 
-
-LLM_VARS = ("KILN_LLM_BASE_URL", "KILN_LLM_MODEL", "KILN_LLM_API_KEY")
 
 
 def kiln(*args, catalog, env=None, timeout=900):
@@ -42,12 +38,7 @@ def ok(r):
 
 
 def rows(catalog, sql, *params):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(sql, params).fetchall()]
-    finally:
-        con.close()
+    return db_dicts(catalog, sql, params)
 
 
 class Scripted:
@@ -74,12 +65,7 @@ class Scripted:
         return [json.loads(l) for l in self.log.read_text().splitlines() if l.strip()]
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop(self.proc)
 
 
 def write_manifest(tmp, **llm):
@@ -99,13 +85,6 @@ def write_manifest(tmp, **llm):
         "    validation: {seeds: 2}\n"
         f"    llm: {json.dumps(settings)}\n")
     return m
-
-
-@pytest.fixture(scope="module")
-def binary():
-    if not KILN.exists():
-        pytest.fail(f"{KILN} is missing: build first (scripts/setup.sh)")
-    return KILN
 
 
 # --- the repair loop ------------------------------------------------------------------
@@ -249,14 +228,6 @@ def test_rerun_asks_nothing(loop, tmp_path):
 
 
 # --- endpoints that fail ------------------------------------------------------------------
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def assert_failed_cleanly(catalog, url, r):
     assert r.returncode != 0, r.stdout + r.stderr

@@ -12,18 +12,10 @@ import sqlite3
 
 import pytest
 
-from conftest import KILN, ROOT, kiln  # noqa: E402
+from conftest import KILN, ROOT, db_rows as rows, kiln  # noqa: E402
 
 MANIFEST = ROOT / "tests" / "data" / "manifests" / "slurm_small.yaml"
 SHARDS = 2
-
-
-def rows(catalog, sql, params=()):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 def content(catalog):

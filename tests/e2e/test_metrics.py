@@ -12,17 +12,15 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+from conftest import KILN, ROOT, Prometheus, db_rows, free_port, require_kiln, submitted  # noqa: E402
+
 RULES = ROOT / "configs" / "prometheus"
 
 # Three small jobs, three candidates each: long enough to be scraped mid-run.
@@ -88,23 +86,11 @@ def check_metrics(text):
     assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (r.stdout, r.stderr, text)
 
 
-def db_rows(catalog, sql):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 @pytest.fixture(scope="module")
 def observed_run(tmp_path_factory):
-    if not KILN.exists():
-        pytest.fail(f"{KILN} is missing: build first (scripts/setup.sh)")
+    require_kiln()
     tmp = tmp_path_factory.mktemp("metrics")
-    catalog = tmp / "kiln.db"
-    (tmp / "m.yaml").write_text(MANIFEST)
-    env = dict(os.environ, KILN_CATALOG=str(catalog))
-    subprocess.run([str(KILN), "submit", str(tmp / "m.yaml")], check=True, env=env, capture_output=True)
+    catalog, env = submitted(tmp, MANIFEST)
     prom = tmp / "textfile" / "kiln.prom"
     prom.parent.mkdir()
     err = open(tmp / "run.err", "w")
@@ -228,10 +214,7 @@ def test_endpoint_gone_after_the_run(observed_run):
 
 
 def test_bad_metrics_flags_are_usage_errors(tmp_path):
-    catalog = tmp_path / "kiln.db"
-    (tmp_path / "m.yaml").write_text(MANIFEST)
-    env = dict(os.environ, KILN_CATALOG=str(catalog))
-    subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+    catalog, env = submitted(tmp_path, MANIFEST)
     for args, why in ((["--metrics", "0.0.0.0:0"], "--metrics-allow-remote"),
                       (["--metrics", "nohost"], "HOST:PORT"),
                       (["--metrics-file", str(tmp_path / "missing" / "k.prom")], "does not exist")):
@@ -244,10 +227,7 @@ def test_bad_metrics_flags_are_usage_errors(tmp_path):
 
 def test_port_in_use_is_refused(tmp_path):
     import socket
-    catalog = tmp_path / "kiln.db"
-    (tmp_path / "m.yaml").write_text(MANIFEST)
-    env = dict(os.environ, KILN_CATALOG=str(catalog))
-    subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+    catalog, env = submitted(tmp_path, MANIFEST)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -273,12 +253,9 @@ KILN_MPIRUN = KILN.parent / "kiln-mpirun"
 @pytest.mark.skipif(shutil.which("mpirun") is None and not os.environ.get("KILN_REQUIRE_MPI"),
                     reason="Open MPI (mpirun) is not installed")
 def test_mpi_rank0_writes_the_metrics_file(tmp_path):
-    catalog = tmp_path / "kiln.db"
-    (tmp_path / "m.yaml").write_text(MANIFEST)
-    env = dict(os.environ, KILN_CATALOG=str(catalog), OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-               OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+    catalog, env = submitted(tmp_path, MANIFEST, OMPI_ALLOW_RUN_AS_ROOT="1",
+                             OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+                             OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none")
     prom = tmp_path / "kiln.prom"
     proc = subprocess.Popen([str(KILN_MPIRUN), "--oversubscribe", "-np", "2", str(KILN.parent / "kiln-mpi"), "run",
                              "--device", "cpu", "--scratch", str(tmp_path / "s"), "--metrics", "127.0.0.1:0",
@@ -316,13 +293,10 @@ def test_gpu_kernel_account_matches_the_run_summary(tmp_path):
     """The scripted evaluator (tests/data/fake_evaluator) says it is an H200 and
     reports benchmark latencies: the device-event account in the metrics is the
     run's own gpu_kernel_s / gpu_kernel_fraction (kiln run --json)."""
-    catalog = tmp_path / "kiln.db"
-    (tmp_path / "m.yaml").write_text("name: g\ntargets: [H200]\n"
-                                     "defaults:\n  exploration: {strategy: exhaustive, max_candidates: 4}\n"
-                                     "operators:\n  - {op: add, shapes: [[64], [96]], dtype: fp32}\n")
-    env = dict(os.environ, KILN_CATALOG=str(catalog), KILN_PYTHON=str(FAKE_EVALUATOR),
-               FAKE_EVALUATOR_LOG=str(tmp_path / "requests.jsonl"))
-    subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+    catalog, env = submitted(tmp_path, "name: g\ntargets: [H200]\n"
+                                       "defaults:\n  exploration: {strategy: exhaustive, max_candidates: 4}\n"
+                                       "operators:\n  - {op: add, shapes: [[64], [96]], dtype: fp32}\n",
+                             KILN_PYTHON=str(FAKE_EVALUATOR), FAKE_EVALUATOR_LOG=str(tmp_path / "requests.jsonl"))
     prom = tmp_path / "kiln.prom"
     r = subprocess.run([str(KILN), "run", "--device", "gpu", "--scratch", str(tmp_path / "s"), "--json",
                         "--metrics-file", str(prom)], capture_output=True, text=True, env=env, timeout=300)
@@ -342,50 +316,14 @@ def test_gpu_kernel_account_matches_the_run_summary(tmp_path):
 
 # --- a real Prometheus scrapes a running kiln run --------------------------------------
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def prom_query(base, q):
-    import urllib.parse
-    with urllib.request.urlopen(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q}), timeout=10) as r:
-        body = json.loads(r.read())
-    assert body["status"] == "success", body
-    return body["data"]["result"]
-
-
 def test_prometheus_scrapes_a_running_kiln_run(tmp_path):
     """Debian's prometheus on loopback scrapes `kiln run --metrics` every second
     and loads configs/prometheus/alerts.yml; the scraped series are read back
     through its HTTP API."""
-    prometheus = shutil.which("prometheus")
-    if not prometheus:
-        pytest.fail("prometheus is missing: install Debian's `prometheus` package (scripts/setup.sh)")
-    kiln_port, prom_port = free_port(), free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n"
-                   f"rule_files: [{RULES / 'alerts.yml'}]\n"
-                   f"scrape_configs:\n  - job_name: kiln\n    static_configs: [{{targets: ['127.0.0.1:{kiln_port}']}}]\n")
-    prom = subprocess.Popen([prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
-    base = f"http://127.0.0.1:{prom_port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/-/ready", timeout=2)
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.time() < deadline and prom.poll() is None, (tmp_path / "prometheus.log").read_text()
-                time.sleep(0.3)
-        catalog = tmp_path / "kiln.db"
-        (tmp_path / "m.yaml").write_text(MANIFEST)
-        env = dict(os.environ, KILN_CATALOG=str(catalog))
-        subprocess.run([str(KILN), "submit", str(tmp_path / "m.yaml")], check=True, env=env, capture_output=True)
+    kiln_port = free_port()
+    with Prometheus(tmp_path, "kiln", f"127.0.0.1:{kiln_port}") as prom:
+        prom.wait(prom.ready)
+        catalog, env = submitted(tmp_path, MANIFEST)
         run = subprocess.Popen([str(KILN), "run", "--device", "cpu", "--scratch", str(tmp_path / "s"),
                                 "--metrics", f"127.0.0.1:{kiln_port}", "--metrics-linger", "3"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
@@ -394,18 +332,13 @@ def test_prometheus_scrapes_a_running_kiln_run(tmp_path):
         # Prometheus scraped the run: a short CPU run may end before the first
         # scrape, so what is certain is the final values --metrics-linger served
         # (kiln_run_running during a run: test_scraped_during_the_run)
-        assert prom_query(base, 'max_over_time(up{job="kiln"}[10m])')[0]["value"][1] == "1"
-        evaluated = prom_query(base, "sum(max_over_time(kiln_candidates_evaluated_total[10m]))")
+        assert prom.query('max_over_time(up{job="kiln"}[10m])')[0]["value"][1] == "1"
+        evaluated = prom.query("sum(max_over_time(kiln_candidates_evaluated_total[10m]))")
         (n_eval,), = db_rows(catalog, "SELECT COUNT(*) FROM evaluations")
         assert float(evaluated[0]["value"][1]) == n_eval > 0
-        jobs = prom_query(base, 'max_over_time(kiln_jobs{state="done"}[10m])')
+        jobs = prom.query('max_over_time(kiln_jobs{state="done"}[10m])')
         (n_done,), = db_rows(catalog, "SELECT COUNT(*) FROM jobs WHERE state = 'done'")
         assert float(jobs[0]["value"][1]) == n_done > 0
         # the alert rules loaded and evaluated without error
-        with urllib.request.urlopen(f"{base}/api/v1/rules", timeout=10) as r:
-            groups = json.loads(r.read())["data"]["groups"]
-        rules = [rule for g in groups for rule in g["rules"]]
+        rules = prom.rules()
         assert len(rules) == 7 and all(rule["health"] in ("ok", "unknown") for rule in rules), rules
-    finally:
-        prom.terminate()
-        prom.wait(timeout=30)

@@ -14,24 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KILN, ROOT, kiln  # noqa: E402
+from conftest import ROOT, db_rows as rows, kiln, require_kiln  # noqa: E402
 
 MANIFEST = ROOT / "tests" / "data" / "manifests" / "slurm_small.yaml"
 EXIT_REGRESSION = 4
 
 
-def rows(catalog, sql, params=()):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
-
-
 @pytest.fixture(scope="module")
 def nightly(tmp_path_factory):
-    if not KILN.exists():
-        pytest.fail(f"{KILN} is missing: build first (scripts/setup.sh)")
+    require_kiln()
     tmp = tmp_path_factory.mktemp("nightly")
     cat = tmp / "nightly.db"
     scratch = tmp / "scratch"

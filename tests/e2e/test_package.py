@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import KILN, ROOT, db_rows, kiln
+from conftest import KILN, ROOT, db_rows, kiln, require_kiln, submitted  # noqa: E402
 
 FAKE = {"KILN_PYTHON": str(ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh")}
 AMD = ["MI300X", "MI250X", "MI355X"]
@@ -40,12 +40,9 @@ operators:
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory):
-    if not KILN.exists():
-        pytest.fail(f"{KILN} is missing: build first")
+    require_kiln()
     tmp = tmp_path_factory.mktemp("pkg")
-    catalog = tmp / "kiln.db"
-    (tmp / "m.yaml").write_text(MANIFEST)
-    kiln("submit", tmp / "m.yaml", catalog=catalog)
+    catalog, _ = submitted(tmp, MANIFEST)
     kiln("run", "--workers", "2", "--scratch", tmp / "scratch", catalog=catalog)
     assert db_rows(catalog, "SELECT DISTINCT state FROM jobs") == [("done",)]
     return catalog

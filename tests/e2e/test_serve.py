@@ -20,7 +20,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import socket
 import sqlite3
 import subprocess
@@ -36,9 +35,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cdp  # noqa: E402
+from conftest import KILN, ROOT, Prometheus, db_rows, kiln, require_kiln, stop  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
 FAKE = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
 
 MANIFEST = """name: {name}
@@ -53,22 +51,6 @@ operators:
   - op: add
     shape: [8192]
 """
-
-
-def kiln(*args, catalog, env=None, check=True, timeout=300):
-    e = dict(os.environ, KILN_CATALOG=str(catalog), **(env or {}))
-    r = subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e)
-    if check and r.returncode != 0:
-        raise AssertionError(f"kiln {' '.join(map(str, args))} exited {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
-
-
-def db_rows(catalog, sql, params=()):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 def fake_env(tmp, **extra):
@@ -110,18 +92,12 @@ class Serve:
         return status, json.loads(body)
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
+        assert stop(self.proc, timeout=20), f"kiln serve did not exit on SIGTERM:\n{self.err_path.read_text()}"
 
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
-    if not KILN.exists():
-        pytest.fail(f"{KILN} is missing: build first (scripts/setup.sh)")
+    require_kiln()
     tmp = tmp_path_factory.mktemp("serve")
     cat = tmp / "kiln.db"
     for i, (runs, extra) in enumerate([(20, {}), (30, {"FAKE_CONFIRM_SCALE": "1.5",
@@ -399,50 +375,16 @@ def test_keeps_answering_while_kiln_run_writes(catalog, tmp_path):
 
 # --- Prometheus scrapes kiln serve; the Grafana panels' queries -------------------
 
-def free_port():
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        return so.getsockname()[1]
-
-
-def prom_query(base, q):
-    with urllib.request.urlopen(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q}), timeout=10) as r:
-        body = json.loads(r.read())
-    assert body["status"] == "success", body
-    return body["data"]["result"]
-
-
 def test_prometheus_scrapes_kiln_serve_and_runs_the_grafana_queries(served, tmp_path):
-    prometheus = shutil.which("prometheus")
-    if not prometheus:
-        pytest.fail("prometheus is missing: install Debian's `prometheus` package (scripts/setup.sh)")
     s = served["serve"]
-    port = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(f"global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n"
-                   f"rule_files: [{ROOT / 'configs' / 'prometheus' / 'alerts.yml'}]\n"
-                   f"scrape_configs:\n  - job_name: kiln-serve\n"
-                   f"    static_configs: [{{targets: ['{s.host}:{s.port}']}}]\n")
-    prom = subprocess.Popen([prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                if prom_query(base, 'kiln_catalog_kernels{job="kiln-serve"}'):
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.time() < deadline and prom.poll() is None, (tmp_path / "prometheus.log").read_text()
-            time.sleep(0.3)
+    with Prometheus(tmp_path, "kiln-serve", f"{s.host}:{s.port}") as prom:
+        prom.wait(lambda: prom.query('kiln_catalog_kernels{job="kiln-serve"}'))
         (n_done,), = db_rows(served["cat"], "SELECT COUNT(*) FROM jobs WHERE state = 'done'")
-        done = prom_query(base, 'kiln_catalog_jobs{job="kiln-serve",state="done"}')
+        done = prom.query('kiln_catalog_jobs{job="kiln-serve",state="done"}')
         assert float(done[0]["value"][1]) == n_done
-        regressed = prom_query(base, 'kiln_catalog_kernel_regressed{job="kiln-serve"} == 1')
+        regressed = prom.query('kiln_catalog_kernel_regressed{job="kiln-serve"} == 1')
         assert sorted(r["metric"]["shape"] for r in regressed) == ["4096", "8192"]
-        speed = prom_query(base, 'kiln_catalog_kernel_speedup_ratio{bound="median",baseline="eager",shape="4096"}')
+        speed = prom.query('kiln_catalog_kernel_speedup_ratio{bound="median",baseline="eager",shape="4096"}')
         _, b = s.json("/api/best?op=add&target=H200&shape=4096&dtype=fp32")
         assert float(speed[0]["value"][1]) == pytest.approx(b["confirmed"]["baselines"]["eager"]["speedup"], rel=1e-9)
         # every query of the Grafana dashboard parses and evaluates in this Prometheus
@@ -450,7 +392,7 @@ def test_prometheus_scrapes_kiln_serve_and_runs_the_grafana_queries(served, tmp_
         exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
         assert len(exprs) >= 15
         for e in exprs:
-            prom_query(base, e.replace("$__rate_interval", "1m").replace("$instance", ".*"))
+            prom.query(e.replace("$__rate_interval", "1m").replace("$instance", ".*"))
         # the dashboard shows only families kiln exports: serve's /metrics, and kiln run's and
         # kiln nightly's families as docs/operations.md lists them
         exported = set(re.findall(r"^# TYPE (\w+)", s.get("/metrics")[2].decode(), re.M))
@@ -458,24 +400,18 @@ def test_prometheus_scrapes_kiln_serve_and_runs_the_grafana_queries(served, tmp_
         used = {n for e in exprs for n in re.findall(r"\b(kiln_\w+)", e)}
         assert used <= exported, used - exported
         # the alert rules loaded and evaluated
-        with urllib.request.urlopen(f"{base}/api/v1/rules", timeout=10) as r:
-            rules = [x for g in json.loads(r.read())["data"]["groups"] for x in g["rules"]]
+        rules = prom.rules()
         assert {x["name"] for x in rules} >= {"KilnCatalogKernelRegressed", "KilnFailureRate", "KilnRunStalled",
                                               "KilnWorkerRestarts", "KilnKernelRegressed"}
         assert all(x["health"] in ("ok", "unknown") for x in rules), rules
         # the catalog's two regressed kernels: the alert pending (for: 5m)
         deadline = time.time() + 20
         while True:
-            with urllib.request.urlopen(f"{base}/api/v1/rules", timeout=10) as r:
-                rules = [x for g in json.loads(r.read())["data"]["groups"] for x in g["rules"]]
-            cat_rule = next(x for x in rules if x["name"] == "KilnCatalogKernelRegressed")
+            cat_rule = next(x for x in prom.rules() if x["name"] == "KilnCatalogKernelRegressed")
             if len(cat_rule["alerts"]) == 2 or time.time() > deadline:
                 break
             time.sleep(0.5)
         assert {(a["labels"]["shape"], a["state"]) for a in cat_rule["alerts"]} == {("4096", "pending"), ("8192", "pending")}
-    finally:
-        prom.terminate()
-        prom.wait(timeout=30)
 
 
 # --- the dashboard and the static report in headless Chromium --------------------
@@ -572,17 +508,7 @@ def test_dashboard_and_report_render_in_chromium(served, browser, tmp_path):
 
 # --- code objects and packages from a real run --------------------------------------
 
-REAL = """name: pkg
-targets: [H200]
-defaults:
-  dtypes: [fp32]
-  exploration: {strategy: exhaustive, max_candidates: 2, timeout_s: 120}
-  validation: {seeds: 1}
-  benchmark: {warmup: 1, runs: 3}
-operators:
-  - op: add
-    shape: [256]
-"""
+REAL = ROOT / "tests" / "data" / "manifests" / "serve_package.yaml"
 
 
 def test_code_object_download_and_package_tar(tmp_path):
@@ -592,10 +518,9 @@ def test_code_object_download_and_package_tar(tmp_path):
     package_info) and serves it as a tar, then from the cache."""
     import tarfile
     cat = tmp_path / "kiln.db"
-    (tmp_path / "m.yaml").write_text(REAL)
     # submitted through the scripted evaluator (its hello is instant; the real
     # one's would import torch once more just for the job keys), run by the real one
-    kiln("submit", tmp_path / "m.yaml", catalog=cat, env=fake_env(tmp_path))
+    kiln("submit", REAL, catalog=cat, env=fake_env(tmp_path))
     kiln("run", "--device", "cpu", "--workers", "1", "--scratch", tmp_path / "s", catalog=cat, timeout=600)
     s = Serve(tmp_path, cat, "--listen", "127.0.0.1:0", "--cache-dir", tmp_path / "cache",
               env={"KILN_PYTHON": str(FAKE)}, name="pkg")

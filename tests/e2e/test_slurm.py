@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import db_rows as rows  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln")).resolve()
 KILN_MPI = KILN.parent / "kiln-mpi"
@@ -36,14 +38,6 @@ JOB_TIMEOUT = 600
 
 def slurm_installed():
     return all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slurmctld", "slurmd", "munged", "sbatch"))
-
-
-def rows(catalog, sql, params=()):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

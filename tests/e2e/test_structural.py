@@ -17,17 +17,13 @@ cumulative sum) and one no family computes (a sort).
 KILN_BIN names the binary (default: build/kiln).
 """
 import json
-import os
-import socket
-import sqlite3
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-KILN = Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln"))
+from conftest import LLM_VARS, ROOT, db_dicts, free_port  # noqa: E402
+from conftest import kiln as run_kiln  # noqa: E402
+
 DATA = ROOT / "tests" / "data" / "structural"
 
 # module, dtype, the operator that serves it (None: the LLM)
@@ -41,20 +37,12 @@ MODULES = [
 
 
 def kiln(*args, catalog, env=None, timeout=1500):
-    e = dict(os.environ, KILN_CATALOG=str(catalog))
-    for k in ("KILN_LLM_BASE_URL", "KILN_LLM_MODEL", "KILN_LLM_API_KEY"):
-        e.pop(k, None)
-    e.update(env or {})
-    return subprocess.run([str(KILN), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e)
+    """conftest.kiln without our LLM endpoint settings, not checked."""
+    return run_kiln(*args, catalog=catalog, env=env, timeout=timeout, unset=LLM_VARS, check=False)
 
 
 def rows(catalog, sql):
-    con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)
-    con.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in con.execute(sql).fetchall()]
-    finally:
-        con.close()
+    return db_dicts(catalog, sql)
 
 
 def manifest(tmp, modules, llm=None, **explore):
@@ -66,13 +54,6 @@ def manifest(tmp, modules, llm=None, **explore):
     p = tmp / "structural.yaml"
     p.write_text("\n".join(lines) + "\n")
     return p
-
-
-@pytest.fixture(scope="module")
-def binary():
-    if not KILN.exists():
-        pytest.skip(f"{KILN} not built")
-    return KILN
 
 
 def test_dry_run_plans_every_job(binary, tmp_path):
@@ -138,14 +119,6 @@ def test_offline_run_serves_templates_and_fails_only_the_llm_job(binary, tmp_pat
     ok = rows(catalog, "SELECT c.job_id, COUNT(*) AS n FROM evaluations e JOIN candidates c ON c.id = e.candidate_id "
                        "WHERE e.status = 'ok' GROUP BY c.job_id")
     assert len(ok) == len(MODULES) - 1
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_unreachable_endpoint_fails_the_llm_job_not_the_run(binary, tmp_path):

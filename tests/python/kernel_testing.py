@@ -9,6 +9,7 @@ import importlib
 import os
 import struct
 
+import pytest
 import torch
 import yaml
 
@@ -24,6 +25,9 @@ TARGETS = {
 # e_flags low byte (EF_AMDGPU_MACH) of the hsaco per gfx.
 GFX_MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx950": 0x4F, "gfx1100": 0x41}
 AMD_KNOBS = {"waves_per_eu", "matrix_instr_nonkdim", "kpack"}
+# The template tests' module mark: they run under the interpreter only.
+INTERPRETED = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="kernel tests run under TRITON_INTERPRET=1")
 
 
 def module_for(op):
@@ -143,3 +147,62 @@ H200_FULL = dict(TARGETS["sm_90"], compute_units=132, simds_per_cu=4, max_waves_
 def _common():
     from kernels import common
     return common
+
+
+def cross_compiled(op, shape, dtype, params, name, keep=None):
+    """Cross-compiles one config of the op's space (those `keep` accepts) per
+    test target, rotating through the first, middle and last, and checks what
+    every template keeps: the kernel's name, signature and grid, num_warps,
+    shared memory within the target, and the code object's ELF header for the
+    target (EM_AMDGPU with the gfx in e_flags, the warp size and the AMD knobs
+    of the config; or EM_CUDA with sm_90 PTX). Yields (target, tg, config, spec,
+    compiled) for the caller's own checks."""
+    from kernels import common
+    mod = module_for(op)
+    for t_index, (target, tg) in enumerate(sorted(TARGETS.items())):
+        space = mod.config_space(op, shape, dtype, params, tg)
+        if keep is not None:
+            space = [c for c in space if keep(c)]
+        config = space[[0, len(space) // 2, len(space) - 1][(t_index + len(shape)) % 3]]
+        spec = mod.compile_spec(op, shape, dtype, params, config, tg)
+        assert spec["fn"].__name__ == name
+        assert list(spec["signature"]) == spec["fn"].arg_names
+        assert len(spec["grid"]) == 3 and all(g >= 1 for g in spec["grid"])
+        compiled = common.cross_compile(spec, tg)
+        assert compiled.metadata.name == name
+        assert compiled.metadata.num_warps == config["num_warps"]
+        assert compiled.metadata.shared <= common.shared_limit(tg)
+        if tg["backend"] == "hip":
+            osabi, machine, flags = elf_header(compiled.asm["hsaco"])
+            assert machine == 224 and osabi == 64  # EM_AMDGPU, ELFOSABI_AMDGPU_HSA
+            assert flags & 0xFF == GFX_MACH[target], (target, hex(flags))
+            assert compiled.metadata.warp_size == tg["warp_size"]
+            for knob in AMD_KNOBS & config.keys():
+                assert getattr(compiled.metadata, knob) == config[knob]
+        else:
+            _, machine, _ = elf_header(compiled.asm["cubin"])
+            assert machine == 190  # EM_CUDA
+            assert "sm_90" in compiled.asm["ptx"]
+        yield target, tg, config, spec, compiled
+
+
+def check_make_inputs(op, shape):
+    """make_inputs on a tiny shape: seeded (the same seed, the same tensors; another
+    seed, others), contiguous, of the op's widest-listed dtype, not all zero (a
+    constant input is nonzero everywhere); returns (the inputs, the dtype, the
+    output_like tensor) for the caller's checks of the output."""
+    from kernels import common
+    params = defaults(op, {})
+    dtype = REGISTRY[op]["dtypes"][-1]
+    mod = module_for(op)
+    a = mod.make_inputs(op, shape, dtype, params, 7, "cpu")
+    b = mod.make_inputs(op, shape, dtype, params, 7, "cpu")
+    c = mod.make_inputs(op, shape, dtype, params, 8, "cpu")
+    assert a.keys() == b.keys() == c.keys()
+    for k in a:
+        assert a[k].dtype == common.torch_dtype(dtype)
+        assert a[k].is_contiguous()
+        assert torch.equal(a[k], b[k])
+        assert not torch.equal(a[k], c[k])
+        assert (a[k] != 0).all() or ((a[k] != 0).any() and a[k].float().std() > 0)
+    return a, dtype, mod.output_like(op, a, params)

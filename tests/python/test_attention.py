@@ -9,20 +9,14 @@ Run with:  cd <repo> && TRITON_INTERPRET=1 python3 -m pytest tests/python/test_a
 import os
 import sys
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from kernels import attention_tiles, common
+from kernel_testing import (ROOT, ANCHORS, INTERPRETED, TARGETS, check_close, defaults, module_for,
+                            run_case, upcast)
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from kernels import attention_tiles, common  # noqa: E402
-from kernel_testing import ANCHORS, TARGETS, check_close, defaults, module_for, run_case, upcast  # noqa: E402
-
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="kernel tests run under TRITON_INTERPRET=1")
+pytestmark = INTERPRETED
 
 
 def test_attention_validation():

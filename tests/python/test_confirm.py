@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+from fake_device import FakeDeviceApi  # noqa: E402
 from worker_client import TARGET_H200, Worker, worker_env  # noqa: E402
 
 N = 512
@@ -106,33 +107,6 @@ def test_gpu_timing_loop_with_a_fake_device():
     from kiln_worker.evaluation.confirm import _Clock
     log, clock = [], [0.0]
 
-    class Buf:
-        def zero_(self):
-            log.append("flush")
-
-    class Event:
-        def record(self):
-            self.t = clock[0]
-            log.append("event")
-
-        def elapsed_time(self, other):
-            return other.t - self.t
-
-    class Api:
-        def buffer(self, nbytes):
-            return Buf()
-
-        def event(self):
-            return Event()
-
-        def synchronize(self):
-            log.append("sync")
-
-        def sleep(self, cycles):  # 1e6 cycles per ms
-            clock[0] += cycles / 1e6
-            log.append(("sleep", cycles))
-            return True
-
     class Dev:
         is_gpu = False
 
@@ -140,7 +114,7 @@ def test_gpu_timing_loop_with_a_fake_device():
         clock[0] += 2.0
         log.append("launch")
 
-    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=Api())
+    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock, cycles_per_ms=1e6))
     xs = c.time_calls(launch, 3, 5000, 0.5)
     assert xs == pytest.approx([2.5, 2.5, 2.5])  # the 5000-cycle spin (0.005 ms) is not in them
     assert c.cycles_per_ms == pytest.approx(1e6)

@@ -5,22 +5,12 @@ under the interpreter and cross-compiled, its seed space and register hints.
 Run with:  cd <repo> && TRITON_INTERPRET=1 python3 -m pytest tests/python/test_conv2d.py -q
 """
 
-import os
-import sys
+import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+from kernels import common
+from kernel_testing import (INTERPRETED, TARGETS, check_close, defaults, module_for, run_case)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import pytest  # noqa: E402
-
-from kernels import common  # noqa: E402
-from kernel_testing import TARGETS, check_close, defaults, module_for, run_case  # noqa: E402
-
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="kernel tests run under TRITON_INTERPRET=1")
+pytestmark = INTERPRETED
 
 
 # conv2d: the chunked program (BLOCK_P > BLOCK_M), uneven pixel counts, several K

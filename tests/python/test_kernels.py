@@ -9,25 +9,16 @@ cubin for the AMD and NVIDIA targets in the same process and checks the ELF
 headers.
 """
 
-import os
-import sys
 
 # The interpreter must be chosen before Triton is imported.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from kernels import common
+from kernel_testing import (INTERPRETED, REGISTRY, TARGETS, check_make_inputs, checked_space,
+                            cross_compiled, defaults, module_for, run_case, upcast)
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from kernels import common  # noqa: E402
-from kernel_testing import (AMD_KNOBS, GFX_MACH, REGISTRY, TARGETS, checked_space, defaults,  # noqa: E402
-                            elf_header, module_for, run_case, upcast)
-
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="kernel tests run under TRITON_INTERPRET=1")
+pytestmark = INTERPRETED
 
 
 
@@ -139,21 +130,10 @@ SHAPES = {  # representative job shapes (not run, only used for spaces / compile
 
 @pytest.mark.parametrize("op", sorted(SHAPES))
 def test_make_inputs_seeded_and_nonzero(op):
-    shape, params = {"add": [3, 5], "bias_gelu": [3, 5], "softmax": [3, 5], "layernorm": [3, 5],
-                     "matmul": [3, 5, 4], "conv2d": [1, 2, 5, 5]}[op], defaults(op, {})
-    dtype = REGISTRY[op]["dtypes"][-1]
-    mod = module_for(op)
-    a = mod.make_inputs(op, shape, dtype, params, 7, "cpu")
-    b = mod.make_inputs(op, shape, dtype, params, 7, "cpu")
-    c = mod.make_inputs(op, shape, dtype, params, 8, "cpu")
-    assert a.keys() == b.keys() == c.keys()
-    for k in a:
-        assert a[k].dtype == common.torch_dtype(dtype)
-        assert a[k].is_contiguous()
-        assert torch.equal(a[k], b[k])
-        assert not torch.equal(a[k], c[k])
-        assert (a[k] != 0).any() and a[k].float().std() > 0
-    out = mod.output_like(op, a, params)
+    shape = {"add": [3, 5], "bias_gelu": [3, 5], "softmax": [3, 5], "layernorm": [3, 5],
+             "matmul": [3, 5, 4], "conv2d": [1, 2, 5, 5]}[op]
+    a, dtype, out = check_make_inputs(op, shape)
+    assert all((x != 0).any() and x.float().std() > 0 for x in a.values())  # random, not constant
     assert out.dtype == common.torch_dtype(dtype)
 
 
@@ -257,33 +237,9 @@ COMPILE_CASES = [
 @pytest.mark.parametrize("case", COMPILE_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1]))}-{c[2]}")
 def test_cross_compile(case):
     op, shape, dtype, params, name, looped = case
-    params = defaults(op, params)
-    mod = module_for(op)
-    for t_index, (target, tg) in enumerate(sorted(TARGETS.items())):
-        space = mod.config_space(op, shape, dtype, params, tg)
-        if looped is not None:
-            space = [c for c in space if (c["BLOCK_N"] < shape[-1]) == looped]
-        # rotate through first / middle / last config across the targets
-        config = space[[0, len(space) // 2, len(space) - 1][(t_index + len(shape)) % 3]]
-        spec = mod.compile_spec(op, shape, dtype, params, config, tg)
-        assert spec["fn"].__name__ == name
-        assert list(spec["signature"]) == spec["fn"].arg_names
-        assert len(spec["grid"]) == 3 and all(g >= 1 for g in spec["grid"])
-        compiled = common.cross_compile(spec, tg)
-        assert compiled.metadata.name == name
-        assert compiled.metadata.num_warps == config["num_warps"]
-        assert compiled.metadata.shared <= common.shared_limit(tg)
-        if tg["backend"] == "hip":
-            osabi, machine, flags = elf_header(compiled.asm["hsaco"])
-            assert machine == 224 and osabi == 64  # EM_AMDGPU, ELFOSABI_AMDGPU_HSA
-            assert flags & 0xFF == GFX_MACH[target], (target, hex(flags))
-            assert compiled.metadata.warp_size == tg["warp_size"]
-            for knob in AMD_KNOBS & config.keys():
-                assert getattr(compiled.metadata, knob) == config[knob]
-        else:
-            _, machine, _ = elf_header(compiled.asm["cubin"])
-            assert machine == 190  # EM_CUDA
-            assert "sm_90" in compiled.asm["ptx"]
+    keep = None if looped is None else (lambda c: (c["BLOCK_N"] < shape[-1]) == looped)
+    compiled = list(cross_compiled(op, shape, dtype, defaults(op, params), name, keep))
+    assert len(compiled) == len(TARGETS)
 
 
 def test_interpreter_and_compiler_interleave():

@@ -11,24 +11,14 @@ on every test target; cross-compilation to hsaco and cubin with ELF headers
 checked.
 """
 
-import os
-import sys
+import pytest
+import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+from kernels import common
+from kernel_testing import (AMD_KNOBS, GFX_MACH, INTERPRETED, REGISTRY, TARGETS, checked_space,
+                            defaults, elf_header, module_for, upcast)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from kernels import common  # noqa: E402
-from kernel_testing import (AMD_KNOBS, GFX_MACH, REGISTRY, TARGETS, checked_space, defaults,  # noqa: E402
-                            elf_header, module_for, upcast)
-
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="needs TRITON_INTERPRET=1 (CPU interpreter)")
+pytestmark = INTERPRETED
 
 SWIGLU = {"expr": "(mul (silu x0) x1)", "inputs": "full,full"}
 BIAS_TANH = {"expr": "(gelu_tanh (add x0 x1))", "inputs": "full,row"}

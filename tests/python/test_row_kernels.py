@@ -5,24 +5,14 @@ two-pass kernels over several rows, their anchor spaces and hints.
 Run with:  cd <repo> && TRITON_INTERPRET=1 python3 -m pytest tests/python/test_row_kernels.py -q
 """
 
-import os
-import sys
+import pytest
+import torch
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from kernels import common  # noqa: E402
-from kernel_testing import (GFX_MACH, H200_FULL, TARGETS, check_close, defaults,  # noqa: E402
+from kernels import common
+from kernel_testing import (GFX_MACH, H200_FULL, INTERPRETED, TARGETS, check_close, defaults,
                             elf_header, module_for, run_case)
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="kernel tests run under TRITON_INTERPRET=1")
+pytestmark = INTERPRETED
 
 
 def test_row_sum_output_is_fp32_for_half_inputs():

@@ -13,21 +13,15 @@ Run with:  cd <repo> && TRITON_INTERPRET=1 python3 -m pytest tests/python/test_t
 import os
 import sys
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from kernels import common
+from kernel_testing import (ROOT, ANCHORS, INTERPRETED, NEW_OPS, REGISTRY, TARGETS, check_close,
+                            check_make_inputs, checked_space, cross_compiled, defaults, elf_header,
+                            module_for, pick, run_case)
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from kernels import common  # noqa: E402
-from kernel_testing import (AMD_KNOBS, ANCHORS, GFX_MACH, NEW_OPS, REGISTRY, TARGETS,  # noqa: E402
-                            check_close, checked_space, defaults, elf_header, module_for, pick, run_case)
-
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="kernel tests run under TRITON_INTERPRET=1")
+pytestmark = INTERPRETED
 
 
 def _onepass(shape):
@@ -86,20 +80,7 @@ TINY = {"rmsnorm": [3, 5], "row_sum": [3, 5], "row_mean": [3, 5], "row_max": [3,
 
 @pytest.mark.parametrize("op", NEW_OPS)
 def test_make_inputs_seeded_and_nonzero(op):
-    shape, params = TINY[op], defaults(op, {})
-    dtype = REGISTRY[op]["dtypes"][-1]
-    mod = module_for(op)
-    a = mod.make_inputs(op, shape, dtype, params, 7, "cpu")
-    b = mod.make_inputs(op, shape, dtype, params, 7, "cpu")
-    c = mod.make_inputs(op, shape, dtype, params, 8, "cpu")
-    assert a.keys() == b.keys() == c.keys()
-    for k in a:
-        assert a[k].dtype == common.torch_dtype(dtype)
-        assert a[k].is_contiguous()
-        assert torch.equal(a[k], b[k])
-        assert not torch.equal(a[k], c[k])
-        assert (a[k] != 0).all() or ((a[k] != 0).any() and a[k].float().std() > 0)
-    out = mod.output_like(op, a, params)
+    _, dtype, out = check_make_inputs(op, TINY[op])
     expected = torch.float32 if op == "row_sum" else common.torch_dtype(dtype)
     assert out.dtype == expected
 
@@ -206,36 +187,15 @@ def test_cross_compile(case):
     op, shape, dtype, params, name, pred = case
     params = defaults(op, params)
     mod = module_for(op)
-    for t_index, (target, tg) in enumerate(sorted(TARGETS.items())):
-        space = mod.config_space(op, shape, dtype, params, tg)
-        if pred is not None:
-            space = [c for c in space if pred(c)]
-        # rotate through first / middle / last config across the targets
-        config = space[[0, len(space) // 2, len(space) - 1][(t_index + len(shape)) % 3]]
-        spec = mod.compile_spec(op, shape, dtype, params, config, tg)
-        assert spec["fn"].__name__ == name
-        assert list(spec["signature"]) == spec["fn"].arg_names
-        assert len(spec["grid"]) == 3 and all(g >= 1 for g in spec["grid"])
+    n = 0
+    for _, tg, config, spec, compiled in cross_compiled(op, shape, dtype, params, name, pred):
         assert spec["attrs"], "alignment hints missing"
-        compiled = common.cross_compile(spec, tg)
-        assert compiled.metadata.name == name
-        assert compiled.metadata.num_warps == config["num_warps"]
-        assert compiled.metadata.shared <= common.shared_limit(tg)
         if op == "gemm_bias_act":
             assert compiled.metadata.shared <= max(mod.shared_bytes(config, dtype, tg), 1)
         if op == "attention":
             assert compiled.metadata.shared <= mod.shared_estimate(config, dtype, shape[-1], tg)
-        if tg["backend"] == "hip":
-            osabi, machine, flags = elf_header(compiled.asm["hsaco"])
-            assert machine == 224 and osabi == 64  # EM_AMDGPU, ELFOSABI_AMDGPU_HSA
-            assert flags & 0xFF == GFX_MACH[target], (target, hex(flags))
-            assert compiled.metadata.warp_size == tg["warp_size"]
-            for knob in AMD_KNOBS & config.keys():
-                assert getattr(compiled.metadata, knob) == config[knob]
-        else:
-            _, machine, _ = elf_header(compiled.asm["cubin"])
-            assert machine == 190  # EM_CUDA
-            assert "sm_90" in compiled.asm["ptx"]
+        n += 1
+    assert n == len(TARGETS)
 
 
 def test_interpreter_and_compiler_interleave_with_helper():

@@ -14,6 +14,7 @@ import torch
 HOME = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(HOME / "worker"))
 
+from fake_device import FakeDeviceApi  # noqa: E402
 from kiln_worker.evaluation import timing, check  # noqa: E402
 from kiln_worker.processes import gpulock  # noqa: E402
 from kiln_worker.codeobject import resources, targetcompile  # noqa: E402
@@ -387,36 +388,6 @@ def test_benchmark_control_flow_with_fake_device():
     log = []
     clock = [0.0]
 
-    class Buf:
-        def __init__(self, n):
-            self.n = n
-
-        def zero_(self):
-            log.append("flush")
-
-    class Event:
-        def record(self):
-            self.t = clock[0]
-            log.append("event")
-
-        def elapsed_time(self, other):
-            return other.t - self.t
-
-    class Api:
-        def buffer(self, nbytes):
-            log.append(("buffer", nbytes))
-            return Buf(nbytes)
-
-        def event(self):
-            return Event()
-
-        def synchronize(self):
-            log.append("sync")
-
-        def sleep(self, cycles):
-            log.append(("sleep", cycles))
-            return True
-
     durations = iter([0.5] * 3 + [1.0, 2.0, 3.0, 4.0])
 
     def launch():
@@ -424,7 +395,7 @@ def test_benchmark_control_flow_with_fake_device():
         log.append("launch")
 
     target = {"l2_bytes": 4 * 2**20, "infinity_cache_bytes": 256 * 2**20}
-    r = timing.benchmark(launch, 3, 4, "Fake GPU", target, api=Api())
+    r = timing.benchmark(launch, 3, 4, "Fake GPU", target, api=FakeDeviceApi(log, clock, log_buffers=True))
     assert r["runs"] == 4 and r["warmup"] == 3 and r["device"] == "Fake GPU"
     assert r["mean_ms"] == 2.5 and r["median_ms"] == 2.5 and r["min_ms"] == 1.0 and r["max_ms"] == 4.0
     assert log[0] == ("buffer", 520 * 2**20)
@@ -433,34 +404,6 @@ def test_benchmark_control_flow_with_fake_device():
     per_run = timed[:5]
     assert per_run[0] == "flush" and per_run[1][0] == "sleep" and per_run[2:] == ["event", "launch", "event"]
     assert timed[-1] == "sync" and timed.count("launch") == 4 and timed.count("flush") == 4
-
-
-def _fake_api(log, clock):
-    class Buf:
-        def zero_(self):
-            log.append("flush")
-
-    class Event:
-        def record(self):
-            self.t = clock[0]
-
-        def elapsed_time(self, other):
-            return other.t - self.t
-
-    class Api:
-        def buffer(self, nbytes):
-            return Buf()
-
-        def event(self):
-            return Event()
-
-        def synchronize(self):
-            log.append("sync")
-
-        def sleep(self, cycles):
-            return True
-
-    return Api()
 
 
 @pytest.mark.parametrize("kernel_ms,cutoff,stops", [(2.0, 1.5, True), (1.0, 1.5, False), (2.0, None, False)])
@@ -474,7 +417,7 @@ def test_benchmark_cutoff_stops_a_slow_kernel_early(kernel_ms, cutoff, stops):
         clock[0] += kernel_ms
         log.append("launch")
 
-    r = timing._benchmark(launch, 5, 100, "Fake GPU", {}, api=_fake_api(log, clock), cutoff_ms=cutoff)
+    r = timing._benchmark(launch, 5, 100, "Fake GPU", {}, api=FakeDeviceApi(log, clock), cutoff_ms=cutoff)
     assert r["median_ms"] == kernel_ms
     if stops:
         assert r["runs"] == timing.CUTOFF_CHECK_RUNS and log.count("launch") == 5 + timing.CUTOFF_CHECK_RUNS

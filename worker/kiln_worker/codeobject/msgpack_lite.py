@@ -22,6 +22,18 @@ class MsgPackError(ValueError):
     pass
 
 
+# The type bytes after the fix* ranges: constants, fixed-size scalars (their
+# struct format), and the sized kinds (the format of their length or count).
+_CONSTANTS = {0xC0: None, 0xC2: False, 0xC3: True}
+_SCALARS = {0xCA: ">f", 0xCB: ">d", 0xCC: ">B", 0xCD: ">H", 0xCE: ">I", 0xCF: ">Q",
+            0xD0: ">b", 0xD1: ">h", 0xD2: ">i", 0xD3: ">q"}
+_SIZED = {0xC4: ("bin", ">B"), 0xC5: ("bin", ">H"), 0xC6: ("bin", ">I"),
+          0xD9: ("str", ">B"), 0xDA: ("str", ">H"), 0xDB: ("str", ">I"),
+          0xDC: ("array", ">H"), 0xDD: ("array", ">I"), 0xDE: ("map", ">H"), 0xDF: ("map", ">I")}
+_EXT_SIZE = {0xC7: ">B", 0xC8: ">H", 0xC9: ">I"}
+_FIXEXT_SIZE = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
+
+
 class _Reader:
     __slots__ = ("buf", "pos", "raw")
 
@@ -65,60 +77,22 @@ class _Reader:
             return self.array(b & 0x0F, depth)
         if 0xA0 <= b <= 0xBF:
             return self.string(b & 0x1F)
-        if b == 0xC0:
-            return None
-        if b == 0xC2:
-            return False
-        if b == 0xC3:
-            return True
-        if b == 0xC4:
-            return self.take(self.unpack(">B"))
-        if b == 0xC5:
-            return self.take(self.unpack(">H"))
-        if b == 0xC6:
-            return self.take(self.unpack(">I"))
-        if b in (0xC7, 0xC8, 0xC9):
-            n = self.unpack({0xC7: ">B", 0xC8: ">H", 0xC9: ">I"}[b])
+        if b in _CONSTANTS:
+            return _CONSTANTS[b]
+        if b in _SCALARS:
+            return self.unpack(_SCALARS[b])
+        if b in _SIZED:
+            kind, fmt = _SIZED[b]
+            n = self.unpack(fmt)
+            if kind == "bin":
+                return self.take(n)
+            if kind == "str":
+                return self.string(n)
+            return self.array(n, depth) if kind == "array" else self.map(n, depth)
+        if b in _EXT_SIZE or b in _FIXEXT_SIZE:
+            n = self.unpack(_EXT_SIZE[b]) if b in _EXT_SIZE else _FIXEXT_SIZE[b]
             code = self.unpack(">b")
             return ExtType(code, self.take(n))
-        if b == 0xCA:
-            return self.unpack(">f")
-        if b == 0xCB:
-            return self.unpack(">d")
-        if b == 0xCC:
-            return self.unpack(">B")
-        if b == 0xCD:
-            return self.unpack(">H")
-        if b == 0xCE:
-            return self.unpack(">I")
-        if b == 0xCF:
-            return self.unpack(">Q")
-        if b == 0xD0:
-            return self.unpack(">b")
-        if b == 0xD1:
-            return self.unpack(">h")
-        if b == 0xD2:
-            return self.unpack(">i")
-        if b == 0xD3:
-            return self.unpack(">q")
-        if b in (0xD4, 0xD5, 0xD6, 0xD7, 0xD8):
-            n = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}[b]
-            code = self.unpack(">b")
-            return ExtType(code, self.take(n))
-        if b == 0xD9:
-            return self.string(self.unpack(">B"))
-        if b == 0xDA:
-            return self.string(self.unpack(">H"))
-        if b == 0xDB:
-            return self.string(self.unpack(">I"))
-        if b == 0xDC:
-            return self.array(self.unpack(">H"), depth)
-        if b == 0xDD:
-            return self.array(self.unpack(">I"), depth)
-        if b == 0xDE:
-            return self.map(self.unpack(">H"), depth)
-        if b == 0xDF:
-            return self.map(self.unpack(">I"), depth)
         raise MsgPackError(f"invalid MessagePack type byte 0x{b:02x} at offset {self.pos - 1}")
 
     def array(self, n: int, depth: int) -> list:

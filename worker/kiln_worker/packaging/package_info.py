@@ -134,12 +134,8 @@ def spec_difference(a: dict, b: dict) -> str | None:
     aa, ab = dict(a.get("attrs") or {}), dict(b.get("attrs") or {})
     for key in sorted(set(aa) | set(ab)):
         if aa.get(key) != ab.get(key):
-            i = key[0] if isinstance(key, tuple) and key else key
-            name = names[i] if isinstance(i, int) and i < len(names) else key
-            return f"argument {name}'s specialisation {aa.get(key)} becomes {ab.get(key)}"
-    if dict(a.get("options") or {}) != dict(b.get("options") or {}):
-        return f"options {a.get('options')} become {b.get('options')}"
-    return None
+            return f"argument {_arg_name(names, key)}'s specialisation {aa.get(key)} becomes {ab.get(key)}"
+    return _options_change(a, b)
 
 
 def base_serves(base: dict, other: dict) -> str | None:
@@ -166,11 +162,19 @@ def base_serves(base: dict, other: dict) -> str | None:
     for key, facts in ab.items():
         missing = [f for f in facts or [] if list(f) not in [list(g) for g in ao.get(key) or []]]
         if missing:
-            i = key[0] if isinstance(key, tuple) and key else key
-            name = names[i] if isinstance(i, int) and i < len(names) else key
-            return f"argument {name} loses {missing}"
-    if dict(base.get("options") or {}) != dict(other.get("options") or {}):
-        return f"options {base.get('options')} become {other.get('options')}"
+            return f"argument {_arg_name(names, key)} loses {missing}"
+    return _options_change(base, other)
+
+
+def _arg_name(names, key):
+    """The argument an attrs key (an index, or a tuple starting with one) names."""
+    i = key[0] if isinstance(key, tuple) and key else key
+    return names[i] if isinstance(i, int) and i < len(names) else key
+
+
+def _options_change(a: dict, b: dict) -> str | None:
+    if dict(a.get("options") or {}) != dict(b.get("options") or {}):
+        return f"options {a.get('options')} become {b.get('options')}"
     return None
 
 

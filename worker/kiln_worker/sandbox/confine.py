@@ -296,6 +296,16 @@ class SandboxViolation(PermissionError):
     pass
 
 
+def _event_paths(indices, args):
+    """The paths among an audit event's args at `indices`, normalized (those
+    that are not paths left out)."""
+    for i in indices:
+        if i < len(args):
+            path = _norm(args[i])
+            if path is not None:
+                yield path
+
+
 def _norm(p) -> str | None:
     if isinstance(p, int):
         return None
@@ -454,19 +464,14 @@ class Guard:
                 self.block("file_io", f"open({path!r}) for reading")
             return
         if event in _WRITE_PATH_EVENTS:
-            for i in _WRITE_PATH_EVENTS[event]:
-                if i < len(args):
-                    path = _norm(args[i])
-                    if path is not None and not _under(path, self.write_roots):
-                        self.block("file_io", f"{event}({path!r})")
+            for path in _event_paths(_WRITE_PATH_EVENTS[event], args):
+                if not _under(path, self.write_roots):
+                    self.block("file_io", f"{event}({path!r})")
             return
         if event in _READ_PATH_EVENTS:
-            for i in _READ_PATH_EVENTS[event]:
-                if i < len(args):
-                    path = _norm(args[i])
-                    if path is not None and (_proc_other(path) or (
-                            not _under(path, self.read_roots) and self._origin() == "generated")):
-                        self.block("file_io", f"{event}({path!r})")
+            for path in _event_paths(_READ_PATH_EVENTS[event], args):
+                if _proc_other(path) or (not _under(path, self.read_roots) and self._origin() == "generated"):
+                    self.block("file_io", f"{event}({path!r})")
             return
         if event.startswith(_IMMEDIATE_EVENTS) and self._immediate_caller_generated():
             self.block("introspection", event)

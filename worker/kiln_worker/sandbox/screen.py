@@ -116,31 +116,24 @@ BANNED_BUILTINS = {
     "exit": "process", "quit": "process",
 }
 
-# Paths (prefixes) with a dedicated rule, checked before anything else.
-PATH_RULES = [
-    ("torch.cuda.Stream", "side_stream"), ("torch.cuda.stream", "side_stream"),
-    ("torch.cuda.current_stream", "side_stream"), ("torch.cuda.default_stream", "side_stream"),
-    ("torch.cuda.set_stream", "side_stream"), ("torch.cuda.ExternalStream", "side_stream"),
-    ("torch.cuda.StreamContext", "side_stream"), ("torch.cuda.Event", "side_stream"),
-    ("torch.cuda.graph", "side_stream"), ("torch.cuda.CUDAGraph", "side_stream"),
-    ("torch.cuda.graphs", "side_stream"), ("torch.cuda.streams", "side_stream"),
-    ("torch.cuda.make_graphed_callables", "side_stream"),
-    ("torch.Stream", "side_stream"), ("torch.Event", "side_stream"),
-    ("torch.stream", "side_stream"),
-    ("torch.save", "file_io"), ("torch.load", "file_io"), ("torch.from_file", "file_io"),
-    ("torch.hub", "file_io"), ("torch.serialization", "file_io"),
-    ("torch.compile", "dynamic_code"), ("torch.jit", "dynamic_code"),
-    ("torch.library", "dynamic_code"), ("torch.ops", "dynamic_code"),
-    ("torch.utils", "dynamic_code"), ("torch.fx", "dynamic_code"),
-    ("torch.export", "dynamic_code"), ("torch.package", "dynamic_code"),
-    ("torch.classes", "dynamic_code"), ("torch.cuda.jiterator", "dynamic_code"),
-    ("torch.compiler", "dynamic_code"),
-    ("torch.manual_seed", "torch_compute"), ("torch.cuda.manual_seed", "torch_compute"),
-    ("torch.random", "torch_compute"),
-    ("triton.compile", "dynamic_code"), ("triton.knobs", "introspection"),
-    ("triton.runtime", "introspection"), ("triton.compiler", "dynamic_code"),
-    ("triton.language.core", "namespace"),
-]
+# Paths (prefixes) with a dedicated rule, checked before anything else (no
+# prefix of one rule is a prefix of another's: their order does not matter).
+_PATH_PREFIXES = {
+    "side_stream": ("torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.current_stream",
+                    "torch.cuda.default_stream", "torch.cuda.set_stream",
+                    "torch.cuda.ExternalStream", "torch.cuda.StreamContext", "torch.cuda.Event",
+                    "torch.cuda.graph", "torch.cuda.CUDAGraph", "torch.cuda.graphs",
+                    "torch.cuda.streams", "torch.cuda.make_graphed_callables", "torch.Stream",
+                    "torch.Event", "torch.stream"),
+    "file_io": ("torch.save", "torch.load", "torch.from_file", "torch.hub", "torch.serialization"),
+    "dynamic_code": ("torch.compile", "torch.jit", "torch.library", "torch.ops", "torch.utils",
+                     "torch.fx", "torch.export", "torch.package", "torch.classes",
+                     "torch.cuda.jiterator", "torch.compiler", "triton.compile", "triton.compiler"),
+    "torch_compute": ("torch.manual_seed", "torch.cuda.manual_seed", "torch.random"),
+    "introspection": ("triton.knobs", "triton.runtime"),
+    "namespace": ("triton.language.core",),
+}
+PATH_RULES = [(prefix, rule) for rule, prefixes in _PATH_PREFIXES.items() for prefix in prefixes]
 
 STREAM_ATTRS = {"Stream", "stream", "current_stream", "default_stream", "set_stream",
                 "ExternalStream", "record_stream", "wait_stream", "wait_event", "StreamContext",

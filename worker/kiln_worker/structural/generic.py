@@ -22,6 +22,8 @@ _UNARY = {"relu", "sigmoid", "tanh", "silu", "exp", "log", "abs", "sqrt", "rsqrt
 _ELEMENTWISE = _UNARY | {"add", "mul", "gelu", "pow", "leaky_relu", "elu", "clamp", "softplus", "selu", "mish",
                          "relu6", "maximum", "minimum", "cast"}
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772, 1.0507009873554805
+# Ops written (op x p1 .. pk): their number k of numeric parameters after x.
+_NUMERIC_PARAMS = {"pow": 1, "leaky_relu": 1, "elu": 3, "softplus": 2}
 
 
 def match_generic(g: Graph) -> list[dict]:
@@ -108,12 +110,8 @@ def match_pointwise(g: Graph):
             return f"({op} {expr(args[0])})"
         if op == "gelu":
             return f"({'gelu_tanh' if args[1] == 'tanh' else 'gelu'} {expr(args[0])})"
-        if op == "pow":
-            return f"(pow {expr(args[0])} {_num(args[1])})"
-        if op == "leaky_relu":
-            return f"(leaky_relu {expr(args[0])} {_num(args[1])})"
-        if op == "elu":
-            return f"(elu {expr(args[0])} {_num(args[1])} {_num(args[2])} {_num(args[3])})"
+        if op in _NUMERIC_PARAMS:
+            return f"({op} {expr(args[0])} " + " ".join(_num(v) for v in args[1:1 + _NUMERIC_PARAMS[op]]) + ")"
         if op == "selu":
             return f"(elu {expr(args[0])} {_num(SELU_ALPHA)} {_num(SELU_SCALE)} 1.0)"
         if op == "clamp":
@@ -122,8 +120,6 @@ def match_pointwise(g: Graph):
             return f"(clamp {expr(args[0])} {lo} {hi})"
         if op == "relu6":
             return f"(clamp {expr(args[0])} 0.0 6.0)"
-        if op == "softplus":
-            return f"(softplus {expr(args[0])} {_num(args[1])} {_num(args[2])})"
         if op == "mish":
             x = expr(args[0])
             return f"(mul {x} (tanh (softplus {x} 1.0 20.0)))"

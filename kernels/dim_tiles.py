@@ -1,0 +1,36 @@
+"""The config space of the [outer, R, inner] reductions (norm_dim.py,
+reduce_dim.py): a program owns BLOCK_I inner positions of one outer index and
+walks R in BLOCK_R chunks: the grid is (outer, cdiv(inner, BLOCK_I), 1)."""
+
+from __future__ import annotations
+
+import triton
+
+from . import common
+
+
+def config_space(shape, target, last_dim_blocks, inner_blocks, red_blocks, warps, max_per_thread):
+    """inner 1 (a last-dim reduction): BLOCK_I 1 with BLOCK_R from
+    last_dim_blocks; else BLOCK_I from inner_blocks times BLOCK_R from
+    red_blocks (each capped at its padded extent), in that order; per tile the
+    warp counts (in `warps` order) giving each thread 1..max_per_thread values;
+    the AMD knobs on hip targets."""
+    outer, red, inner = shape
+    ws = common.warp_size(target)
+    rb = triton.next_power_of_2(red)
+    if inner == 1:
+        tiles = [(min(rb, b), 1) for b in last_dim_blocks]
+    else:
+        ib = triton.next_power_of_2(inner)
+        tiles = [(min(rb, r), min(ib, i)) for i in inner_blocks for r in red_blocks]
+    base = []
+    for r, i in dict.fromkeys(tiles):
+        for w in warps:
+            if (w == 1 or w * ws <= r * i) and r * i <= w * ws * max_per_thread:
+                base.append({"BLOCK_R": r, "BLOCK_I": i, "num_warps": w, "num_stages": 1})
+    return common.expand(common.dedupe(base), common.amd_knobs(target))
+
+
+def grid(shape, config):
+    outer, red, inner = shape
+    return (outer, common.cdiv(inner, config["BLOCK_I"]), 1)
