@@ -103,7 +103,7 @@ std::string why_not_kiln_package(const fs::path& dir) {
   if (ec) return "cannot list " + dir.string() + ": " + ec.message();
   for (; it != end; it.increment(ec)) {
     if (ec) return "cannot list " + dir.string() + ": " + ec.message();
-    const std::string rel = fs::relative(it->path(), dir).generic_string();
+    const std::string rel = it->path().lexically_relative(dir).generic_string();
     const fs::file_status st = it->symlink_status(ec);
     if (fs::is_directory(st)) {
       if (it.depth() != 0 || (rel != "objects" && rel != "verify")) {
