@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -65,21 +66,64 @@ void check_out_allowed(const fs::path& out_given, const std::vector<fs::path>& p
     throw std::invalid_argument("--out " + shown + " exists and is not a directory: refusing to replace it");
 }
 
-bool is_kiln_package(const fs::path& dir) {
+std::string why_not_kiln_package(const fs::path& dir) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return false;
-  std::ifstream f(dir / "manifest.json", std::ios::binary);
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
+  if (!fs::is_directory(dir, ec)) return dir.string() + " is not a directory";
+  auto slurp = [](const fs::path& p, std::string& out) {
+    std::ifstream f(p, std::ios::binary);
+    if (!f) return false;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    out = ss.str();
+    return true;
+  };
+  std::string text;
+  if (!fs::is_regular_file(fs::symlink_status(dir / "manifest.json", ec)) || !slurp(dir / "manifest.json", text))
+    return "no manifest.json";
   try {
-    const auto j = nlohmann::json::parse(ss.str());
-    return j.is_object() && j.contains("format") && j["format"].is_string() &&
-           j["format"].get<std::string>().rfind("kiln-package/", 0) == 0;
+    const auto j = nlohmann::json::parse(text);
+    if (!(j.is_object() && j.contains("format") && j["format"].is_string() &&
+          j["format"].get<std::string>().rfind("kiln-package/", 0) == 0))
+      return "manifest.json is not of format kiln-package/*";
   } catch (const std::exception&) {
-    return false;
+    return "manifest.json is not JSON";
   }
+  if (!fs::is_regular_file(fs::symlink_status(dir / "SHA256SUMS", ec)) || !slurp(dir / "SHA256SUMS", text))
+    return "no SHA256SUMS";
+  std::set<std::string> listed;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    if (line.size() < 67 || line.compare(64, 2, "  ") != 0) return "SHA256SUMS is not '<sha256>  <path>' lines";
+    listed.insert(line.substr(66));
+  }
+  std::set<std::string> foreign;  // sorted: the message names the first
+  fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end;
+  if (ec) return "cannot list " + dir.string() + ": " + ec.message();
+  for (; it != end; it.increment(ec)) {
+    if (ec) return "cannot list " + dir.string() + ": " + ec.message();
+    const std::string rel = it->path().lexically_relative(dir).generic_string();
+    const fs::file_status st = it->symlink_status(ec);
+    if (fs::is_directory(st)) {
+      if (it.depth() != 0 || (rel != "objects" && rel != "verify")) {
+        foreign.insert(rel + "/ (a directory a package does not have)");
+        it.disable_recursion_pending();
+      }
+      continue;
+    }
+    if (it.depth() == 0 && (rel == "SHA256SUMS" || rel == "SHA256SUMS.sig")) continue;
+    if (fs::is_symlink(st)) foreign.insert(rel + " (a symbolic link)");
+    else if (!fs::is_regular_file(st)) foreign.insert(rel + " (not a regular file)");
+    else if (!listed.count(rel)) foreign.insert(rel + " (not listed in SHA256SUMS)");
+  }
+  if (!foreign.empty())
+    return "foreign file " + *foreign.begin() +
+           (foreign.size() > 1 ? ", and " + std::to_string(foreign.size() - 1) + " more" : std::string());
+  return "";
 }
+
+bool is_kiln_package(const fs::path& dir) { return why_not_kiln_package(dir).empty(); }
 
 fs::path make_temp_sibling(const fs::path& out_given) {
   const fs::path out = normalise_out(out_given);
@@ -108,10 +152,9 @@ void install_dir(const fs::path& tmp, const fs::path& out_given, bool force) {
     fs::rename(tmp, out);  // rename(2) replaces an empty directory
     return;
   }
-  if (!is_kiln_package(out))
-    throw std::invalid_argument("--out " + out.string() +
-                                " exists, is not empty and holds no Kiln package (no manifest.json of format "
-                                "kiln-package/*): refusing to replace it; name a new directory");
+  if (const std::string why = why_not_kiln_package(out); !why.empty())
+    throw std::invalid_argument("--out " + out.string() + " exists, is not empty and is not a Kiln package (" + why +
+                                "): refusing to replace it; name a new directory");
   if (!force)
     throw std::invalid_argument("--out " + out.string() + " holds a Kiln package (use --force to replace it)");
   const fs::path old = make_temp_sibling(out);  // an empty fresh dir: rename(2) replaces it

@@ -1,7 +1,7 @@
 // Where `kiln package` may write and what it may delete (issue 22: file
 // safety). A package is built in a fresh temporary sibling of --out and
 // renamed into place; an existing --out is replaced only when it is a Kiln
-// package (manifest.json with "format": "kiln-package/..."), and never when it
+// package by its content (why_not_kiln_package), and never when it
 // is /, the home directory, the working directory, the catalog's directory or
 // an ancestor of one of them. File names built from catalog data go through
 // safe_component(), so an operator named "../../x" cannot leave the package.
@@ -27,9 +27,15 @@ std::filesystem::path normalise_out(const std::filesystem::path& out);
 // are resolved before comparing.
 void check_out_allowed(const std::filesystem::path& out, const std::vector<std::filesystem::path>& protected_dirs);
 
-// True when `dir` is a directory whose manifest.json is a JSON object with a
-// "format" starting "kiln-package/".
-bool is_kiln_package(const std::filesystem::path& dir);
+// "" when `dir` is a Kiln package by its content, which --force may replace:
+// manifest.json is a JSON object with a "format" starting "kiln-package/", a
+// SHA256SUMS ("<sha256>  <relative path>" lines) lists every regular file in
+// the directory besides SHA256SUMS and SHA256SUMS.sig, the only
+// subdirectories are objects/ and verify/, and there is nothing else (no
+// symbolic link, no other file type). Otherwise the reason, naming the first
+// foreign file (sorted by path). Hashes are not checked.
+std::string why_not_kiln_package(const std::filesystem::path& dir);
+bool is_kiln_package(const std::filesystem::path& dir);  // why_not_kiln_package(dir).empty()
 
 // A fresh directory beside `out` (".<name>.kiln-XXXXXX", mkdtemp(3)): never an
 // existing path. Throws std::runtime_error when it cannot be created.

@@ -106,10 +106,9 @@ void check_package_out(const PackageOptions& o) {
   const fs::path out = normalise_out(o.out);
   std::error_code ec;
   if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
-    if (!is_kiln_package(out))
-      throw std::invalid_argument("--out " + o.out.string() +
-                                  " exists, is not empty and holds no Kiln package: refusing to replace it; "
-                                  "name a new directory");
+    if (const std::string why = why_not_kiln_package(out); !why.empty())
+      throw std::invalid_argument("--out " + o.out.string() + " exists, is not empty and is not a Kiln package (" +
+                                  why + "): refusing to replace it; name a new directory");
     if (!o.force)
       throw std::invalid_argument("--out " + o.out.string() + " holds a Kiln package (use --force to replace it)");
   }

@@ -24,6 +24,53 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
+void check_relpath(const std::string& rel, const std::string& what) {
+  auto bad = [&](const std::string& why) {
+    return Error(KILN_E_INTEGRITY, what + ": path '" + rel + "' " + why +
+                                       ": a package may only name relative paths inside itself; refused");
+  };
+  if (rel.empty()) throw bad("is empty");
+  if (rel[0] == '/') throw bad("is absolute");
+  if (rel.find('\0') != std::string::npos) throw bad("contains a NUL byte");
+  size_t start = 0;
+  while (true) {
+    size_t end = rel.find('/', start);
+    std::string c = rel.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (c.empty()) throw bad("has an empty component");
+    if (c == "..") throw bad("has a '..' component");
+    if (c == ".") throw bad("has a '.' component");
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+}
+
+fs::path path_inside(const fs::path& pkg, const std::string& rel, const std::string& what) {
+  check_relpath(rel, what);
+  std::error_code ec;
+  fs::path root = fs::canonical(pkg, ec);
+  if (ec) throw Error(KILN_E_IO, "cannot resolve package directory " + pkg.string() + ": " + ec.message());
+  fs::path full = pkg / rel;
+  if (!fs::exists(fs::symlink_status(full, ec)))
+    throw Error(KILN_E_INTEGRITY, what + ": " + rel + " is missing from " + pkg.string());
+  fs::path real = fs::canonical(full, ec);
+  if (ec)
+    throw Error(KILN_E_INTEGRITY, what + ": " + rel + " cannot be resolved (" + ec.message() +
+                                      "; a dangling symbolic link?): refused");
+  auto ri = root.begin(), pi = real.begin();
+  for (; ri != root.end(); ++ri, ++pi)
+    if (pi == real.end() || *ri != *pi)
+      throw Error(KILN_E_INTEGRITY, what + ": " + rel + " resolves to " + real.string() +
+                                        ", outside the package " + root.string() +
+                                        " (a symbolic link out of the package): refused");
+  if (pi == real.end() || !fs::is_regular_file(real, ec))
+    throw Error(KILN_E_INTEGRITY, what + ": " + rel + " is not a regular file: refused");
+  return real;
+}
+
+std::string read_pkg_file(const fs::path& pkg, const std::string& rel, const std::string& what) {
+  return read_file(path_inside(pkg, rel, what));
+}
+
 std::string sha256_hex(std::string_view bytes) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
@@ -68,13 +115,13 @@ void check_signature(const fs::path& pkg, const fs::path& pubkey_pem) {
     throw Error(KILN_E_SIGNATURE, "package " + pkg.string() +
                                       " is unsigned (no SHA256SUMS.sig) but a public key is "
                                       "configured (" + pubkey_pem.string() + "): refused");
-  std::string sig_text = read_file(sig_path);
+  std::string sig_text = read_pkg_file(pkg, "SHA256SUMS.sig", "SHA256SUMS.sig");
   while (!sig_text.empty() && (sig_text.back() == '\n' || sig_text.back() == '\r' || sig_text.back() == ' '))
     sig_text.pop_back();
   std::string sig;
   if (sig_text.size() != 128 || !from_hex(sig_text, sig))
     throw Error(KILN_E_SIGNATURE, sig_path.string() + " is not a hex Ed25519 signature (128 hex chars)");
-  std::string sums = read_file(pkg / "SHA256SUMS");
+  std::string sums = read_pkg_file(pkg, "SHA256SUMS", "SHA256SUMS");
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   if (EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) != 1)
     throw Error(KILN_E_SIGNATURE, "cannot initialise Ed25519 verification");
@@ -90,7 +137,7 @@ std::map<std::string, std::string> parse_sums(const fs::path& pkg) {
   fs::path p = pkg / "SHA256SUMS";
   if (!fs::exists(p))
     throw Error(KILN_E_INTEGRITY, p.string() + " is missing: not a kiln package, or an incomplete copy");
-  std::string text = read_file(p);
+  std::string text = read_pkg_file(pkg, "SHA256SUMS", "SHA256SUMS");
   std::map<std::string, std::string> sums;
   std::istringstream in(text);
   std::string line;
@@ -104,8 +151,7 @@ std::map<std::string, std::string> parse_sums(const fs::path& pkg) {
     if (line.size() < 67 || line.compare(64, 2, "  ") != 0) throw bad("expected '<sha256>  <path>'");
     std::string hash = line.substr(0, 64), rel = line.substr(66);
     if (hash.find_first_not_of("0123456789abcdef") != std::string::npos) throw bad("bad hash");
-    if (rel.empty() || rel[0] == '/' || rel.find("..") != std::string::npos)
-      throw bad("path '" + rel + "' is not a relative path inside the package");
+    check_relpath(rel, p.string() + ":" + std::to_string(lineno));
     if (!sums.emplace(rel, hash).second) throw bad("'" + rel + "' listed twice");
   }
   return sums;
@@ -124,10 +170,9 @@ static bool elf_truncated(const std::string& b) {
 
 static void check_file(const fs::path& pkg, const std::string& rel, const std::string& want,
                        SizeHint hint, const void* ctx) {
-  fs::path p = pkg / rel;
-  if (!fs::exists(p))
+  if (!fs::exists(fs::symlink_status(pkg / rel)))
     throw Error(KILN_E_INTEGRITY, rel + ": listed in SHA256SUMS but missing from " + pkg.string());
-  std::string bytes = read_file(p);
+  std::string bytes = read_pkg_file(pkg, rel, "SHA256SUMS entry");
   std::string got = sha256_hex(bytes);
   if (got == want) return;
   long long size = hint ? hint(ctx, rel) : -1;

@@ -11,6 +11,17 @@
 namespace kiln::rt {
 
 std::string read_file(const std::filesystem::path& p);  // throws Error(KILN_E_IO)
+
+// Every path a package names (SHA256SUMS entries, variants[].file, verify)
+// must be relative with no absolute, "..", "." or empty component, and after
+// resolving symlinks must stay inside the package directory. Throws
+// Error(KILN_E_INTEGRITY) naming `what` (e.g. "SHA256SUMS:3") and the entry.
+void check_relpath(const std::string& rel, const std::string& what);
+// pkg / rel resolved (realpath), after check_relpath and the inside check.
+std::filesystem::path path_inside(const std::filesystem::path& pkg, const std::string& rel,
+                                  const std::string& what);
+// read_file(path_inside(pkg, rel, what)).
+std::string read_pkg_file(const std::filesystem::path& pkg, const std::string& rel, const std::string& what);
 std::string sha256_hex(std::string_view bytes);
 
 // Checks SHA256SUMS.sig over the exact bytes of SHA256SUMS with the key at

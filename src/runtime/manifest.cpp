@@ -105,6 +105,9 @@ Variant parse_variant(const Ctx& c, const json& v, const std::string& p) {
   r.bundle_entry = c.str(v, "bundle_entry", p, false);
   r.sha256 = c.str(v, "sha256", p, false);
   r.size = c.integer(v, "size", p, -1);
+  if (v.contains("size") && !v.at("size").is_null() &&
+      (r.size < 0 || (v.at("size").is_number_unsigned() && v.at("size").get<uint64_t>() > uint64_t(INT64_MAX))))
+    c.fail(p + ".size", "must be a non-negative byte count, not " + v.at("size").dump());
   r.kernel_name = c.str(v, "kernel_name", p);
   r.code_object_version = static_cast<int>(c.integer(v, "code_object_version", p, 0));
   r.num_warps = static_cast<int>(c.integer(v, "num_warps", p, 0));
@@ -252,6 +255,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
     if (!shape.is_array()) c.fail(p + ".shape", "expected an array of integers");
     for (const auto& d : shape) {
       if (!d.is_number_integer()) c.fail(p + ".shape", "expected an array of integers");
+      if (d.is_number_unsigned() ? d.get<uint64_t>() > uint64_t(INT64_MAX) : d.get<int64_t>() < 0)
+        c.fail(p + ".shape", "dimension " + d.dump() + " is negative or does not fit int64");
       s.shape.push_back(d.get<int64_t>());
     }
     const json& tensors = c.need(k, "tensors", p);

@@ -30,6 +30,54 @@ long long manifest_size(const void* ctx, const std::string& rel) {
   return -1;
 }
 
+size_t dtype_bytes(const std::string& t) {
+  if (t == "fp64" || t == "i64" || t == "u64") return 8;
+  if (t == "fp32" || t == "f32" || t == "i32" || t == "u32") return 4;
+  if (t == "fp16" || t == "bf16" || t == "i16" || t == "u16") return 2;
+  return 1;  // 8-bit types, and a lower bound for anything else
+}
+
+// Declared sizes against sane bounds: the variant's code-object size must be
+// the image's, and every tensor of the kernel's own shape must fit in
+// kMaxTensorBytes without its element count overflowing.
+std::vector<std::string> size_problems(const KernelSpec& ks, const Variant& v, size_t image_bytes,
+                                       const std::string& what) {
+  std::vector<std::string> out;
+  if (v.size > kMaxDeclaredBytes)
+    out.push_back(what + ": declared size " + std::to_string(v.size) + " bytes is above the bound of " +
+                  std::to_string(kMaxDeclaredBytes));
+  else if (v.size >= 0 && static_cast<uint64_t>(v.size) != image_bytes)
+    out.push_back(what + ": declared size " + std::to_string(v.size) + " bytes, the code object has " +
+                  std::to_string(image_bytes));
+  for (const auto& t : ks.tensors) {
+    int64_t n = 1;
+    std::string why;
+    try {
+      for (const auto& d : t.shape) {
+        int64_t x = d.eval(ks.shape);
+        if (x < 0) {
+          why = "a negative dimension " + d.text() + " = " + std::to_string(x);
+          break;
+        }
+        if (__builtin_mul_overflow(n, x, &n)) {
+          why = "an element count that overflows int64";
+          break;
+        }
+      }
+      int64_t bytes = 0;
+      if (why.empty() && (__builtin_mul_overflow(n, static_cast<int64_t>(dtype_bytes(t.dtype)), &bytes) ||
+                          bytes > kMaxDeclaredBytes))
+        why = std::to_string(n) + " elements of " + t.dtype + ", above the bound of " +
+              std::to_string(kMaxDeclaredBytes) + " bytes";
+    } catch (const ExprError& e) {
+      why = e.what();
+    }
+    if (!why.empty())
+      out.push_back(what + ": tensor " + t.name + " at shape " + shape_str(ks.shape) + " has " + why);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::unique_ptr<Package> Package::open(const fs::path& dir, const OpenOptions& o) {
@@ -40,7 +88,18 @@ std::unique_ptr<Package> Package::open(const fs::path& dir, const OpenOptions& o
   if (!o.pubkey.empty()) check_signature(dir, o.pubkey);
   auto sums = parse_sums(dir);
   check_one(dir, sums, "manifest.json");
-  p->manifest_ = Manifest::parse(read_file(dir / "manifest.json"), (dir / "manifest.json").string());
+  p->manifest_ = Manifest::parse(read_pkg_file(dir, "manifest.json", "manifest.json"), (dir / "manifest.json").string());
+  // every file the manifest names is a checked path inside the package, listed in SHA256SUMS
+  for (const auto& ks : p->manifest_.kernels)
+    for (const auto& v : ks.variants)
+      for (const auto* f : {&v.file, &v.verify}) {
+        if (f == &v.verify && v.verify.empty()) continue;
+        std::string what = "manifest.json " + ks.label() + " / " + v.target + " rank " + std::to_string(v.rank) +
+                           (f == &v.file ? " file" : " verify");
+        check_relpath(*f, what);
+        if (!sums.count(*f))
+          throw Error(KILN_E_INTEGRITY, what + ": " + *f + " is not listed in SHA256SUMS: refused");
+      }
   SizeCtx ctx{&p->manifest_};
   check_sums(dir, &manifest_size, &ctx);
   if (o.integrity_only) return p;
@@ -52,7 +111,7 @@ std::unique_ptr<Package> Package::open(const fs::path& dir, const OpenOptions& o
     std::vector<LoadedObject> row;
     for (const auto& v : ks.variants) {
       LoadedObject lo;
-      if (!cache.count(v.file)) cache[v.file] = read_file(dir / v.file);
+      if (!cache.count(v.file)) cache[v.file] = read_pkg_file(dir, v.file, "manifest.json variant file");
       const std::string& bytes = cache[v.file];
       std::string what = v.file;
       if (is_offload_bundle(bytes)) {
@@ -78,6 +137,7 @@ std::unique_ptr<Package> Package::open(const fs::path& dir, const OpenOptions& o
         throw Error(KILN_E_INTEGRITY, what + ": SHA-256 of the code object differs from the manifest's sha256");
       lo.co = parse_code_object(lo.image, what);
       lo.problems = check_static(v, *m.target(v.target), lo.co, what);
+      for (auto& why : size_problems(ks, v, lo.image.size(), what)) lo.problems.push_back(std::move(why));
       row.push_back(std::move(lo));
     }
     p->objects_.push_back(std::move(row));

@@ -17,6 +17,11 @@
 
 namespace kiln::rt {
 
+// The largest byte count a manifest may declare (a code object's size, or a
+// tensor at the kernel's shape): 1 TiB, above any device's memory. Larger is a
+// static problem that `kiln-rt verify` reports.
+inline constexpr int64_t kMaxDeclaredBytes = int64_t(1) << 40;
+
 struct OpenOptions {
   std::string pubkey;  // PEM path, "" = no signature required
   std::string target;  // static target id or manifest target name, "" = device
@@ -29,7 +34,7 @@ struct LoadedObject {
   std::string image;     // the code object bytes (a bundle's selected entry)
   std::string bundle_id; // the entry used, for bundles
   CodeObject co;
-  std::vector<std::string> problems;  // static problems (wrong arch, ...)
+  std::vector<std::string> problems;  // static problems (wrong arch, declared sizes, ...)
 };
 
 class Package {

@@ -86,7 +86,7 @@ std::string verify_on_device(Package& p, size_t k, size_t v, InputCache* cache) 
   const KernelSpec& ks = p.manifest().kernels[k];
   const Variant& var = ks.variants[v];
   if (var.verify.empty()) throw Error(KILN_E_FORMAT, ks.label() + ": the variant has no verify data");
-  VerifySpec vs = VerifySpec::parse(read_file(p.dir() / var.verify), var.verify);
+  VerifySpec vs = VerifySpec::parse(read_pkg_file(p.dir(), var.verify, "manifest.json verify"), var.verify);
   Kernel kern(p, k, v, vs.shape.empty() ? ks.shape : vs.shape);
   Buffers buf = make_buffers(p, kern);
   Backend* b = p.backend();
@@ -115,7 +115,7 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, Inpu
   for (size_t t = 0; t < ks.tensors.size(); ++t) b->fill(buf.ptrs[t], 0, buf.bytes[t]);
   const Variant& var = ks.variants[v];
   if (!var.verify.empty()) {  // realistic values (a kernel's speed may depend on them)
-    VerifySpec vs = VerifySpec::parse(read_file(p.dir() / var.verify), var.verify);
+    VerifySpec vs = VerifySpec::parse(read_pkg_file(p.dir(), var.verify, "manifest.json verify"), var.verify);
     load_inputs(p, ks, var.verify, vs, kern, buf, cache);
   }
   size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);

@@ -138,7 +138,10 @@ TEST(OutDir, TempSiblingIsFreshAndInstallReplacesOnlyPackages) {
   EXPECT_TRUE(fs::is_empty(a));
   write(a / "manifest.json", R"({"format": "kiln-package/2"})");
   install_dir(a, out, false);  // out did not exist
-  EXPECT_TRUE(is_kiln_package(out));
+  EXPECT_FALSE(is_kiln_package(out));  // a bare marker is not a package: no SHA256SUMS
+  EXPECT_EQ(why_not_kiln_package(out), "no SHA256SUMS");
+  write(out / "SHA256SUMS", std::string(64, '0') + "  manifest.json\n");
+  EXPECT_TRUE(is_kiln_package(out)) << why_not_kiln_package(out);
   write(b / "manifest.json", R"({"format": "kiln-package/2", "n": 2})");
   EXPECT_THROW(install_dir(b, out, false), std::invalid_argument);  // a package needs force
   install_dir(b, out.string() + "/", true);
@@ -153,6 +156,42 @@ TEST(OutDir, TempSiblingIsFreshAndInstallReplacesOnlyPackages) {
   EXPECT_THROW(install_dir(c, other, true), std::invalid_argument);
   EXPECT_EQ(read(other / "notes"), "mine");
   EXPECT_EQ(read(t.dir / "dist.tmp-kiln"), "unrelated");
+}
+
+TEST(OutDir, ForceReplacesOnlyWhatIsAPackageByItsContent) {
+  TempDir t;
+  const fs::path out = t.dir / "dist";
+  fs::create_directories(out / "objects");
+  write(out / "mine.txt", "mine");
+  write(out / "manifest.json", R"({"format":"kiln-package/2"})");
+  fs::path tmp = make_temp_sibling(out);
+  EXPECT_THROW(install_dir(tmp, out, true), std::invalid_argument);  // a bare marker
+  EXPECT_EQ(read(out / "mine.txt"), "mine");
+  const std::string h(64, 'a');
+  write(out / "SHA256SUMS", h + "  manifest.json\n" + h + "  objects/a.hsaco\n");
+  write(out / "objects" / "a.hsaco", "x");
+  EXPECT_EQ(why_not_kiln_package(out), "foreign file mine.txt (not listed in SHA256SUMS)");
+  try {
+    install_dir(tmp, out, true);
+    ADD_FAILURE() << "replaced a directory with a foreign file";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("foreign file mine.txt"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read(out / "mine.txt"), "mine");
+  fs::remove(out / "mine.txt");
+  fs::create_directories(out / "keep");
+  EXPECT_EQ(why_not_kiln_package(out), "foreign file keep/ (a directory a package does not have)");
+  fs::remove(out / "keep");
+  fs::create_directories(out / "objects" / "deeper");
+  EXPECT_NE(why_not_kiln_package(out).find("objects/deeper/"), std::string::npos);
+  fs::remove(out / "objects" / "deeper");
+  fs::create_symlink(out / "manifest.json", out / "objects" / "b.hsaco");
+  EXPECT_EQ(why_not_kiln_package(out), "foreign file objects/b.hsaco (a symbolic link)");
+  fs::remove(out / "objects" / "b.hsaco");
+  write(out / "SHA256SUMS.sig", "sig");
+  EXPECT_EQ(why_not_kiln_package(out), "");
+  install_dir(tmp, out, true);  // a package by its content: replaced
+  EXPECT_TRUE(fs::is_empty(out));
 }
 
 TEST(Bundle, EntryIds) {

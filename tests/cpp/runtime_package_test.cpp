@@ -4,6 +4,8 @@
 // backend to the device boundary, and kiln-rt's exit codes.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "backend.h"
 #include "error.h"
 #include "expr.h"
@@ -326,4 +328,123 @@ TEST(RuntimePackage, KilnRtVerifyExitCodes) {
   r = run(bin + " info " + shell_quote((pkgs() / "bundle").string()) + " --target gfx90a");
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("[fits gfx90a]"), std::string::npos) << r.out;
+}
+
+// Issue 22: every path a package names is a relative path inside it, listed in
+// SHA256SUMS; declared sizes are bounded.
+namespace {
+
+nlohmann::json& first_variant(nlohmann::json& m) { return m["kernels"][0]["variants"][0]; }
+
+// A copy of "mi300x" whose first variant's `key` is set by `edit` (given the
+// package directory), re-summed so the hashes agree.
+fs::path edited_pkg(const std::string& tag, const std::function<void(const fs::path&, nlohmann::json&)>& edit) {
+  fs::path d = copy_pkg("mi300x", tag);
+  auto m = nlohmann::json::parse(slurp(d / "manifest.json"));
+  edit(d, m);
+  spit(d / "manifest.json", m.dump());
+  EXPECT_EQ(make_package("resum " + shell_quote(d.string())).rc, 0);
+  return d;
+}
+
+// A copy of the variant's code object outside the package, same bytes.
+fs::path outside_copy(const fs::path& d, const nlohmann::json& m, const std::string& tag) {
+  fs::path out = d.parent_path() / ("outside-" + tag + "-" + std::to_string(::getpid()));
+  fs::create_directories(out);
+  fs::copy_file(d / first_variant(const_cast<nlohmann::json&>(m))["file"].get<std::string>(), out / "x.hsaco",
+                fs::copy_options::overwrite_existing);
+  return out / "x.hsaco";
+}
+
+}  // namespace
+
+TEST(RuntimePackage, DotDotPathInManifestRefused) {
+  fs::path d = edited_pkg("dotdot", [](const fs::path& d, nlohmann::json& m) {
+    outside_copy(d, m, "dotdot");
+    first_variant(m)["file"] = "../outside-dotdot-" + std::to_string(::getpid()) + "/x.hsaco";
+  });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_INTEGRITY, {"../outside-dotdot", "'..' component"});
+  CmdResult r = run(std::string(KILN_BINARY_DIR) + "/kiln-rt verify " + shell_quote(d.string()));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.out.find("0 problems"), std::string::npos) << r.out;
+}
+
+TEST(RuntimePackage, AbsolutePathInManifestRefused) {
+  fs::path d = edited_pkg("abs", [](const fs::path& d, nlohmann::json& m) {
+    first_variant(m)["file"] = outside_copy(d, m, "abs").string();
+  });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_INTEGRITY, {"outside-abs", "is absolute"});
+  d = edited_pkg("absverify", [](const fs::path&, nlohmann::json& m) { first_variant(m)["verify"] = "/etc/passwd"; });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_INTEGRITY, {"verify", "/etc/passwd", "is absolute"});
+  d = edited_pkg("dotverify", [](const fs::path&, nlohmann::json& m) {
+    first_variant(m)["verify"] = "verify/../../../../../etc/passwd";
+  });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_INTEGRITY, {"verify", "'..' component"});
+  d = edited_pkg("emptycomp", [](const fs::path&, nlohmann::json& m) {
+    std::string f = first_variant(m)["file"];
+    first_variant(m)["file"] = "objects//" + f.substr(f.find('/') + 1);
+  });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_INTEGRITY, {"objects//", "empty component"});
+}
+
+TEST(RuntimePackage, SymlinkOutOfThePackageRefused) {
+  std::string obj;
+  fs::path d = edited_pkg("symlink", [&](const fs::path& d, nlohmann::json& m) {
+    obj = first_variant(m)["file"];
+    fs::path out = outside_copy(d, m, "symlink");
+    fs::remove(d / obj);
+    fs::create_symlink(out, d / obj);  // same bytes: the hashes agree, the file is outside
+  });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_INTEGRITY, {obj.c_str(), "outside the package"});
+  // a whole directory linked out of the package
+  fs::path e = copy_pkg("mi300x", "symdir");
+  fs::path out = e.parent_path() / ("outside-verify-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  fs::rename(e / "verify", out);
+  fs::create_directory_symlink(out, e / "verify");
+  expect_refused(open_pkg(e, "MI300X"), KILN_E_INTEGRITY, {"verify/", "outside the package"});
+}
+
+TEST(RuntimePackage, ManifestFileNotInSha256SumsRefused) {
+  std::string obj;
+  fs::path d = edited_pkg("unsummed", [&](const fs::path& d, nlohmann::json& m) {
+    obj = first_variant(m)["file"];
+    fs::copy_file(d / obj, d / "extra.hsaco");
+    first_variant(m)["file"] = "extra.hsaco";
+  });
+  std::string sums = slurp(d / "SHA256SUMS"), kept;
+  std::istringstream in(sums);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("  extra.hsaco") == std::string::npos) kept += line + "\n";
+  ASSERT_NE(kept, sums);
+  spit(d / "SHA256SUMS", kept);
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_INTEGRITY, {"extra.hsaco", "not listed in SHA256SUMS"});
+}
+
+TEST(RuntimePackage, DeclaredSizesAreBounded) {
+  std::string bin = std::string(KILN_BINARY_DIR) + "/kiln-rt verify ";
+  fs::path d = edited_pkg("negsize", [](const fs::path&, nlohmann::json& m) { first_variant(m)["size"] = -1; });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_FORMAT, {"size", "non-negative"});
+  d = edited_pkg("negshape", [](const fs::path&, nlohmann::json& m) { m["kernels"][0]["shape"][0] = -4; });
+  expect_refused(open_pkg(d, "MI300X"), KILN_E_FORMAT, {"shape", "negative"});
+  d = edited_pkg("hugesize", [](const fs::path&, nlohmann::json& m) { first_variant(m)["size"] = int64_t(1) << 62; });
+  CmdResult r = run(bin + shell_quote(d.string()) + " --target MI300X");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("declared size 4611686018427387904 bytes is above the bound"), std::string::npos) << r.out;
+  d = edited_pkg("wrongsize", [](const fs::path&, nlohmann::json& m) { first_variant(m)["size"] = 17; });
+  r = run(bin + shell_quote(d.string()) + " --target MI300X");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("declared size 17 bytes, the code object has"), std::string::npos) << r.out;
+  d = edited_pkg("hugeshape", [](const fs::path&, nlohmann::json& m) {
+    for (auto& s : m["kernels"][0]["shape"]) s = int64_t(1) << 40;
+  });
+  r = run(bin + shell_quote(d.string()) + " --target MI300X");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("overflows int64"), std::string::npos) << r.out;
+  d = edited_pkg("bigshape", [](const fs::path&, nlohmann::json& m) {
+    for (auto& s : m["kernels"][0]["shape"]) s = int64_t(1) << 20;  // 2^40 fp32 elements: 4 TiB
+  });
+  r = run(bin + shell_quote(d.string()) + " --target MI300X");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("above the bound of 1099511627776 bytes"), std::string::npos) << r.out;
 }

@@ -275,7 +275,7 @@ def test_out_replaces_only_a_kiln_package(cat, tmp_path):
     sibling.write_text("unrelated")
     for force in ([], ["--force"]):
         r = package(cat, "--target", "H200", "--out", out, *force, check=False)
-        assert r.returncode == 2 and "holds no Kiln package" in r.stderr, r.stderr
+        assert r.returncode == 2 and "is not a Kiln package" in r.stderr, r.stderr
     assert (out / "notes.txt").read_text() == "not a package"
     # an empty directory is fine; a package needs --force to be replaced; "dist/" is "dist"
     shutil.rmtree(out)
@@ -289,6 +289,40 @@ def test_out_replaces_only_a_kiln_package(cat, tmp_path):
     assert sibling.read_text() == "unrelated"
     # no temporary directory is left beside it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dist", "dist.tmp-kiln"]
+
+
+def test_force_replaces_a_package_only_by_its_content(cat, tmp_path):
+    """Issue 22, item 7: a bare kiln-package marker, or a real package with a file
+    added, is not enough for --force to delete the directory."""
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    (out / "manifest.json").write_text('{"format":"kiln-package/2"}')
+    before = tree(tmp_path)
+    r = package(cat, "--target", "MI300X", "--out", out, "--force", check=False)
+    assert r.returncode == 2 and "is not a Kiln package" in r.stderr, r.stderr
+    assert "no SHA256SUMS" in r.stderr, r.stderr
+    assert tree(tmp_path) == before
+    # SHA256SUMS present but not listing mine.txt: the first foreign file is named
+    shutil.rmtree(out)
+    package(cat, "--target", "H200", "--out", out)
+    for name, text in [("mine.txt", "mine"), ("objects/zz-mine.bin", "mine too")]:
+        (out / name).write_text(text)
+        r = package(cat, "--target", "MI300X", "--out", out, "--force", check=False)
+        assert r.returncode == 2 and f"foreign file {name} (not listed in SHA256SUMS)" in r.stderr, r.stderr
+        assert (out / name).read_text() == text
+        (out / name).unlink()
+    (out / "notes").mkdir()
+    r = package(cat, "--target", "MI300X", "--out", out, "--force", check=False)
+    assert r.returncode == 2 and "foreign file notes/" in r.stderr, r.stderr
+    (out / "notes").rmdir()
+    (out / "link").symlink_to(out / "manifest.json")
+    r = package(cat, "--target", "MI300X", "--out", out, "--force", check=False)
+    assert r.returncode == 2 and "foreign file link (a symbolic link)" in r.stderr, r.stderr
+    (out / "link").unlink()
+    # the package as written is replaced
+    package(cat, "--target", "MI300X", "--out", out, "--force")
+    assert [t["name"] for t in manifest(out)["targets"]] == ["MI300X"]
 
 
 def test_a_file_as_out_is_refused(cat, tmp_path):
