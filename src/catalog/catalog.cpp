@@ -23,6 +23,7 @@
 #include "catalog/evaluations.h"
 #include "catalog/job_key.h"
 #include "catalog/sql.h"
+#include "common/output_path.h"
 #include "common/hash.h"
 #include "common/home.h"
 #include "evaluate/protocol.h"
