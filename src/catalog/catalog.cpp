@@ -23,6 +23,7 @@
 #include "catalog/evaluations.h"
 #include "catalog/job_key.h"
 #include "catalog/sql.h"
+#include "common/output_path.h"
 #include "common/hash.h"
 #include "common/home.h"
 #include "evaluate/protocol.h"
@@ -389,6 +390,11 @@ Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migr
     throw CatalogError("no catalog at " + path.string() + "; run `kiln submit` first");
   if (fs::is_directory(path, ec))
     throw CatalogError("catalog " + path.string() + " is a directory, not a catalog file");
+  try {
+    check_catalog_file(path);  // /dev/null, a FIFO: SQLite would write its -journal beside it
+  } catch (const std::invalid_argument& e) {
+    throw CatalogError(e.what());
+  }
 
   auto migrations = find_migrations(migrations_dir);
   const int latest = migrations.back().version;

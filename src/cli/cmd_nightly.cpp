@@ -8,10 +8,14 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <vector>
+
+#include <unistd.h>
 
 #include "batch/nightly.h"
 #include "batch/nightly_report.h"
 #include "cli/cli_util.h"
+#include "common/output_path.h"
 #include "metrics/flags.h"
 #include "batch/workers.h"
 
@@ -23,11 +27,29 @@ namespace {
 
 constexpr int kExitRegression = 4;
 
-void write_text(const std::filesystem::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+// Writes atomically (a temporary sibling renamed into place), after checking
+// again that `p` is still a file we may replace (common/output_path.h).
+void write_text(const std::filesystem::path& p, const std::string& text,
+                const std::vector<std::filesystem::path>& protect) {
+  try {
+    check_output_file(p, "--report", protect);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
+  const std::filesystem::path tmp = p.string() + "." + std::to_string(getpid()) + ".tmp";
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
   f << text;
   f.close();
-  if (!f) throw std::runtime_error("cannot write " + p.string());
+  std::error_code ec;
+  if (!f) {
+    std::filesystem::remove(tmp, ec);
+    throw std::runtime_error("cannot write " + p.string());
+  }
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw std::runtime_error("cannot write " + p.string() + ": " + ec.message());
+  }
 }
 
 }  // namespace
@@ -107,9 +129,24 @@ int cmd_nightly(const Args& args) {
       throw UsageError("--device must be auto, cpu or gpu");
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
     o.echo_worker_stderr = vm->count("verbose") > 0;
+    // --report FILE: FILE.md and FILE.json, both checked before anything runs
+    std::filesystem::path mdp, jsp;
+    if (vm->count("report")) {
+      mdp = (*vm)["report"].as<std::string>();
+      jsp = mdp;
+      if (mdp.extension() == ".md") jsp.replace_extension(".json");
+      else if (mdp.extension() == ".json") mdp.replace_extension(".md");
+      else jsp += ".json";
+    }
+    const std::vector<std::filesystem::path> protect = catalog_files(no.catalog);
     try {
       no.metrics = metrics::read_metrics_flags(*vm);
-      if (no.metrics.textfile) metrics::check_textfile_path(*no.metrics.textfile);
+      no.metrics.protected_files = protect;
+      if (no.metrics.textfile) metrics::check_textfile_path(*no.metrics.textfile, protect);
+      if (!mdp.empty()) {
+        check_output_file(mdp, "--report", protect);
+        check_output_file(jsp, "--report", protect);
+      }
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }
@@ -120,15 +157,10 @@ int cmd_nightly(const Args& args) {
     const batch::NightlyReport rep = batch::nightly(m, knowledge, no, metrics_setup, std::cerr);
     const std::string md = batch::markdown(rep);
     const json rep_json = batch::to_json(rep);
-    if (vm->count("report")) {
-      std::filesystem::path mdp = (*vm)["report"].as<std::string>();
-      std::filesystem::path jsp = mdp;
-      if (mdp.extension() == ".md") jsp.replace_extension(".json");
-      else if (mdp.extension() == ".json") mdp.replace_extension(".md");
-      else jsp += ".json";
+    if (!mdp.empty()) {
       if (mdp.has_parent_path()) std::filesystem::create_directories(mdp.parent_path());
-      write_text(mdp, md);
-      write_text(jsp, rep_json.dump(2) + "\n");
+      write_text(mdp, md, protect);
+      write_text(jsp, rep_json.dump(2) + "\n", protect);
       std::cerr << "kiln nightly: report in " << mdp.string() << " and " << jsp.string() << "\n";
     }
     metrics_setup.finish();

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "cli/cli_util.h"
+#include "common/output_path.h"
 #include "catalog/service_reads.h"
 #include "batch/package.h"
 #include "metrics/listen.h"
@@ -129,8 +130,13 @@ int cmd_report(const Args& args) {
     const std::filesystem::path out = (*vm)["out"].as<std::string>();
     const std::filesystem::path dir = out.parent_path().empty() ? "." : out.parent_path();
     if (!std::filesystem::is_directory(dir)) throw UsageError("--out " + out.string() + ": no directory " + dir.string());
-    if (std::filesystem::is_directory(out)) throw UsageError("--out " + out.string() + " is a directory");
     const std::string catalog_path = (*vm)["catalog"].as<std::string>();
+    const std::vector<std::filesystem::path> protect = catalog_files(catalog_path);
+    try {
+      check_output_file(out, "--out", protect);  // not the catalog, a device node, a database
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
     if (!std::filesystem::exists(catalog_path))
       throw UsageError("no catalog at " + catalog_path + " (--catalog PATH, or $KILN_CATALOG)");
     const Knowledge knowledge = load_knowledge();
@@ -157,6 +163,13 @@ int cmd_report(const Args& args) {
         std::filesystem::remove(tmp, ec);
         throw std::runtime_error("cannot write " + tmp.string());
       }
+    }
+    try {
+      check_output_file(out, "--out", protect);  // again: it may have changed while we rendered
+    } catch (const std::invalid_argument& e) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw std::runtime_error(e.what());
     }
     std::filesystem::rename(tmp, out);
     std::cerr << "kiln report: wrote " << out.string() << " (" << html.size() << " bytes)" << std::endl;

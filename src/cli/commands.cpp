@@ -23,6 +23,7 @@
 #include "metrics/flags.h"
 #include "cli/table.h"
 #include "common/home.h"
+#include "common/output_path.h"
 #include "evaluate/worker_process.h"
 #include "explore/explorer.h"
 #include "manifest/manifest.h"
@@ -158,7 +159,9 @@ int cmd_run(const Args& args) {
     Catalog catalog = open_catalog(*vm, false);
     metrics::MetricsSetup m;
     try {
-      m = metrics::start_metrics(metrics::read_metrics_flags(*vm), std::cerr, "kiln run");
+      metrics::MetricsFlags mf = metrics::read_metrics_flags(*vm);
+      mf.protected_files = catalog_files((*vm)["catalog"].as<std::string>());
+      m = metrics::start_metrics(mf, std::cerr, "kiln run");
     } catch (const std::invalid_argument& e) {
       throw UsageError(e.what());
     }

@@ -105,7 +105,7 @@ struct Exporter::Impl {
   }
 
   void write_file() {
-    if (opts.textfile) write_textfile(*opts.textfile, registry.render());
+    if (opts.textfile) write_textfile(*opts.textfile, registry.render(), opts.textfile_protected);
   }
 
   void arm_timer() {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "metrics/listen.h"
@@ -25,6 +26,7 @@ struct ExporterOptions {
   std::optional<ListenAddress> listen;           // serve /metrics here
   std::optional<std::filesystem::path> textfile;  // write the textfile here
   double textfile_interval_s = 15;               // and rewrite it this often
+  std::vector<std::filesystem::path> textfile_protected;  // never write over these (the catalog's files)
   std::ostream* log = nullptr;                   // warnings (a failed periodic write); nullptr: none
 };
 

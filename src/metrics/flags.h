@@ -10,6 +10,7 @@
 #include <string>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include <boost/program_options.hpp>
 
@@ -59,6 +60,7 @@ struct MetricsFlags {
   std::optional<std::filesystem::path> textfile;
   double textfile_interval_s = 15;
   double linger_s = 0;
+  std::vector<std::filesystem::path> protected_files;  // the textfile never goes there (catalog_files)
   bool any() const { return listen || textfile; }
 };
 
@@ -75,14 +77,16 @@ inline MetricsFlags read_metrics_flags(const boost::program_options::variables_m
   return f;
 }
 
-// Checks the textfile's directory (std::invalid_argument naming it), then
+// Checks the textfile's path (std::invalid_argument naming it; see
+// check_textfile_path, with f.protected_files), then
 // binds and starts the exporter (std::runtime_error when it cannot) and says
 // where on `log`. Empty MetricsSetup when no flag was given.
 inline MetricsSetup start_metrics(const MetricsFlags& f, std::ostream& log, const std::string& program) {
   MetricsSetup m;
   if (!f.any()) return m;
-  if (f.textfile) check_textfile_path(*f.textfile);
+  if (f.textfile) check_textfile_path(*f.textfile, f.protected_files);
   ExporterOptions o;
+  o.textfile_protected = f.protected_files;
   o.listen = f.listen;
   o.textfile = f.textfile;
   o.textfile_interval_s = f.textfile_interval_s;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/output_path.h"
+
 namespace kiln::metrics {
 
 namespace {
@@ -15,7 +17,13 @@ std::filesystem::path temp_of(const std::filesystem::path& path) {
 }
 }  // namespace
 
-void write_textfile(const std::filesystem::path& path, const std::string& text) {
+void write_textfile(const std::filesystem::path& path, const std::string& text,
+                    const std::vector<std::filesystem::path>& protected_files) {
+  try {
+    check_output_file(path, "--metrics-file", protected_files);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
   const auto tmp = temp_of(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
@@ -39,7 +47,9 @@ void write_textfile(const std::filesystem::path& path, const std::string& text) 
   }
 }
 
-void check_textfile_path(const std::filesystem::path& path) {
+void check_textfile_path(const std::filesystem::path& path,
+                         const std::vector<std::filesystem::path>& protected_files) {
+  check_output_file(path, "--metrics-file", protected_files);
   const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec))

@@ -3,6 +3,7 @@
 #pragma once
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace kiln::metrics {
 
@@ -10,12 +11,18 @@ namespace kiln::metrics {
 // (PATH.<pid>.tmp, which the collector ignores), flushed and fsync'd, then
 // renamed over `path`: a reader sees the old file or the new one, never half.
 // Throws std::runtime_error naming the path when it cannot (the temporary
-// file is removed).
-void write_textfile(const std::filesystem::path& path, const std::string& text);
+// file is removed), or when `path` has meanwhile become a file that
+// check_output_file (common/output_path.h) refuses: nothing is renamed over a
+// device node, a database or one of `protected_files`.
+void write_textfile(const std::filesystem::path& path, const std::string& text,
+                    const std::vector<std::filesystem::path>& protected_files = {});
 
 // Checks, before a run starts, that `path` can be written there: its
-// directory exists and a file can be created in it. Throws
-// std::invalid_argument naming the path and the fix.
-void check_textfile_path(const std::filesystem::path& path);
+// directory exists and a file can be created in it, and check_output_file
+// accepts it (not one of `protected_files`, e.g. the catalog's files; not a
+// device node, FIFO or database). Throws std::invalid_argument naming the
+// path and the fix.
+void check_textfile_path(const std::filesystem::path& path,
+                         const std::vector<std::filesystem::path>& protected_files = {});
 
 }  // namespace kiln::metrics
