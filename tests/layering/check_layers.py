@@ -19,7 +19,8 @@ from pathlib import Path
 
 # Bottom first. Keep in step with docs/architecture.md ("Layers").
 LAYERS: list[list[str]] = [
-    ["common", "stats", "metrics"],
+    ["common"],        # home, hashes, output-file checks: includes nothing of Kiln
+    ["stats", "metrics"],
     ["knowledge"],
     ["manifest", "evaluate"],
     ["catalog"],
