@@ -85,6 +85,7 @@ def verify_on(lib, job: dict, dev) -> None:
         verify(lib, job, dev.torch_device)
         return
     import gc
+    from ..evaluation.evaluate import _release_cached_gpu_memory
     from ..processes.gpulock import gpu_lock
     try:
         with gpu_lock(kind="setup"):
@@ -100,12 +101,7 @@ def verify_on(lib, job: dict, dev) -> None:
         raise
     finally:
         gc.collect()
-        try:
-            import torch
-            if torch.cuda.is_initialized():
-                torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 - freeing is best effort
-            pass
+        _release_cached_gpu_memory()
 
 
 def _verify(lib, job: dict, device: str) -> str | None:
