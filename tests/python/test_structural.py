@@ -310,3 +310,30 @@ def test_oracle_check_holds_the_gpu_alone_and_gives_its_memory_back(lib, tmp_pat
         oracle.verify_on(lib, {"op": "softmax", "bad": True}, SimpleNamespace(is_gpu=True, torch_device="cpu"))
     assert seen == [("exclusive", "cpu"), (None, "cpu"), ("exclusive", "cpu")]
     assert gpulock.held() is None  # released, also after the failure
+
+
+def test_oracle_compare_in_chunks_finds_every_difference(monkeypatch):
+    """compare() works CHUNK elements at a time (a full-size float64 copy of a
+    KernelBench output ran a shared GPU out of memory): a difference, a NaN in
+    one output only, or an integer mismatch in any chunk is still found, and
+    equal outputs (NaNs in the same places) pass."""
+    import torch
+    monkeypatch.setattr(oracle, "CHUNK", 7)
+    b = torch.randn(5, 11)
+    assert oracle.compare(b.clone(), b, exact=False) is None
+    for i in (0, 6, 7, 54):  # first, chunk edge, next chunk, last
+        a = b.clone().reshape(-1)
+        a[i] += 1.0
+        assert "1 of 55" in oracle.compare(a.reshape(5, 11), b, exact=False)
+        a = b.clone().reshape(-1)
+        a[i] = float("nan")
+        assert oracle.compare(a.reshape(5, 11), b, exact=False) is not None
+    both = b.clone().reshape(-1)
+    both[30] = float("nan")
+    assert oracle.compare(both.clone(), both, exact=False) is None
+    ints = torch.arange(55)
+    other = ints.clone()
+    other[50] = -1
+    assert oracle.compare(other, ints, exact=True) == "1 of 55 elements differ"
+    assert oracle.compare(ints, ints, exact=True) is None
+    assert "elements" in oracle.compare(torch.zeros(3), torch.zeros(4), exact=False)

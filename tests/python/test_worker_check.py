@@ -446,3 +446,32 @@ def test_the_binary_timed_is_the_binary_shipped():
     cpu = {"kernel_name": "k", "sha256": "bb"}
     untimed([cpu])
     assert cpu["timed_sha256"] is None and "interpreter" in cpu["timed_check"]
+
+
+def test_input_cache_keeps_another_job_only_while_small(monkeypatch):
+    """A worker alternating between two jobs keeps both jobs' inputs while the
+    other one is small; a job of KernelBench size (GiBs per seed) is dropped as
+    soon as the worker moves on, so workers sharing a GPU do not hoard it."""
+    from kiln_worker.evaluation.evaluate import _InputCache
+    monkeypatch.setattr(_InputCache, "OTHER_JOBS_BYTES", 1000)
+    drawn = []
+
+    def draw(n):
+        def f():
+            drawn.append(n)
+            return {"inputs": {"x": torch.zeros(n, dtype=torch.uint8)}, "ref": torch.zeros(1)}
+        return f
+
+    c = _InputCache()
+    small_a, small_b, big = ("a", 0), ("b", 0), ("big", 0)
+    c.get(small_a, draw(100))
+    c.get(small_b, draw(100))
+    c.get(small_a, draw(100))          # a is still cached: both jobs are small
+    assert drawn == [100, 100]
+    c.get(big, draw(5000))
+    c.get(small_a, draw(100))          # the older small job b was the third: evicted anyway
+    assert c.prepared(small_a) and not c.prepared(small_b)
+    assert not c.prepared(big), "a big job's inputs were kept after the worker moved on"
+    c.get(big, draw(5000))
+    assert drawn[-1] == 5000 and drawn.count(5000) == 2
+    assert c.prepared(big) and c.prepared(small_a), "a small other job is kept beside a big one"

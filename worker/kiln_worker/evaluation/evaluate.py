@@ -132,6 +132,8 @@ class Evaluation:
                                   f"--workers per GPU): {oom}",
                        "correctness": None, "latency": None, "artifact": None,
                        "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
+        if self.dev.is_gpu:
+            _trim_cached_gpu_memory()
         # On a GPU: time this evaluation held the GPU (benchmark exclusively,
         # checks shared), and the spans, for the engine's GPU busy fraction.
         spans = gpulock.take_spans()
@@ -468,9 +470,14 @@ class _InputCache:
     job that this worker evaluates. Every candidate still gets fresh copies of
     the inputs (so a kernel that writes them spoils nothing for the next one) and
     a NaN-filled output; the reference is computed once per seed. Holds the
-    entries of the two most recent jobs (a worker may alternate between jobs)."""
+    entries of the two most recent jobs (a worker may alternate between jobs),
+    the older one only while it holds at most OTHER_JOBS_BYTES."""
 
     JOBS = 2
+    # Another job's entries are kept only while they hold at most this much:
+    # a job of KernelBench size holds GiBs per seed, and several workers share
+    # one GPU.
+    OTHER_JOBS_BYTES = 1 << 30
 
     def __init__(self):
         self.jobs: list[tuple] = []
@@ -489,12 +496,13 @@ class _InputCache:
             self.jobs.remove(job)
         self.jobs.append(job)
         evicted = False
-        for old in self.jobs[:-self.JOBS]:
+        keep = self.JOBS if self._bytes(exclude=job) <= self.OTHER_JOBS_BYTES else 1
+        for old in self.jobs[:-keep]:
             for k in [k for k in self.entries if k[:-1] == old]:
                 del self.entries[k]
                 self.transient.discard(k)
                 evicted = True
-        self.jobs = self.jobs[-self.JOBS:]
+        self.jobs = self.jobs[-keep:]
         if evicted:
             _release_cached_gpu_memory()
         if key not in self.entries:
@@ -502,6 +510,14 @@ class _InputCache:
             if transient:
                 self.transient.add(key)
         return self.entries[key]
+
+    def _bytes(self, exclude: tuple) -> int:
+        """Bytes of the tensors cached for jobs other than `exclude`."""
+        total = 0
+        for k, entry in self.entries.items():
+            if k[:-1] != exclude:
+                total += _tensor_bytes(entry)
+        return total
 
     def prepared(self, key: tuple) -> bool:
         """The seed's inputs drawn and its reference computed."""
@@ -512,6 +528,16 @@ class _InputCache:
         self.jobs.clear()
         self.entries.clear()
         self.transient.clear()
+
+
+def _tensor_bytes(value) -> int:
+    """Bytes of the tensors in value (nested dicts, lists and tuples)."""
+    if isinstance(value, dict):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    nbytes = getattr(value, "nbytes", None)
+    return int(nbytes) if isinstance(nbytes, int) else 0
 
 
 class _SetUp:
@@ -538,6 +564,23 @@ class _SetUp:
         self._thread.join()
         if self.error is not None and reraise:
             raise self.error
+
+
+TRIM_BYTES = 1 << 30  # _trim_cached_gpu_memory's threshold
+
+
+def _trim_cached_gpu_memory() -> None:
+    """After an evaluation: when the allocator keeps more than TRIM_BYTES of
+    freed blocks (a KernelBench-sized job leaves tens of GiB), give them back,
+    so that a worker of the same GPU checking another job can have them. The
+    inputs this worker caches stay allocated."""
+    try:
+        import torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > TRIM_BYTES:
+                torch.cuda.empty_cache()
+    except Exception:  # pragma: no cover
+        pass
 
 
 def _release_cached_gpu_memory() -> None:
