@@ -49,7 +49,10 @@ def cumsum_chunked_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr,
     if PROD:
         carry = tl.full([BLOCK_M], 1.0, tl.float32)
     else:
-        carry = tl.zeros([BLOCK_M], tl.float32)
+        # [BLOCK_M, 1], the chunk sums kept 2-D: `carry + tl.sum(x, axis=1)` on a
+        # 1-D carry fails Triton 3.6's TritonGPUOptimizeThreadLocality pass on
+        # real targets (the interpreter never runs it).
+        carry2 = tl.zeros([BLOCK_M, 1], tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = row_mask[:, None] & (cols < n_cols)[None, :]
@@ -61,9 +64,9 @@ def cumsum_chunked_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr,
                                     -float("inf")), axis=1)
         else:
             x = tl.load(x_ptr + base + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            y = tl.cumsum(x, axis=1) + carry[:, None]
+            y = tl.cumsum(x, axis=1) + carry2
             tl.store(out_ptr + base + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
-            carry = carry + tl.sum(x, axis=1)
+            carry2 = carry2 + tl.sum(x, axis=1, keep_dims=True)
 
 
 def _check(op):
