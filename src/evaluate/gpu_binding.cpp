@@ -180,6 +180,7 @@ GpuBinding bind_gpu(const NodeGpus& gpus, int index, int users_on_node, const st
   if (users_on_node > n)
     b.note = std::to_string(users_on_node) + " evaluating ranks on this node share " + std::to_string(n) +
              " GPU(s); start one rank per GPU (plus rank 0)";
+  b.env[kGpuSharersEnv] = std::to_string(std::max(1, (users_on_node + n - 1) / n));
   if (gpus.vendor == "amd") {
     b.env["ROCR_VISIBLE_DEVICES"] = b.gpu;
     b.env["HIP_VISIBLE_DEVICES"] = "0";

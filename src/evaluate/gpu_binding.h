@@ -33,6 +33,10 @@ NodeGpus detect_node_gpus();
 // SLURM_LOCALID, MPI_LOCALRANKID, PMI_LOCAL_RANK); nullopt when none is set.
 std::optional<int> launcher_local_rank();
 
+// Set in each evaluator's environment: how many evaluators share its GPU.
+// The evaluator bounds the inputs it caches to its share of the GPU's memory.
+inline constexpr const char* kGpuSharersEnv = "KILN_GPU_SHARERS";
+
 struct GpuBinding {
   std::string gpu;                                // the id assigned, "" = CPU slots
   std::map<std::string, std::string> env;         // for the evaluators
@@ -46,7 +50,9 @@ struct GpuBinding {
 NodeGpus select_gpus(const NodeGpus& node, const std::string& spec);
 
 // `index`: this rank's position among the node's GPU-using ranks. `device`:
-// auto | cpu | gpu (the --device option); cpu never binds.
+// auto | cpu | gpu (the --device option); cpu never binds. The env carries
+// kGpuSharersEnv: ceil(users_on_node / GPUs) (a caller that knows the exact
+// count per GPU, like `kiln run`'s slots, overwrites it).
 GpuBinding bind_gpu(const NodeGpus& gpus, int index, int users_on_node, const std::string& device);
 
 }  // namespace kiln

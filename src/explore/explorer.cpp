@@ -205,6 +205,13 @@ class Explorer {
         po.slot_env.push_back(bind_gpu(opts_.gpus, static_cast<int>(slot_gpu_[static_cast<size_t>(i)]),
                                        static_cast<int>(ids.size()), opts_.device).env);
       }
+      // How many workers share each one's GPU: a worker bounds the inputs it
+      // caches to its share of the GPU's memory (the Python evaluator).
+      for (int i = 0; i < n; ++i) {
+        const auto g = slot_gpu_[static_cast<size_t>(i)];
+        const auto sharers = std::count(slot_gpu_.begin(), slot_gpu_.end(), g);
+        po.slot_env[static_cast<size_t>(i)][kGpuSharersEnv] = std::to_string(sharers);
+      }
       if (ids.size() > 1)
         out_ << stamp() << n << " workers over " << ids.size() << " GPUs (" << opts_.gpus.source << ")"
              << std::endl;

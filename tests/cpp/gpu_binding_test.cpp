@@ -17,6 +17,10 @@ TEST(GpuBinding, RanksTakeTheNodesGpusInOrder) {
   GpuBinding shared = bind_gpu(g, 5, 6, "auto");
   EXPECT_EQ(shared.gpu, "1");
   EXPECT_NE(shared.note.find("share"), std::string::npos);
+  // How many evaluators share a GPU: the evaluator sizes its input cache by it.
+  EXPECT_EQ(bind_gpu(g, 3, 4, "auto").env.at(kGpuSharersEnv), "1");
+  EXPECT_EQ(shared.env.at(kGpuSharersEnv), "2");
+  EXPECT_EQ(bind_gpu(g, 0, 9, "auto").env.at(kGpuSharersEnv), "3");
   EXPECT_TRUE(bind_gpu(g, 0, 4, "cpu").env.empty());
   NodeGpus amd{"amd", {"4", "5"}, "test"};
   GpuBinding b = bind_gpu(amd, 1, 2, "auto");

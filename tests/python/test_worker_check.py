@@ -475,3 +475,49 @@ def test_input_cache_keeps_another_job_only_while_small(monkeypatch):
     c.get(big, draw(5000))
     assert drawn[-1] == 5000 and drawn.count(5000) == 2
     assert c.prepared(big) and c.prepared(small_a), "a small other job is kept beside a big one"
+
+
+def test_input_cache_budget_keeps_the_seeds_that_fit(monkeypatch):
+    """Under a byte budget (a GPU worker's share of the GPU's memory) a job
+    whose seeds do not all fit keeps the ones that do: drawing one more seed
+    first drops the job's others, which are drawn again when needed, and the
+    job is marked tight (no set-up ahead of the check). Without a budget (the
+    CPU) every seed stays."""
+    from kiln_worker.evaluation import evaluate as ev
+    monkeypatch.setattr(ev, "_release_cached_gpu_memory", lambda: None)
+    drawn = []
+
+    def draw(seed):
+        def f():
+            drawn.append(seed)
+            return {"inputs": {"x": torch.zeros(400, dtype=torch.uint8)}, "ref": torch.zeros(100, dtype=torch.uint8)}
+        return f
+
+    job = ("softmax", "[4096, 393216]", "fp32", "{}", "cuda")
+    c = ev._InputCache(budget_bytes=1200)
+    for seed in (0, 1):
+        c.get(job + (seed,), draw(seed))
+    assert drawn == [0, 1] and not c.tight(job + (0,))       # 1000 bytes: two seeds fit
+    c.get(job + (2,), draw(2))                                 # a third would not: 0 and 1 go
+    assert not c.prepared(job + (0,)) and not c.prepared(job + (1,)) and c.prepared(job + (2,))
+    assert c.tight(job + (0,))
+    c.get(job + (0,), draw(0))
+    assert drawn == [0, 1, 2, 0]
+    unbounded = ev._InputCache()
+    for seed in range(5):
+        unbounded.get(job + (seed,), draw(seed))
+    assert all(unbounded.prepared(job + (s,)) for s in range(5)) and not unbounded.tight(job + (0,))
+
+
+def test_input_budget_is_half_the_workers_share(monkeypatch):
+    from types import SimpleNamespace
+    from kiln_worker.evaluation import evaluate as ev
+    assert ev._input_budget(SimpleNamespace(is_gpu=False)) is None
+    props = SimpleNamespace(total_memory=140 << 30)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props)
+    gpu = SimpleNamespace(is_gpu=True, torch_device="cuda:0")
+    monkeypatch.setenv(ev.SHARERS_ENV, "4")
+    assert ev._input_budget(gpu) == (140 << 30) // 4 // 2
+    for bad in ("0", "x", ""):
+        monkeypatch.setenv(ev.SHARERS_ENV, bad)
+        assert ev._input_budget(gpu) == (140 << 30) // 2

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from typing import Any
 
@@ -100,7 +101,7 @@ class Evaluation:
         self.compiler = CompileClient() if self.interpreting and not dev.error else None
         if self.compiler is not None:
             self.compiler.start()  # imports torch/triton while the worker waits for requests
-        self.inputs = _InputCache()
+        self.inputs = _InputCache(_input_budget(dev))
         # package_info's verification data by (kernel instance, seed, tensors): the
         # shortlist's variants of one kernel share one (package_info.verify_for)
         self.verify_cache: dict = {}
@@ -370,7 +371,8 @@ class Evaluation:
         except Exception:  # noqa: BLE001
             return None
         dev = self.dev.torch_device
-        if all(self.inputs.prepared(_input_key(op, shape, dtype, params, dev, seed)) for seed in seeds):
+        keys = [_input_key(op, shape, dtype, params, dev, seed) for seed in seeds]
+        if all(self.inputs.prepared(k) for k in keys) or self.inputs.tight(keys[0]):
             return None
 
         def prepare():
@@ -479,10 +481,17 @@ class _InputCache:
     # one GPU.
     OTHER_JOBS_BYTES = 1 << 30
 
-    def __init__(self):
+    def __init__(self, budget_bytes: int | None = None):
         self.jobs: list[tuple] = []
         self.entries: dict[tuple, dict] = {}
         self.transient: set[tuple] = set()  # keys of candidates' own seeds
+        # At most this much cached for the current job (None: no bound): when
+        # one more seed would pass it, the job's other seeds are dropped first
+        # and drawn again when needed (slower, but a job whose seeds do not
+        # fit beside the other workers' still runs). Jobs that hit the bound
+        # are `tight` (no set-up ahead of the check: it would only thrash).
+        self.budget_bytes = budget_bytes
+        self.tight_jobs: set[tuple] = set()
 
     def get(self, key: tuple, draw, transient: bool = False) -> dict:
         """The entry of key, drawn when missing. A transient entry (a
@@ -506,10 +515,28 @@ class _InputCache:
         if evicted:
             _release_cached_gpu_memory()
         if key not in self.entries:
+            self._make_room(job, key)
             self.entries[key] = draw()  # an out-of-memory error: Evaluation._attempt's
             if transient:
                 self.transient.add(key)
         return self.entries[key]
+
+    def _make_room(self, job: tuple, key: tuple) -> None:
+        if self.budget_bytes is None:
+            return
+        mine = [k for k in self.entries if k[:-1] == job and k != key]
+        held = sum(_tensor_bytes(self.entries[k]) for k in mine)
+        if not mine or held + held // len(mine) <= self.budget_bytes:
+            return
+        for k in mine:
+            del self.entries[k]
+            self.transient.discard(k)
+        self.tight_jobs.add(job)
+        _release_cached_gpu_memory()
+
+    def tight(self, key: tuple) -> bool:
+        """The job of key (a seed's key) did not fit its seeds in the budget."""
+        return key[:-1] in self.tight_jobs
 
     def _bytes(self, exclude: tuple) -> int:
         """Bytes of the tensors cached for jobs other than `exclude`."""
@@ -567,6 +594,23 @@ class _SetUp:
 
 
 TRIM_BYTES = 1 << 30  # _trim_cached_gpu_memory's threshold
+SHARERS_ENV = "KILN_GPU_SHARERS"  # how many workers share this worker's GPU (the engine sets it)
+
+
+def _input_budget(dev) -> int | None:
+    """_InputCache's bound on a GPU: half of this worker's share of the GPU's
+    memory (the rest for a candidate's copies, outputs and the checks'
+    temporaries). None on the CPU."""
+    if not getattr(dev, "is_gpu", False):
+        return None
+    try:
+        import torch
+        total = torch.cuda.get_device_properties(dev.torch_device).total_memory
+    except Exception:  # noqa: BLE001 - no bound rather than no worker
+        return None
+    raw = os.environ.get(SHARERS_ENV, "1")
+    sharers = int(raw) if raw.isdigit() and int(raw) > 0 else 1
+    return int(total // sharers // 2)
 
 
 def _trim_cached_gpu_memory() -> None:
