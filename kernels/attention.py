@@ -80,7 +80,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common
 from . import attention_tiles
 from .attention_tiles import tile_order
 
@@ -218,10 +218,7 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
 # ---------------------------------------------------------------------------
 
 def _check(op, dtype=None):
-    if op not in OPERATORS:
-        raise ValueError(f"attention: unknown operator {op!r}")
-    if dtype is not None and dtype not in ("fp16", "bf16"):
-        raise ValueError(f"attention: dtype must be fp16 or bf16, not {dtype!r}")
+    checks.operator("attention", OPERATORS, op, dtype, checks.HALF)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

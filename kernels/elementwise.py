@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common
 
 OPERATORS = ("add", "bias_gelu")
 
@@ -65,15 +65,11 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, M, N,
 # ---------------------------------------------------------------------------
 
 def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"elementwise: unknown operator {op!r}")
+    checks.operator("elementwise", OPERATORS, op)
 
 
 def _approx_tanh(params) -> bool:
-    approx = (params or {}).get("approximate", "none")
-    if approx not in ("none", "tanh"):
-        raise ValueError(f"bias_gelu: approximate must be 'none' or 'tanh', not {approx!r}")
-    return approx == "tanh"
+    return checks.choice("bias_gelu", params, "approximate", "none", ("none", "tanh")) == "tanh"
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

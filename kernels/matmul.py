@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common
 
 OPERATORS = ("matmul",)
 
@@ -136,10 +136,7 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 # ---------------------------------------------------------------------------
 
 def _check(op, dtype=None):
-    if op not in OPERATORS:
-        raise ValueError(f"matmul: unknown operator {op!r}")
-    if dtype is not None and dtype not in ("fp16", "bf16"):
-        raise ValueError(f"matmul: dtype must be fp16 or bf16, not {dtype!r}")
+    checks.operator("matmul", OPERATORS, op, dtype, checks.HALF)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

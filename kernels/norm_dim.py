@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common, dim_tiles
+from . import checks, common, dim_tiles
 
 OPERATORS = ("norm_dim",)
 KINDS = ("rms", "l2", "l1mean")
@@ -56,15 +56,11 @@ def norm_dim_kernel(x_ptr, out_ptr, n_red, n_inner, eps, KIND: tl.constexpr,
 
 
 def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"norm_dim: unknown operator {op!r}")
+    checks.operator("norm_dim", OPERATORS, op)
 
 
 def _kind(params) -> str:
-    k = (params or {}).get("kind", "rms")
-    if k not in KINDS:
-        raise ValueError(f"norm_dim: kind must be one of {', '.join(KINDS)}, got {k!r}")
-    return k
+    return checks.choice("norm_dim", params, "kind", "rms", KINDS)
 
 
 def _eps(params) -> float:

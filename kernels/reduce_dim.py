@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common, dim_tiles
+from . import checks, common, dim_tiles
 
 OPERATORS = ("reduce_dim",)
 KINDS = ("sum", "mean", "amax", "amin", "argmax", "argmin")
@@ -77,15 +77,11 @@ def reduce_dim_kernel(x_ptr, out_ptr, n_outer, n_red, n_inner, KIND: tl.constexp
 
 
 def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"reduce_dim: unknown operator {op!r}")
+    checks.operator("reduce_dim", OPERATORS, op)
 
 
 def _kind(params) -> str:
-    k = (params or {}).get("kind", "sum")
-    if k not in KINDS:
-        raise ValueError(f"reduce_dim: kind must be one of {', '.join(KINDS)}, got {k!r}")
-    return k
+    return checks.choice("reduce_dim", params, "kind", "sum", KINDS)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
