@@ -135,8 +135,7 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op, dtype=None):
-    checks.operator("matmul", OPERATORS, op, dtype, checks.HALF)
+_check = checks.operators("matmul", OPERATORS, checks.HALF)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

@@ -55,12 +55,8 @@ def norm_dim_kernel(x_ptr, out_ptr, n_red, n_inner, eps, KIND: tl.constexpr,
         tl.store(out_ptr + offs, (x * s[None, :]).to(out_ptr.dtype.element_ty), mask=m)
 
 
-def _check(op):
-    checks.operator("norm_dim", OPERATORS, op)
-
-
-def _kind(params) -> str:
-    return checks.choice("norm_dim", params, "kind", "rms", KINDS)
+_check = checks.operators("norm_dim", OPERATORS)
+_kind = checks.choice("norm_dim", "kind", "rms", KINDS)
 
 
 def _eps(params) -> float:

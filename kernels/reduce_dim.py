@@ -76,12 +76,8 @@ def reduce_dim_kernel(x_ptr, out_ptr, n_outer, n_red, n_inner, KIND: tl.constexp
         tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=imask)
 
 
-def _check(op):
-    checks.operator("reduce_dim", OPERATORS, op)
-
-
-def _kind(params) -> str:
-    return checks.choice("reduce_dim", params, "kind", "sum", KINDS)
+_check = checks.operators("reduce_dim", OPERATORS)
+_kind = checks.choice("reduce_dim", "kind", "sum", KINDS)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

@@ -9,7 +9,7 @@ config's BLOCK_N), and reduce.py (one kernel).
 * the host side of a one-pass / looped pair: `kernel` (which of the two a
   config runs), `options` (common.row_options with the pair's knobs),
   `launch` and `spec` (a launch, and the compile_spec dict, of the pair for a
-  config), `args` (compile_spec's argument list) and `x_inputs`.
+  config), `args` (compile_spec's argument list) and `inputs`.
 
 The config knobs themselves (`programs`, `stream`, `l2hint`), the config space
 and the config model's hints are common.py's (row_options, norm_row_space,
@@ -96,10 +96,16 @@ def args(dtype: str, shape, tensors, *scalars) -> list:
     ((name, type, value) each)."""
     rows, cols = shape
     ptr, eb = common.pointer_type(dtype), common.element_bytes(dtype)
-    return [(name, ptr, n * eb) for name, n in tensors] + [("n_rows", "i32", rows), ("n_cols", "i32", cols),
-                                                          *scalars]
+    sizes = [("n_rows", "i32", rows), ("n_cols", "i32", cols)]
+    return [(name, ptr, n * eb) for name, n in tensors] + sizes + list(scalars)
 
 
-def x_inputs(shape, dtype: str, seed: int, device) -> dict:
-    """{"x": a seeded normal [rows, cols] tensor} (common.randn)."""
-    return {"x": common.randn(list(shape), dtype, seed, device)}
+def inputs(shape, dtype: str, seed: int, device, vectors=()) -> dict:
+    """{"x": a normal [rows, cols] tensor} and a normal [cols] tensor per name
+    in `vectors` (a norm's weight, bias), drawn in that order from one
+    generator seeded with `seed` (common.randn)."""
+    g = common.generator(seed, device)
+    out = {"x": common.randn(list(shape), dtype, seed, device, generator=g)}
+    for name in vectors:
+        out[name] = common.randn([shape[-1]], dtype, seed, device, generator=g)
+    return out

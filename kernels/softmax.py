@@ -99,15 +99,12 @@ def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr,
 # ---------------------------------------------------------------------------
 
 _KERNELS = (softmax_kernel, softmax_online_kernel)
-
-
-def _check(op):
-    checks.operator("softmax", OPERATORS, op)
+_check = checks.operators("softmax", OPERATORS)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    return rowwise.x_inputs(shape, dtype, seed, device)
+    return rowwise.inputs(shape, dtype, seed, device)
 
 
 def reference(op, inputs, params):
@@ -131,6 +128,11 @@ def config_space(op, shape, dtype, params, target):
     persistent software-pipelined grid; not yet measured on a GPU). At most
     MAX_CONFIGS configs before the AMD knobs."""
     _check(op)
+    return row_space(shape, dtype, target)
+
+
+def row_space(shape, dtype, target):
+    """config_space's configs (softmax_variants.py's too)."""
     # At most 64 fp32 values per thread, so the tile stays in registers.
     return common.norm_row_space(shape, dtype, target, _PREFERRED, [512, 1024, 2048, 4096, 8192], 64,
                                  MAX_ONE_PASS, MAX_CONFIGS)

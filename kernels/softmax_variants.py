@@ -22,12 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import checks, common, rowwise
+from . import checks, common, rowwise, softmax
 
 OPERATORS = ("scaled_softmax", "log_softmax")
-MAX_ONE_PASS = 32768
-MAX_CONFIGS = 48
-_PREFERRED = [(1, 4), (1, 8), (1, 16), (2, 8)]
 
 
 @common.jit_helper
@@ -94,10 +91,7 @@ def scaled_softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, scale, BLOCK_M:
 
 
 _KERNELS = (scaled_softmax_kernel, scaled_softmax_online_kernel)
-
-
-def _check(op):
-    checks.operator("softmax_variants", OPERATORS, op)
+_check = checks.operators("softmax_variants", OPERATORS)
 
 
 def _scale(params) -> float:
@@ -106,7 +100,7 @@ def _scale(params) -> float:
 
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    return rowwise.x_inputs(shape, dtype, seed, device)
+    return rowwise.inputs(shape, dtype, seed, device)
 
 
 def reference(op, inputs, params):
@@ -121,11 +115,10 @@ def output_like(op, inputs, params):
 
 
 def config_space(op, shape, dtype, params, target):
-    """softmax.py's space (common.norm_row_space): one-pass tiles with the row
+    """softmax.py's space (softmax.row_space): one-pass tiles with the row
     knobs first, then looped ones; the AMD knobs on hip targets."""
     _check(op)
-    return common.norm_row_space(shape, dtype, target, _PREFERRED, [512, 1024, 2048, 4096, 8192], 64,
-                                 MAX_ONE_PASS, MAX_CONFIGS)
+    return softmax.row_space(shape, dtype, target)
 
 
 def launch(op, inputs, out, config, params):
