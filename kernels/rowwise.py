@@ -4,8 +4,9 @@ tensor, and a looped kernel walking a row in BLOCK_N chunks, picked by the
 config's BLOCK_N), and reduce.py (one kernel).
 
 * @jit helpers for the kernels: `row_block` (a block's rows, their mask, the
-  rows to read), `looped_rows` (a looped kernel's row pointers) and `online_softmax_step` (the running max and sum of online
-  softmax);
+  rows to read), `looped_rows` (a looped kernel's row pointers),
+  `online_softmax_start` and `online_softmax_step` (the running max and sum
+  of online softmax);
 * the host side of a one-pass / looped pair: `kernel` (which of the two a
   config runs), `options` (common.row_options with the pair's knobs),
   `launch` and `spec` (a launch, and the compile_spec dict, of the pair for a
@@ -43,6 +44,15 @@ def looped_rows(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr):
     x_row = x_ptr + rows_in[:, None] * n_cols
     out_row = out_ptr + rows.to(tl.int64)[:, None] * n_cols
     return x_row, out_row, row_mask
+
+
+@common.jit_helper
+def online_softmax_start(BLOCK_M: tl.constexpr):
+    """Online softmax's state before the first chunk: per row, the running
+    max m = -inf and the running sum l = 0 (fp32)."""
+    m = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    return m, l
 
 
 @common.jit_helper

@@ -74,8 +74,7 @@ def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr,
     x_row, out_row, row_mask = rowwise.looped_rows(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M)
 
     # Pass 1: running max m and running sum l of exp(x - m).
-    m = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
+    m, l = rowwise.online_softmax_start(BLOCK_M)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :],

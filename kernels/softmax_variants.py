@@ -66,8 +66,7 @@ def scaled_softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, scale, BLOCK_M:
                                  BLOCK_N: tl.constexpr, LOG: tl.constexpr,
                                  FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
     x_row, out_row, row_mask = rowwise.looped_rows(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M)
-    m = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
+    m, l = rowwise.online_softmax_start(BLOCK_M)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cm = cols < n_cols
