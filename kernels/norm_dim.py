@@ -97,22 +97,19 @@ def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
     outer, red, inner = x.shape
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    grid = dim_tiles.grid(x.shape, config)
-    norm_dim_kernel[grid](x, out, red, inner, _eps(params), KIND=KINDS.index(_kind(params)), **consts, **opts)
+    dim_tiles.launch(norm_dim_kernel, config, x.shape, out, x, out, red, inner, _eps(params),
+                     KIND=KINDS.index(_kind(params)))
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     outer, red, inner = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
-    consts["KIND"] = KINDS.index(_kind(params))
     ptr = common.pointer_type(dtype)
     size = common.numel(shape) * common.element_bytes(dtype)
     args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_red", "i32", red), ("n_inner", "i32", inner),
             ("eps", "fp32", _eps(params))]
-    return common.spec(norm_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
+    return dim_tiles.spec(norm_dim_kernel, config, shape, args, target, KIND=KINDS.index(_kind(params)))
 
 
 def traffic(op, shape, dtype, params):

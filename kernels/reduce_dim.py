@@ -112,25 +112,20 @@ def config_space(op, shape, dtype, params, target):
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    outer, red, inner = x.shape
-    grid = dim_tiles.grid(x.shape, config)
-    reduce_dim_kernel[grid](x, out, outer, red, inner, KIND=_CODE[_kind(params)], **consts, **opts)
+    dim_tiles.launch(reduce_dim_kernel, config, x.shape, out, x, out, *x.shape, KIND=_CODE[_kind(params)])
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     outer, red, inner = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
-    consts["KIND"] = _CODE[_kind(params)]
     ptr = common.pointer_type(dtype)
     arg = _kind(params).startswith("arg")
     out_bytes = outer * inner * (8 if arg else common.element_bytes(dtype))
     args = [("x_ptr", ptr, outer * red * inner * common.element_bytes(dtype)),
             ("out_ptr", "*i64" if arg else ptr, out_bytes),
             ("n_outer", "i32", outer), ("n_red", "i32", red), ("n_inner", "i32", inner)]
-    return common.spec(reduce_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
+    return dim_tiles.spec(reduce_dim_kernel, config, shape, args, target, KIND=_CODE[_kind(params)])
 
 
 def traffic(op, shape, dtype, params):
