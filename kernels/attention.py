@@ -90,6 +90,22 @@ LOG2E = 1.4426950408889634
 
 
 @common.jit_helper
+def _load_block(desc, ptrs, bh, start_n, cols, S, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                STAGE: tl.constexpr, TMA: tl.constexpr):
+    """The [BLOCK_N, HEAD_DIM] key (or value) block at start_n: with TMA the
+    [1, BLOCK_N, D] box of head bh through its descriptor (rows past S come
+    back as zeros), else through the pointers, masked past S in the stages
+    that hold a partial block (2 and 4)."""
+    if TMA:
+        block = desc.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
+    elif STAGE == 1 or STAGE == 3:
+        block = tl.load(ptrs)
+    else:
+        block = tl.load(ptrs, mask=(cols < S)[:, None], other=0.0)
+    return block
+
+
+@common.jit_helper
 def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, qk_scale, S,
                 offs_m, offs_n, offs_d,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STAGE: tl.constexpr,
@@ -110,13 +126,7 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, q
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        if TMA:
-            # [1, BLOCK_N, D] box of head bh: keys past S come back as zeros
-            k = desc_k.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
-        elif STAGE == 1 or STAGE == 3:
-            k = tl.load(k_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=(cols < S)[:, None], other=0.0)
+        k = _load_block(desc_k, k_ptrs, bh, start_n, cols, S, BLOCK_N, HEAD_DIM, STAGE, TMA)
         qk = tl.dot(q, tl.trans(k))
         if STAGE == 2:
             mask = offs_m[:, None] >= cols[None, :]
@@ -135,12 +145,7 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, q
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + l_ij
         acc = acc * alpha[:, None]
-        if TMA:
-            v = desc_v.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
-        elif STAGE == 1 or STAGE == 3:
-            v = tl.load(v_ptrs)
-        else:
-            v = tl.load(v_ptrs, mask=(cols < S)[:, None], other=0.0)
+        v = _load_block(desc_v, v_ptrs, bh, start_n, cols, S, BLOCK_N, HEAD_DIM, STAGE, TMA)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_ij
         k_ptrs += BLOCK_N * HEAD_DIM
