@@ -28,9 +28,7 @@ KINDS = ("rms", "l2", "l1mean")
 @triton.jit
 def norm_dim_kernel(x_ptr, out_ptr, n_red, n_inner, eps, KIND: tl.constexpr,
                     BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
-    o = tl.program_id(0).to(tl.int64)
-    inner = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
-    imask = inner < n_inner
+    o, inner, imask = dim_tiles.program_tile(n_inner, BLOCK_I)
     base = o * n_red * n_inner
     acc = tl.zeros([BLOCK_I], tl.float32)
     for start in range(0, n_red, BLOCK_R):
@@ -83,14 +81,18 @@ def output_like(op, inputs, params):
     return torch.empty_like(inputs["x"])
 
 
+# config_space's axes (dim_tiles.config_space), the likely-best first.
+_SPACE = dict(last_dim_blocks=(1024, 4096, 512), inner_blocks=(64, 128, 32, 16), red_blocks=(16, 32, 8, 64),
+             warps=(4, 8, 2, 1), max_per_thread=32)
+
+
 def config_space(op, shape, dtype, params, target):
     """inner 1 (a last-dim statistic): BLOCK_I 1, BLOCK_R 512..4096; else
     BLOCK_I 16..128 with BLOCK_R 8..64; the warp counts giving each thread
     1..32 values; the AMD knobs on hip targets."""
     _check(op)
     _kind(params)
-    return dim_tiles.config_space(shape, target, last_dim_blocks=(1024, 4096, 512), inner_blocks=(64, 128, 32, 16),
-                                  red_blocks=(16, 32, 8, 64), warps=(4, 8, 2, 1), max_per_thread=32)
+    return dim_tiles.config_space(shape, target, **_SPACE)
 
 
 def launch(op, inputs, out, config, params):

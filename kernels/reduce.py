@@ -90,9 +90,11 @@ def _reduce_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOC
 @triton.jit
 def row_reduce_kernel(x_ptr, out_ptr, n_rows, n_cols,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OP: tl.constexpr, EVEN_N: tl.constexpr,
-                      ONE_PASS: tl.constexpr, PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
-                      LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
-    # STORE_CACHE is unused: the output (one value per row) is too small to matter.
+                      ONE_PASS: tl.constexpr,
+                      # the row knobs (common.row_options); STORE_CACHE is unused: the
+                      # output (one value per row) is too small to matter
+                      PERSISTENT: tl.constexpr, STAGES: tl.constexpr, LOAD_POLICY: tl.constexpr,
+                      STORE_CACHE: tl.constexpr):
     if PERSISTENT:
         # grid < row blocks (ONE_PASS only): walk them with a stride, the next
         # block's load software-pipelined STAGES deep.

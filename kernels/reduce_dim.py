@@ -32,10 +32,7 @@ _TORCH = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torc
 @triton.jit
 def reduce_dim_kernel(x_ptr, out_ptr, n_outer, n_red, n_inner, KIND: tl.constexpr,
                       BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
-    o = tl.program_id(0).to(tl.int64)
-    ib = tl.program_id(1)
-    inner = ib * BLOCK_I + tl.arange(0, BLOCK_I)
-    imask = inner < n_inner
+    o, inner, imask = dim_tiles.program_tile(n_inner, BLOCK_I)
     base = x_ptr + o * n_red * n_inner
     # KIND: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin
     if KIND <= 1:
@@ -100,13 +97,17 @@ def output_like(op, inputs, params):
     return torch.empty((x.shape[0], x.shape[2]), dtype=dt, device=x.device)
 
 
+# config_space's axes (dim_tiles.config_space).
+_SPACE = dict(last_dim_blocks=(256, 1024, 4096), inner_blocks=(16, 32, 64, 128), red_blocks=(8, 16, 32, 64),
+             warps=(1, 2, 4, 8), max_per_thread=64)
+
+
 def config_space(op, shape, dtype, params, target):
     """BLOCK_I 1 when inner is 1 (a last-dim reduction: BLOCK_R 256..4096),
     else 16..128 inner columns with BLOCK_R 8..64; per tile the warp counts
     giving each thread 1..64 values; the AMD knobs on hip targets."""
     _check(op)
-    return dim_tiles.config_space(shape, target, last_dim_blocks=(256, 1024, 4096), inner_blocks=(16, 32, 64, 128),
-                                  red_blocks=(8, 16, 32, 64), warps=(1, 2, 4, 8), max_per_thread=64)
+    return dim_tiles.config_space(shape, target, **_SPACE)
 
 
 def launch(op, inputs, out, config, params):
