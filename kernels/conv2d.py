@@ -79,7 +79,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common, dot_tiles
+from . import checks, common, dot_tiles
 
 OPERATORS = ("conv2d",)
 
@@ -292,9 +292,7 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"conv2d: unknown operator {op!r}")
+_check = checks.operators("conv2d", OPERATORS)
 
 
 def _params(params):
