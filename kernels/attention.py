@@ -80,13 +80,29 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common
 from . import attention_tiles
 from .attention_tiles import tile_order
 
 OPERATORS = ("attention",)
 
 LOG2E = 1.4426950408889634
+
+
+@common.jit_helper
+def _load_block(desc, ptrs, bh, start_n, cols, S, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                STAGE: tl.constexpr, TMA: tl.constexpr):
+    """The [BLOCK_N, HEAD_DIM] key (or value) block at start_n: with TMA the
+    [1, BLOCK_N, D] box of head bh through its descriptor (rows past S come
+    back as zeros), else through the pointers, masked past S in the stages
+    that hold a partial block (2 and 4)."""
+    if TMA:
+        block = desc.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
+    elif STAGE == 1 or STAGE == 3:
+        block = tl.load(ptrs)
+    else:
+        block = tl.load(ptrs, mask=(cols < S)[:, None], other=0.0)
+    return block
 
 
 @common.jit_helper
@@ -110,13 +126,7 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, q
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         cols = start_n + offs_n
-        if TMA:
-            # [1, BLOCK_N, D] box of head bh: keys past S come back as zeros
-            k = desc_k.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
-        elif STAGE == 1 or STAGE == 3:
-            k = tl.load(k_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=(cols < S)[:, None], other=0.0)
+        k = _load_block(desc_k, k_ptrs, bh, start_n, cols, S, BLOCK_N, HEAD_DIM, STAGE, TMA)
         qk = tl.dot(q, tl.trans(k))
         if STAGE == 2:
             mask = offs_m[:, None] >= cols[None, :]
@@ -135,12 +145,7 @@ def _attn_inner(acc, l_i, m_i, q, k_base, v_base, desc_k, desc_v, bh, start_m, q
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + l_ij
         acc = acc * alpha[:, None]
-        if TMA:
-            v = desc_v.load([bh, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
-        elif STAGE == 1 or STAGE == 3:
-            v = tl.load(v_ptrs)
-        else:
-            v = tl.load(v_ptrs, mask=(cols < S)[:, None], other=0.0)
+        v = _load_block(desc_v, v_ptrs, bh, start_n, cols, S, BLOCK_N, HEAD_DIM, STAGE, TMA)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_ij
         k_ptrs += BLOCK_N * HEAD_DIM
@@ -217,11 +222,7 @@ def attention_fwd_kernel(q_ptr, k_ptr, v_ptr, out_ptr, BH, S, sm_scale,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op, dtype=None):
-    if op not in OPERATORS:
-        raise ValueError(f"attention: unknown operator {op!r}")
-    if dtype is not None and dtype not in ("fp16", "bf16"):
-        raise ValueError(f"attention: dtype must be fp16 or bf16, not {dtype!r}")
+_check = checks.operators("attention", OPERATORS, checks.HALF)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):

@@ -12,7 +12,8 @@ matrix-vector product.
 
 Each program computes a BLOCK_M x BLOCK_N tile of one batch's C (grid: tiles
 x batch), walking K in BLOCK_K steps with `tl.dot`, tiles ordered in GROUP_M
-super-rows as in matmul.py. fp32 inputs multiply in IEEE fp32 (`tl.dot(...,
+super-rows and K steps loaded by matmul.py's helpers (tile_coords,
+load_k_step). fp32 inputs multiply in IEEE fp32 (`tl.dot(...,
 input_precision="ieee")`), so results meet fp32 tolerances (no TF32); half
 inputs use the tensor cores as usual; accumulation is fp32 either way.
 AMD knobs: waves_per_eu; for half inputs also matrix_instr_nonkdim and kpack.
@@ -24,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common
+from . import matmul as _matmul
 
 OPERATORS = ("bmm",)
 
@@ -35,14 +37,7 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
     tile = tl.program_id(0)
     bat = tl.program_id(1).to(tl.int64)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = tile // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((tile % num_pid_in_group) % group_size_m)
-    pid_n = (tile % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _matmul.tile_coords(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     a_base = a_ptr + bat * M * K
     b_base = b_ptr + bat * K * N
@@ -59,13 +54,7 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         b_ptrs = b_base + offs_k[:, None] * N + offs_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_mask = offs_k < K - k
-            a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
+        a, b = _matmul.load_k_step(a_ptrs, b_ptrs, offs_k, k, K, EVEN_K)
         if IEEE:
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
@@ -84,9 +73,7 @@ def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"bmm: unknown operator {op!r}")
+_check = checks.operators("bmm", OPERATORS)
 
 
 def _flags(params):

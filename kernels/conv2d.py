@@ -79,7 +79,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common, dot_tiles
 
 OPERATORS = ("conv2d",)
 
@@ -292,9 +292,7 @@ def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, OC, OH, OW,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"conv2d: unknown operator {op!r}")
+_check = checks.operators("conv2d", OPERATORS)
 
 
 def _params(params):
@@ -386,7 +384,6 @@ def config_space(op, shape, dtype, params, target):
     OHW = OH * OW
     K = C * _params(params)[1] ** 2
     hip = common.is_hip(target)
-    limit = common.shared_limit(target)
 
     base = []
     for bm in _sizes(OHW, [64, 128, 256, 512]):
@@ -415,14 +412,7 @@ def config_space(op, shape, dtype, params, target):
     bm_rank = {128: 0, 256: 1, 64: 2}
     base.sort(key=lambda c: (c["BLOCK_N"] != best_bn, bm_rank.get(c["BLOCK_M"], 3), c["BLOCK_P"] == c["BLOCK_M"]))
 
-    def keep(c):
-        if shared_bytes(c, dtype, target) > limit:
-            return False
-        if c.get("matrix_instr_nonkdim") == 32 and min(c["BLOCK_M"], c["BLOCK_N"]) < 32:
-            return False
-        if c.get("kpack") == 2 and c["BLOCK_K"] < 64:
-            return False
-        return True
+    keep = dot_tiles.keep(shared_bytes, dtype, target)
 
     if not hip and K <= 32:
         # NVIDIA, all of K in one BLOCK_K = 32 step (the store-bound small-C case):

@@ -1,12 +1,26 @@
-"""The config space of the [outer, R, inner] reductions (norm_dim.py,
-reduce_dim.py): a program owns BLOCK_I inner positions of one outer index and
-walks R in BLOCK_R chunks: the grid is (outer, cdiv(inner, BLOCK_I), 1)."""
+"""What the [outer, R, inner] reductions (norm_dim.py, reduce_dim.py) share:
+a program owns BLOCK_I inner positions of one outer index and walks R in
+BLOCK_R chunks, so the grid is (outer, cdiv(inner, BLOCK_I), 1). The @jit
+helper `program_tile` (a program's outer index and inner positions), their
+config space (`config_space`), `grid`, and the launch / compile_spec of a
+kernel for a config (`launch`, `spec`)."""
 
 from __future__ import annotations
 
 import triton
+import triton.language as tl
 
 from . import common
+
+
+@common.jit_helper
+def program_tile(n_inner, BLOCK_I: tl.constexpr):
+    """The kernel's part of the grid: this program's outer index (int64), its
+    BLOCK_I inner positions and their mask (inner < n_inner)."""
+    o = tl.program_id(0).to(tl.int64)
+    inner = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
+    imask = inner < n_inner
+    return o, inner, imask
 
 
 def config_space(shape, target, last_dim_blocks, inner_blocks, red_blocks, warps, max_per_thread):
@@ -34,3 +48,18 @@ def config_space(shape, target, last_dim_blocks, inner_blocks, red_blocks, warps
 def grid(shape, config):
     outer, red, inner = shape
     return (outer, common.cdiv(inner, config["BLOCK_I"]), 1)
+
+
+def launch(kernel, config, shape, out, *args, **constexprs):
+    """Launch `kernel` for `config` over the input `shape` with the runtime
+    `args` (in the kernel's order) and the extra `constexprs`; `out` (a
+    tensor on the device) says the backend."""
+    opts, consts = common.runtime_options(config, common.device_backend(out))
+    kernel[grid(shape, config)](*args, **consts, **constexprs, **opts)
+
+
+def spec(kernel, config, shape, args, target: dict, **constexprs) -> dict:
+    """compile_spec of `kernel` for `config` over the input `shape`
+    (common.spec)."""
+    opts, consts = common.runtime_options(config, common.backend(target))
+    return common.spec(kernel, args, dict(consts, **constexprs), opts, grid(shape, config), target)

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common
 
 OPERATORS = ("add", "bias_gelu")
 
@@ -64,16 +64,8 @@ def bias_gelu_kernel(x_ptr, bias_ptr, out_ptr, M, N,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"elementwise: unknown operator {op!r}")
-
-
-def _approx_tanh(params) -> bool:
-    approx = (params or {}).get("approximate", "none")
-    if approx not in ("none", "tanh"):
-        raise ValueError(f"bias_gelu: approximate must be 'none' or 'tanh', not {approx!r}")
-    return approx == "tanh"
+_check = checks.operators("elementwise", OPERATORS)
+_approximate = checks.choice("bias_gelu", "approximate", "none", ("none", "tanh"))
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
@@ -91,7 +83,7 @@ def reference(op, inputs, params):
     _check(op)
     if op == "add":
         return inputs["x"] + inputs["y"]
-    approx = "tanh" if _approx_tanh(params) else "none"
+    approx = _approximate(params)
     return torch.nn.functional.gelu(inputs["x"] + inputs["bias"], approximate=approx)
 
 
@@ -145,7 +137,7 @@ def launch(op, inputs, out, config, params):
     else:
         M, N = x.shape
         bias_gelu_kernel[grid](x, inputs["bias"], out, M, N,
-                               APPROX_TANH=_approx_tanh(params), **consts, **opts)
+                               APPROX_TANH=_approximate(params) == "tanh", **consts, **opts)
     return out
 
 
@@ -163,7 +155,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     M, N = shape
     args = [("x_ptr", ptr, M * N * eb), ("bias_ptr", ptr, N * eb), ("out_ptr", ptr, M * N * eb),
             ("M", "i32", M), ("N", "i32", N)]
-    consts["APPROX_TANH"] = _approx_tanh(params)
+    consts["APPROX_TANH"] = _approximate(params) == "tanh"
     return common.spec(bias_gelu_kernel, args, consts, opts, grid, target)
 
 

@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common
 from . import matmul as _matmul
 
 OPERATORS = ("gemm_bias_act",)
@@ -102,11 +102,7 @@ def gemm_bias_act_persistent_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op, dtype=None):
-    if op not in OPERATORS:
-        raise ValueError(f"gemm_epilogue: unknown operator {op!r}")
-    if dtype is not None and dtype not in ("fp16", "bf16"):
-        raise ValueError(f"gemm_epilogue: dtype must be fp16 or bf16, not {dtype!r}")
+_check = checks.operators("gemm_epilogue", OPERATORS, checks.HALF)
 
 
 def _act(params) -> str:

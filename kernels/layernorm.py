@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common, rowwise
 
 OPERATORS = ("layernorm",)
 
@@ -120,35 +120,14 @@ def layernorm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"layernorm: unknown operator {op!r}")
-
-
-def _eps(params) -> float:
-    eps = float((params or {}).get("eps", 1e-5))
-    if eps < 0:
-        raise ValueError("layernorm: eps must be >= 0")
-    return eps
-
-
-def _kernel(n_cols, config):
-    return layernorm_kernel if config["BLOCK_N"] >= n_cols else layernorm_looped_kernel
-
-
-def _options(config, backend, shape):
-    rows, cols = shape
-    one_pass = config["BLOCK_N"] >= cols
-    return common.row_options(config, backend, rows, knobs=one_pass, two_pass=not one_pass)
+_KERNELS = (layernorm_kernel, layernorm_looped_kernel)
+_check = checks.operators("layernorm", OPERATORS)
+_eps = checks.eps("layernorm", 1e-5)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    rows, cols = shape
-    g = common.generator(seed, device)
-    return {"x": common.randn([rows, cols], dtype, seed, device, generator=g),
-            "weight": common.randn([cols], dtype, seed, device, generator=g),
-            "bias": common.randn([cols], dtype, seed, device, generator=g)}
+    return rowwise.inputs(shape, dtype, seed, device, vectors=("weight", "bias"))
 
 
 def reference(op, inputs, params):
@@ -181,23 +160,16 @@ def config_space(op, shape, dtype, params, target):
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
-    rows, cols = x.shape
-    opts, consts, grid = _options(config, common.device_backend(out), x.shape)
-    _kernel(cols, config)[grid](x, inputs["weight"], inputs["bias"], out, rows, cols, _eps(params),
-                                **consts, **opts)
+    rowwise.launch(_KERNELS, config, x.shape, out, x, inputs["weight"], inputs["bias"], out, *x.shape, _eps(params))
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     rows, cols = shape
-    opts, consts, grid = _options(config, common.backend(target), shape)
-    ptr = common.pointer_type(dtype)
-    eb = common.element_bytes(dtype)
-    args = [("x_ptr", ptr, rows * cols * eb), ("w_ptr", ptr, cols * eb), ("b_ptr", ptr, cols * eb),
-            ("out_ptr", ptr, rows * cols * eb),
-            ("n_rows", "i32", rows), ("n_cols", "i32", cols), ("eps", "fp32", _eps(params))]
-    return common.spec(_kernel(cols, config), args, consts, opts, grid, target)
+    args = rowwise.args(dtype, shape, [("x_ptr", rows * cols), ("w_ptr", cols), ("b_ptr", cols),
+                                       ("out_ptr", rows * cols)], ("eps", "fp32", _eps(params)))
+    return rowwise.spec(_KERNELS, config, shape, args, target)
 
 
 def traffic(op, shape, dtype, params):

@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common, dot_tiles
 
 OPERATORS = ("matmul",)
 
@@ -67,6 +67,21 @@ def tile_coords(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_
 
 
 @common.jit_helper
+def load_k_step(a_ptrs, b_ptrs, offs_k, k, K, EVEN_K: tl.constexpr):
+    """The A [BLOCK_M, BLOCK_K] and B [BLOCK_K, BLOCK_N] tiles at a_ptrs /
+    b_ptrs of the K step that starts at k: unmasked when EVEN_K (BLOCK_K
+    divides K), else zero past K (offs_k: tl.arange(0, BLOCK_K))."""
+    if EVEN_K:
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+    else:
+        k_mask = offs_k < K - k
+        a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
+    return a, b
+
+
+@common.jit_helper
 def tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """The fp32 BLOCK_M x BLOCK_N tile (pid_m, pid_n) of A @ B, A [M, K] and B
@@ -82,13 +97,7 @@ def tile_product(a_ptr, b_ptr, pid_m, pid_n, M, N, K, BLOCK_M: tl.constexpr, BLO
     b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * N + offs_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_mask = offs_k < K - k
-            a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
+        a, b = load_k_step(a_ptrs, b_ptrs, offs_k, k, K, EVEN_K)
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K * N
@@ -135,11 +144,7 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op, dtype=None):
-    if op not in OPERATORS:
-        raise ValueError(f"matmul: unknown operator {op!r}")
-    if dtype is not None and dtype not in ("fp16", "bf16"):
-        raise ValueError(f"matmul: dtype must be fp16 or bf16, not {dtype!r}")
+_check = checks.operators("matmul", OPERATORS, checks.HALF)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
@@ -327,7 +332,6 @@ def config_space(op, shape, dtype, params, target):
     _check(op, dtype)
     M, N, K = shape
     hip = common.is_hip(target)
-    limit = common.shared_limit(target)
 
     base = []
     for bm in _tile_sizes(M, [64, 128, 256]):
@@ -347,18 +351,7 @@ def config_space(op, shape, dtype, params, target):
                         base.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
                                      "num_warps": warps, "num_stages": stages})
 
-    def keep(c):
-        if shared_bytes(c, dtype, target) > limit:
-            return False
-        # a 32x32 MFMA needs at least 32 rows and columns per tile
-        if c.get("matrix_instr_nonkdim") == 32 and min(c["BLOCK_M"], c["BLOCK_N"]) < 32:
-            return False
-        # kpack=2 packs two K-steps into one MFMA operand: wants BLOCK_K >= 64
-        if c.get("kpack") == 2 and c["BLOCK_K"] < 64:
-            return False
-        return True
-
-    space = common.expand(base, common.amd_knobs(target, dot=True), keep)
+    space = common.expand(base, common.amd_knobs(target, dot=True), dot_tiles.keep(shared_bytes, dtype, target))
     if persistent_target(target):
         space = sm90_space(space, shape, dtype, target, group_m=8)
     return space

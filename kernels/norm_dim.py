@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common, dim_tiles
+from . import checks, common, dim_tiles
 
 OPERATORS = ("norm_dim",)
 KINDS = ("rms", "l2", "l1mean")
@@ -28,9 +28,7 @@ KINDS = ("rms", "l2", "l1mean")
 @triton.jit
 def norm_dim_kernel(x_ptr, out_ptr, n_red, n_inner, eps, KIND: tl.constexpr,
                     BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
-    o = tl.program_id(0).to(tl.int64)
-    inner = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)
-    imask = inner < n_inner
+    o, inner, imask = dim_tiles.program_tile(n_inner, BLOCK_I)
     base = o * n_red * n_inner
     acc = tl.zeros([BLOCK_I], tl.float32)
     for start in range(0, n_red, BLOCK_R):
@@ -55,16 +53,8 @@ def norm_dim_kernel(x_ptr, out_ptr, n_red, n_inner, eps, KIND: tl.constexpr,
         tl.store(out_ptr + offs, (x * s[None, :]).to(out_ptr.dtype.element_ty), mask=m)
 
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"norm_dim: unknown operator {op!r}")
-
-
-def _kind(params) -> str:
-    k = (params or {}).get("kind", "rms")
-    if k not in KINDS:
-        raise ValueError(f"norm_dim: kind must be one of {', '.join(KINDS)}, got {k!r}")
-    return k
+_check = checks.operators("norm_dim", OPERATORS)
+_kind = checks.choice("norm_dim", "kind", "rms", KINDS)
 
 
 def _eps(params) -> float:
@@ -91,36 +81,37 @@ def output_like(op, inputs, params):
     return torch.empty_like(inputs["x"])
 
 
+# config_space's axes (dim_tiles.config_space), the likely-best first.
+_SPACE = dict(last_dim_blocks=(1024, 4096, 512), inner_blocks=(64, 128, 32, 16), red_blocks=(16, 32, 8, 64),
+             warps=(4, 8, 2, 1), max_per_thread=32)
+
+
 def config_space(op, shape, dtype, params, target):
     """inner 1 (a last-dim statistic): BLOCK_I 1, BLOCK_R 512..4096; else
     BLOCK_I 16..128 with BLOCK_R 8..64; the warp counts giving each thread
     1..32 values; the AMD knobs on hip targets."""
     _check(op)
     _kind(params)
-    return dim_tiles.config_space(shape, target, last_dim_blocks=(1024, 4096, 512), inner_blocks=(64, 128, 32, 16),
-                                  red_blocks=(16, 32, 8, 64), warps=(4, 8, 2, 1), max_per_thread=32)
+    return dim_tiles.config_space(shape, target, **_SPACE)
 
 
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
     outer, red, inner = x.shape
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    grid = dim_tiles.grid(x.shape, config)
-    norm_dim_kernel[grid](x, out, red, inner, _eps(params), KIND=KINDS.index(_kind(params)), **consts, **opts)
+    dim_tiles.launch(norm_dim_kernel, config, x.shape, out, x, out, red, inner, _eps(params),
+                     KIND=KINDS.index(_kind(params)))
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     outer, red, inner = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
-    consts["KIND"] = KINDS.index(_kind(params))
     ptr = common.pointer_type(dtype)
     size = common.numel(shape) * common.element_bytes(dtype)
     args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_red", "i32", red), ("n_inner", "i32", inner),
             ("eps", "fp32", _eps(params))]
-    return common.spec(norm_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
+    return dim_tiles.spec(norm_dim_kernel, config, shape, args, target, KIND=KINDS.index(_kind(params)))
 
 
 def traffic(op, shape, dtype, params):

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common, rowwise
 
 OPERATORS = ("row_sum", "row_mean", "row_max")
 _OP_CODE = {"row_sum": 0, "row_mean": 1, "row_max": 2}
@@ -41,42 +41,38 @@ _PREFERRED = [(1, 8), (1, 16), (1, 4), (2, 16)]
 
 
 @common.jit_helper
+def _load_chunk(x_row, cols, n_cols, OP: tl.constexpr, EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr):
+    """Columns `cols` of the rows at x_row, in fp32; past n_cols (unless
+    EVEN_N) the reduction's identity: -inf for row_max, else 0."""
+    if EVEN_N:
+        x = tl.load(x_row + cols[None, :], eviction_policy=LOAD_POLICY)
+    elif OP == 2:
+        x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf"),
+                    eviction_policy=LOAD_POLICY)
+    else:
+        x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0, eviction_policy=LOAD_POLICY)
+    return x.to(tl.float32)
+
+
+@common.jit_helper
 def _reduce_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  OP: tl.constexpr, EVEN_N: tl.constexpr, ONE_PASS: tl.constexpr, LOAD_POLICY: tl.constexpr):
     """Row block `rb` (BLOCK_M rows): chunk loop, or a single load when ONE_PASS."""
-    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
     # Rows past the end re-read the last row (keeps the loads unmasked); not stored.
-    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    rows, row_mask, rows_in = rowwise.row_block(rb, n_rows, BLOCK_M)
     x_row = x_ptr + rows_in[:, None] * n_cols
 
     if ONE_PASS:
         # BLOCK_N >= cols: the row in registers, no loop (and nothing for a
         # software pipeline of a persistent row loop to mistake for its target)
-        cols = tl.arange(0, BLOCK_N)
-        if EVEN_N:
-            acc = tl.load(x_row + cols[None, :], eviction_policy=LOAD_POLICY).to(tl.float32)
-        elif OP == 2:
-            acc = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf"),
-                          eviction_policy=LOAD_POLICY).to(tl.float32)
-        else:
-            acc = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0,
-                          eviction_policy=LOAD_POLICY).to(tl.float32)
+        acc = _load_chunk(x_row, tl.arange(0, BLOCK_N), n_cols, OP, EVEN_N, LOAD_POLICY)
     else:
         if OP == 2:
             acc = tl.full([BLOCK_M, BLOCK_N], -float("inf"), tl.float32)
         else:
             acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
         for start in range(0, n_cols, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            if EVEN_N:
-                x = tl.load(x_row + cols[None, :], eviction_policy=LOAD_POLICY).to(tl.float32)
-            elif OP == 2:
-                x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=-float("inf"),
-                            eviction_policy=LOAD_POLICY).to(tl.float32)
-            else:
-                x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0,
-                            eviction_policy=LOAD_POLICY).to(tl.float32)
+            x = _load_chunk(x_row, start + tl.arange(0, BLOCK_N), n_cols, OP, EVEN_N, LOAD_POLICY)
             if OP == 2:
                 acc = tl.maximum(acc, x)
             else:
@@ -94,9 +90,11 @@ def _reduce_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOC
 @triton.jit
 def row_reduce_kernel(x_ptr, out_ptr, n_rows, n_cols,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, OP: tl.constexpr, EVEN_N: tl.constexpr,
-                      ONE_PASS: tl.constexpr, PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
-                      LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
-    # STORE_CACHE is unused: the output (one value per row) is too small to matter.
+                      ONE_PASS: tl.constexpr,
+                      # the row knobs (common.row_options); STORE_CACHE is unused: the
+                      # output (one value per row) is too small to matter
+                      PERSISTENT: tl.constexpr, STAGES: tl.constexpr, LOAD_POLICY: tl.constexpr,
+                      STORE_CACHE: tl.constexpr):
     if PERSISTENT:
         # grid < row blocks (ONE_PASS only): walk them with a stride, the next
         # block's load software-pipelined STAGES deep.
@@ -111,9 +109,7 @@ def row_reduce_kernel(x_ptr, out_ptr, n_rows, n_cols,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"reduce: unknown operator {op!r}")
+_check = checks.operators("reduce", OPERATORS)
 
 
 def out_dtype(op, dtype: str) -> str:
@@ -124,8 +120,7 @@ def out_dtype(op, dtype: str) -> str:
 
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    rows, cols = shape
-    return {"x": common.randn([rows, cols], dtype, seed, device)}
+    return rowwise.inputs(shape, dtype, seed, device)
 
 
 def reference(op, inputs, params):

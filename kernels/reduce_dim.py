@@ -19,20 +19,20 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common, dim_tiles
+from . import checks, common, dim_tiles
 
 OPERATORS = ("reduce_dim",)
 KINDS = ("sum", "mean", "amax", "amin", "argmax", "argmin")
 _CODE = {k: i for i, k in enumerate(KINDS)}
+# The reference: torch's reduction of each kind.
+_TORCH = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax, "amin": torch.amin,
+          "argmax": torch.argmax, "argmin": torch.argmin}
 
 
 @triton.jit
 def reduce_dim_kernel(x_ptr, out_ptr, n_outer, n_red, n_inner, KIND: tl.constexpr,
                       BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr):
-    o = tl.program_id(0).to(tl.int64)
-    ib = tl.program_id(1)
-    inner = ib * BLOCK_I + tl.arange(0, BLOCK_I)
-    imask = inner < n_inner
+    o, inner, imask = dim_tiles.program_tile(n_inner, BLOCK_I)
     base = x_ptr + o * n_red * n_inner
     # KIND: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin
     if KIND <= 1:
@@ -76,16 +76,8 @@ def reduce_dim_kernel(x_ptr, out_ptr, n_outer, n_red, n_inner, KIND: tl.constexp
         tl.store(out_ptr + out_offs, acc.to(out_ptr.dtype.element_ty), mask=imask)
 
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"reduce_dim: unknown operator {op!r}")
-
-
-def _kind(params) -> str:
-    k = (params or {}).get("kind", "sum")
-    if k not in KINDS:
-        raise ValueError(f"reduce_dim: kind must be one of {', '.join(KINDS)}, got {k!r}")
-    return k
+_check = checks.operators("reduce_dim", OPERATORS)
+_kind = checks.choice("reduce_dim", "kind", "sum", KINDS)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
@@ -95,18 +87,7 @@ def make_inputs(op, shape, dtype, params, seed, device):
 
 def reference(op, inputs, params):
     _check(op)
-    x, k = inputs["x"], _kind(params)
-    if k == "sum":
-        return x.sum(dim=1)
-    if k == "mean":
-        return x.mean(dim=1)
-    if k == "amax":
-        return x.amax(dim=1)
-    if k == "amin":
-        return x.amin(dim=1)
-    if k == "argmax":
-        return x.argmax(dim=1)
-    return x.argmin(dim=1)
+    return _TORCH[_kind(params)](inputs["x"], dim=1)
 
 
 def output_like(op, inputs, params):
@@ -116,37 +97,36 @@ def output_like(op, inputs, params):
     return torch.empty((x.shape[0], x.shape[2]), dtype=dt, device=x.device)
 
 
+# config_space's axes (dim_tiles.config_space).
+_SPACE = dict(last_dim_blocks=(256, 1024, 4096), inner_blocks=(16, 32, 64, 128), red_blocks=(8, 16, 32, 64),
+             warps=(1, 2, 4, 8), max_per_thread=64)
+
+
 def config_space(op, shape, dtype, params, target):
     """BLOCK_I 1 when inner is 1 (a last-dim reduction: BLOCK_R 256..4096),
     else 16..128 inner columns with BLOCK_R 8..64; per tile the warp counts
     giving each thread 1..64 values; the AMD knobs on hip targets."""
     _check(op)
-    return dim_tiles.config_space(shape, target, last_dim_blocks=(256, 1024, 4096), inner_blocks=(16, 32, 64, 128),
-                                  red_blocks=(8, 16, 32, 64), warps=(1, 2, 4, 8), max_per_thread=64)
+    return dim_tiles.config_space(shape, target, **_SPACE)
 
 
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
-    opts, consts = common.runtime_options(config, common.device_backend(out))
-    outer, red, inner = x.shape
-    grid = dim_tiles.grid(x.shape, config)
-    reduce_dim_kernel[grid](x, out, outer, red, inner, KIND=_CODE[_kind(params)], **consts, **opts)
+    dim_tiles.launch(reduce_dim_kernel, config, x.shape, out, x, out, *x.shape, KIND=_CODE[_kind(params)])
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     outer, red, inner = shape
-    opts, consts = common.runtime_options(config, common.backend(target))
-    consts["KIND"] = _CODE[_kind(params)]
     ptr = common.pointer_type(dtype)
     arg = _kind(params).startswith("arg")
     out_bytes = outer * inner * (8 if arg else common.element_bytes(dtype))
     args = [("x_ptr", ptr, outer * red * inner * common.element_bytes(dtype)),
             ("out_ptr", "*i64" if arg else ptr, out_bytes),
             ("n_outer", "i32", outer), ("n_red", "i32", red), ("n_inner", "i32", inner)]
-    return common.spec(reduce_dim_kernel, args, consts, opts, dim_tiles.grid(shape, config), target)
+    return dim_tiles.spec(reduce_dim_kernel, config, shape, args, target, KIND=_CODE[_kind(params)])
 
 
 def traffic(op, shape, dtype, params):

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common, rowwise
 
 OPERATORS = ("rmsnorm",)
 
@@ -46,11 +46,9 @@ def _rmsnorm_rows(x_ptr, out_ptr, w, rb, n_rows, n_cols, eps, BLOCK_M: tl.conste
                   EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel; w: the loaded
     weight row (storage dtype)."""
-    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
     # Rows past the end re-read the last row (no row mask on the loads, so they stay
     # vectorised); they are not stored.
-    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    rows, row_mask, rows_in = rowwise.row_block(rb, n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
 
@@ -97,12 +95,7 @@ def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
 def rmsnorm_looped_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
                           FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
-    x_row = x_ptr + rows_in[:, None] * n_cols
-    out_row = out_ptr + rows.to(tl.int64)[:, None] * n_cols
+    x_row, out_row, row_mask = rowwise.looped_rows(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M)
 
     # Pass 1: per-lane sums of squares, reduced once at the end.
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -136,36 +129,17 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"rmsnorm: unknown operator {op!r}")
-
-
-def _eps(params) -> float:
-    eps = float((params or {}).get("eps", 1e-6))
-    if eps < 0:
-        raise ValueError("rmsnorm: eps must be >= 0")
-    return eps
-
-
-def _kernel(n_cols, config):
-    return rmsnorm_kernel if config["BLOCK_N"] >= n_cols else rmsnorm_looped_kernel
-
-
-def _options(config, backend, shape):
-    rows, cols = shape
-    one_pass = config["BLOCK_N"] >= cols
-    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass, two_pass=not one_pass)
-    return opts, dict(consts, EVEN_N=cols % consts["BLOCK_N"] == 0), grid
+_KERNELS = (rmsnorm_kernel, rmsnorm_looped_kernel)
+_check = checks.operators("rmsnorm", OPERATORS)
+_eps = checks.eps("rmsnorm", 1e-6)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    rows, cols = shape
     g = common.generator(seed, device)
-    x = common.randn([rows, cols], dtype, seed, device, generator=g)
+    x = common.randn(list(shape), dtype, seed, device, generator=g)
     # Weights around 1 (as trained norms have), never zero.
-    w = (1.0 + 0.5 * torch.randn(cols, generator=g, device=g.device)).to(common.torch_dtype(dtype)).to(device)
+    w = (1.0 + 0.5 * torch.randn(shape[-1], generator=g, device=g.device)).to(common.torch_dtype(dtype)).to(device)
     return {"x": x, "weight": w}
 
 
@@ -204,21 +178,16 @@ def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
     assert x.is_contiguous() and out.is_contiguous(), "rmsnorm: contiguous rows"
-    rows, cols = x.shape
-    opts, consts, grid = _options(config, common.device_backend(out), x.shape)
-    _kernel(cols, config)[grid](x, inputs["weight"], out, rows, cols, _eps(params), **consts, **opts)
+    rowwise.launch(_KERNELS, config, x.shape, out, x, inputs["weight"], out, *x.shape, _eps(params), even_n=True)
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
     rows, cols = shape
-    opts, consts, grid = _options(config, common.backend(target), shape)
-    ptr = common.pointer_type(dtype)
-    eb = common.element_bytes(dtype)
-    args = [("x_ptr", ptr, rows * cols * eb), ("w_ptr", ptr, cols * eb), ("out_ptr", ptr, rows * cols * eb),
-            ("n_rows", "i32", rows), ("n_cols", "i32", cols), ("eps", "fp32", _eps(params))]
-    return common.spec(_kernel(cols, config), args, consts, opts, grid, target)
+    args = rowwise.args(dtype, shape, [("x_ptr", rows * cols), ("w_ptr", cols), ("out_ptr", rows * cols)],
+                        ("eps", "fp32", _eps(params)))
+    return rowwise.spec(_KERNELS, config, shape, args, target, even_n=True)
 
 
 def traffic(op, shape, dtype, params):

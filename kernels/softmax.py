@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common, rowwise
 
 OPERATORS = ("softmax",)
 
@@ -38,10 +38,8 @@ _PREFERRED = [(1, 4), (1, 8), (1, 16), (2, 8)]
 def _softmax_rows(x_ptr, out_ptr, rb, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel."""
-    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
     # Rows past the end re-read the last row (keeps them finite); they are not stored.
-    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    rows, row_mask, rows_in = rowwise.row_block(rb, n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
 
@@ -73,24 +71,15 @@ def softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_
 @triton.jit
 def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
-    x_row = x_ptr + rows_in[:, None] * n_cols
-    out_row = out_ptr + rows.to(tl.int64)[:, None] * n_cols
+    x_row, out_row, row_mask = rowwise.looped_rows(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M)
 
-    # Pass 1: running max m and running sum l of exp(x - m). Every chunk has at
-    # least one valid column, so m is finite after the first chunk.
-    m = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
+    # Pass 1: running max m and running sum l of exp(x - m).
+    m, l = rowwise.online_softmax_start(BLOCK_M)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :],
                     other=-float("inf"), eviction_policy=FIRST_POLICY).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=1))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
-        m = m_new
+        m, l = rowwise.online_softmax_step(m, l, x)
 
     # Pass 2: normalise.
     inv_l = 1.0 / l
@@ -108,25 +97,13 @@ def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr,
 # template interface
 # ---------------------------------------------------------------------------
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"softmax: unknown operator {op!r}")
-
-
-def _kernel(n_cols, config):
-    return softmax_kernel if config["BLOCK_N"] >= n_cols else softmax_online_kernel
-
-
-def _options(config, backend, shape):
-    rows, cols = shape
-    one_pass = config["BLOCK_N"] >= cols
-    return common.row_options(config, backend, rows, knobs=one_pass, two_pass=not one_pass)
+_KERNELS = (softmax_kernel, softmax_online_kernel)
+_check = checks.operators("softmax", OPERATORS)
 
 
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    rows, cols = shape
-    return {"x": common.randn([rows, cols], dtype, seed, device)}
+    return rowwise.inputs(shape, dtype, seed, device)
 
 
 def reference(op, inputs, params):
@@ -150,6 +127,11 @@ def config_space(op, shape, dtype, params, target):
     persistent software-pipelined grid; not yet measured on a GPU). At most
     MAX_CONFIGS configs before the AMD knobs."""
     _check(op)
+    return row_space(shape, dtype, target)
+
+
+def row_space(shape, dtype, target):
+    """config_space's configs (softmax_variants.py's too)."""
     # At most 64 fp32 values per thread, so the tile stays in registers.
     return common.norm_row_space(shape, dtype, target, _PREFERRED, [512, 1024, 2048, 4096, 8192], 64,
                                  MAX_ONE_PASS, MAX_CONFIGS)
@@ -158,20 +140,15 @@ def config_space(op, shape, dtype, params, target):
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
-    rows, cols = x.shape
-    opts, consts, grid = _options(config, common.device_backend(out), x.shape)
-    _kernel(cols, config)[grid](x, out, rows, cols, **consts, **opts)
+    rowwise.launch(_KERNELS, config, x.shape, out, x, out, *x.shape)
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
-    rows, cols = shape
-    opts, consts, grid = _options(config, common.backend(target), shape)
-    ptr = common.pointer_type(dtype)
-    size = rows * cols * common.element_bytes(dtype)
-    args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_rows", "i32", rows), ("n_cols", "i32", cols)]
-    return common.spec(_kernel(cols, config), args, consts, opts, grid, target)
+    n = common.numel(shape)
+    args = rowwise.args(dtype, shape, [("x_ptr", n), ("out_ptr", n)])
+    return rowwise.spec(_KERNELS, config, shape, args, target)
 
 
 def traffic(op, shape, dtype, params):

@@ -22,20 +22,15 @@ import torch
 import triton
 import triton.language as tl
 
-from . import common
+from . import checks, common, rowwise, softmax
 
 OPERATORS = ("scaled_softmax", "log_softmax")
-MAX_ONE_PASS = 32768
-MAX_CONFIGS = 48
-_PREFERRED = [(1, 4), (1, 8), (1, 16), (2, 8)]
 
 
 @common.jit_helper
 def _rows(x_ptr, out_ptr, rb, n_rows, n_cols, scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
           LOG: tl.constexpr, LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
-    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
+    rows, row_mask, rows_in = rowwise.row_block(rb, n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=col_mask[None, :],
@@ -70,23 +65,14 @@ def scaled_softmax_kernel(x_ptr, out_ptr, n_rows, n_cols, scale, BLOCK_M: tl.con
 def scaled_softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, scale, BLOCK_M: tl.constexpr,
                                  BLOCK_N: tl.constexpr, LOG: tl.constexpr,
                                  FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
-    x_row = x_ptr + rows_in[:, None] * n_cols
-    out_row = out_ptr + rows.to(tl.int64)[:, None] * n_cols
-    m = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
+    x_row, out_row, row_mask = rowwise.looped_rows(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M)
+    m, l = rowwise.online_softmax_start(BLOCK_M)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         cm = cols < n_cols
         x = tl.load(x_row + cols[None, :], mask=cm[None, :], other=0.0,
                     eviction_policy=FIRST_POLICY).to(tl.float32) * scale
-        x = tl.where(cm[None, :], x, -float("inf"))
-        m_new = tl.maximum(m, tl.max(x, axis=1))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new[:, None]), axis=1)
-        m = m_new
+        m, l = rowwise.online_softmax_step(m, l, tl.where(cm[None, :], x, -float("inf")))
     log_l = tl.log(l)
     inv_l = 1.0 / l
     for start in range(0, n_cols, BLOCK_N):
@@ -103,31 +89,17 @@ def scaled_softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, scale, BLOCK_M:
                  mask=row_mask[:, None] & col_mask[None, :])
 
 
-def _check(op):
-    if op not in OPERATORS:
-        raise ValueError(f"softmax_variants: unknown operator {op!r}")
+_KERNELS = (scaled_softmax_kernel, scaled_softmax_online_kernel)
+_check = checks.operators("softmax_variants", OPERATORS)
 
 
 def _scale(params) -> float:
     return float((params or {}).get("scale", 1.0))
 
 
-def _kernel(n_cols, config):
-    return scaled_softmax_kernel if config["BLOCK_N"] >= n_cols else scaled_softmax_online_kernel
-
-
-def _options(op, config, backend, shape):
-    rows, cols = shape
-    one_pass = config["BLOCK_N"] >= cols
-    opts, consts, grid = common.row_options(config, backend, rows, knobs=one_pass, two_pass=not one_pass)
-    consts["LOG"] = op == "log_softmax"
-    return opts, consts, grid
-
-
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
-    rows, cols = shape
-    return {"x": common.randn([rows, cols], dtype, seed, device)}
+    return rowwise.inputs(shape, dtype, seed, device)
 
 
 def reference(op, inputs, params):
@@ -142,31 +114,24 @@ def output_like(op, inputs, params):
 
 
 def config_space(op, shape, dtype, params, target):
-    """softmax.py's space (common.norm_row_space): one-pass tiles with the row
+    """softmax.py's space (softmax.row_space): one-pass tiles with the row
     knobs first, then looped ones; the AMD knobs on hip targets."""
     _check(op)
-    return common.norm_row_space(shape, dtype, target, _PREFERRED, [512, 1024, 2048, 4096, 8192], 64,
-                                 MAX_ONE_PASS, MAX_CONFIGS)
+    return softmax.row_space(shape, dtype, target)
 
 
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
-    rows, cols = x.shape
-    opts, consts, grid = _options(op, config, common.device_backend(out), x.shape)
-    _kernel(cols, config)[grid](x, out, rows, cols, _scale(params), **consts, **opts)
+    rowwise.launch(_KERNELS, config, x.shape, out, x, out, *x.shape, _scale(params), LOG=op == "log_softmax")
     return out
 
 
 def compile_spec(op, shape, dtype, params, config, target):
     _check(op)
-    rows, cols = shape
-    opts, consts, grid = _options(op, config, common.backend(target), shape)
-    ptr = common.pointer_type(dtype)
-    size = rows * cols * common.element_bytes(dtype)
-    args = [("x_ptr", ptr, size), ("out_ptr", ptr, size), ("n_rows", "i32", rows), ("n_cols", "i32", cols),
-            ("scale", "fp32", _scale(params))]
-    return common.spec(_kernel(cols, config), args, consts, opts, grid, target)
+    n = common.numel(shape)
+    args = rowwise.args(dtype, shape, [("x_ptr", n), ("out_ptr", n)], ("scale", "fp32", _scale(params)))
+    return rowwise.spec(_KERNELS, config, shape, args, target, LOG=op == "log_softmax")
 
 
 def traffic(op, shape, dtype, params):

@@ -95,6 +95,24 @@ def test_real_attention_hash_covers_its_gluon_kernel(tmp_path):
     assert [m for m in before if before[m] != after[m]] == ["attention"]
 
 
+def test_real_templates_hash_the_shared_modules_they_import(tmp_path):
+    """The shared modules of kernels/ (rowwise.py, checks.py, dim_tiles.py,
+    dot_tiles.py, a sibling template) are part of every template that imports
+    them: an edit to rowwise.py changes exactly the row templates' hashes."""
+    kdir = tmp_path / "kernels"
+    shutil.copytree(HOME / "kernels", kdir, ignore=shutil.ignore_patterns("__pycache__"))
+    lib = Library(kdir)
+    assert {"rowwise", "checks", "softmax"} <= lib.imported_modules("softmax_variants")
+    assert {"matmul", "dot_tiles", "checks"} <= lib.imported_modules("bmm")
+    assert {"dim_tiles", "checks"} <= lib.imported_modules("reduce_dim")
+    before = lib.template_hashes()
+    with open(kdir / "rowwise.py", "a") as f:
+        f.write("\n# edited\n")
+    after = lib.template_hashes()
+    assert sorted(m for m in before if before[m] != after[m]) == [
+        "layernorm", "reduce", "rmsnorm", "softmax", "softmax_variants"]
+
+
 def test_kernels_modules_import_no_circle():
     """No module of kernels/ imports, at module level, one that imports it back."""
     lib = Library(HOME / "kernels")
