@@ -113,43 +113,19 @@ TEST(OperatorDefaults, GivenValuesWinRequiredStayOut) {
 }
 
 NightlyBest best(double ms, std::vector<double> samples = {}, const std::string& basis = "measured") {
-  NightlyBest b;
-  b.job_id = 7;
-  b.key = "k";
-  b.basis = basis;
-  b.device = basis == "measured" ? "NVIDIA H200" : "";
-  b.ms = ms;
-  b.candidate_id = 3;
-  b.samples = std::move(samples);
-  b.samples_basis = "device";
-  return b;
+  return {.job_id = 7, .key = "k", .basis = basis, .device = basis == "measured" ? "NVIDIA H200" : "",
+          .ms = ms, .candidate_id = 3, .samples = std::move(samples), .samples_basis = "device"};
 }
 
 NightlyJob job(const std::string& op, NightlyStatus s) {
-  NightlyJob j;
-  j.id = 1;
-  j.key = op + "-key";
-  j.op = op;
-  j.dtype = "fp16";
-  j.target = "H200";
-  j.state = s == NightlyStatus::Failed ? "failed" : "done";
-  j.shape = {64, 128};
-  j.params = json::object();
-  j.ran_now = s != NightlyStatus::Unchanged;
-  j.status = s;
-  return j;
+  return {.id = 1, .key = op + "-key", .op = op, .dtype = "fp16", .target = "H200",
+          .state = s == NightlyStatus::Failed ? "failed" : "done", .shape = {64, 128},
+          .params = json::object(), .ran_now = s != NightlyStatus::Unchanged, .status = s};
 }
 
 NightlyReport report() {
-  NightlyReport r;
-  r.name = "nightly-test";
-  r.when = "2026-01-01 00:00:00 UTC";
-  r.manifest = "/m.yaml";
-  r.catalog = "k.db";
-  r.batch = "b1";
-  r.triton = "3.6.0";
-  r.threshold = 0.05;
-  r.min_effect = 0.03;
+  NightlyReport r{.name = "nightly-test", .when = "2026-01-01 00:00:00 UTC", .manifest = "/m.yaml",
+                  .catalog = "k.db", .batch = "b1", .triton = "3.6.0", .threshold = 0.05, .min_effect = 0.03};
   NightlyJob slower = job("softmax", NightlyStatus::Regression);
   std::vector<double> before, after;
   for (int i = 0; i < 20; ++i) {

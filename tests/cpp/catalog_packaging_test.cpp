@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "catalog/job_key.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -28,9 +29,6 @@ const fs::path kMigrations = fs::path(KILN_SOURCE_DIR) / "db" / "migrations";
 class PackagingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/kiln-packaging-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
     cat.emplace(Catalog::open(dir / "c.db", false, kMigrations));
     NewJob j{.op = "softmax", .dtype = "fp16", .target = "MI300X", .arch = "gfx942",
              .shape = json::array({128, 1000}), .params = json::object()};
@@ -63,7 +61,6 @@ class PackagingTest : public ::testing::Test {
   }
   void TearDown() override {
     cat.reset();
-    fs::remove_all(dir);
   }
   std::vector<long long> shortlist() {
     auto jobs = package_jobs(*cat, "MI300X");
@@ -76,7 +73,8 @@ class PackagingTest : public ::testing::Test {
     auto r = cat->query(sql);
     return r.rows[0][0].get<long long>();
   }
-  fs::path dir;
+  kiln_test::TempDir tmp{"kiln-packaging-test"};
+  fs::path dir = tmp.path();
   std::optional<Catalog> cat;
   std::string key;
   long long job_id = 0;

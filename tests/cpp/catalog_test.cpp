@@ -23,10 +23,13 @@
 
 #include "catalog/job_key.h"
 #include "common/hash.h"
+#include "temp_dir.h"
+#include "thrown.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace kiln;
+using kiln_test::thrown;
 
 namespace {
 
@@ -101,19 +104,6 @@ ArtifactIn artifact(const std::string& bytes, const std::string& kind = "hsaco")
 
 class CatalogTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kiln-catalog-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-    db = dir / "catalog.db";
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::add, ec);
-    for (auto& e : fs::recursive_directory_iterator(dir, ec))
-      fs::permissions(e.path(), fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(dir, ec);
-  }
   Catalog open(bool ro = false) { return Catalog::open(db, ro, kMigrations); }
 
   // A migrations dir holding 0001 from the repo plus `extra` files.
@@ -156,7 +146,8 @@ class CatalogTest : public ::testing::Test {
     return order;
   }
 
-  fs::path dir, db;
+  kiln_test::TempDir tmp{"kiln-catalog-test"};
+  fs::path dir = tmp.path(), db = dir / "catalog.db";
   int n_mig = 0;
 };
 
@@ -257,12 +248,8 @@ TEST_F(CatalogTest, LaterMigrationAppliedOnceInOrder) {
 TEST_F(CatalogTest, FailedMigrationLeavesNothing) {
   fs::path bad = migrations_with(
       {{"0002_broken.sql", "CREATE TABLE half (x INTEGER);\nTHIS IS NOT SQL;\n"}});
-  try {
-    Catalog::open(db, false, bad);
-    FAIL() << "expected CatalogError";
-  } catch (const CatalogError& e) {
-    EXPECT_NE(std::string(e.what()).find("0002_broken.sql"), std::string::npos) << e.what();
-  }
+  const std::string w = thrown<CatalogError>([&] { Catalog::open(db, false, bad); });
+  EXPECT_NE(w.find("0002_broken.sql"), std::string::npos) << w;
   auto cat = Catalog::open(db, false, migrations_with({}));
   EXPECT_EQ(cat.schema_version(), 1);
   EXPECT_EQ(scalar(cat, "SELECT count(*) FROM sqlite_master WHERE name = 'half'"), 0);
@@ -327,27 +314,17 @@ TEST_F(CatalogTest, DefaultMigrationsComeFromKilnHome) {
 }
 
 TEST_F(CatalogTest, ReadOnlyMissingFile) {
-  try {
-    Catalog::open(db, true, kMigrations);
-    FAIL() << "expected CatalogError";
-  } catch (const CatalogError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "no catalog at " + db.string() + "; run `kiln submit` first");
-  }
+  EXPECT_EQ(thrown<CatalogError>([&] { Catalog::open(db, true, kMigrations); }),
+            "no catalog at " + db.string() + "; run `kiln submit` first");
   EXPECT_FALSE(fs::exists(db));
 }
 
 TEST_F(CatalogTest, ReadOnlyRefusesToMigrateOlderSchema) {
   { Catalog::open(db, false, migrations_with({})); }
   fs::path m2 = migrations_with({{"0002_x.sql", "CREATE TABLE x (a);"}});
-  try {
-    Catalog::open(db, true, m2);
-    FAIL() << "expected CatalogError";
-  } catch (const CatalogError& e) {
-    std::string w = e.what();
-    EXPECT_NE(w.find("schema version 1"), std::string::npos) << w;
-    EXPECT_NE(w.find("needs 2"), std::string::npos) << w;
-  }
+  const std::string w = thrown<CatalogError>([&] { Catalog::open(db, true, m2); });
+  EXPECT_NE(w.find("schema version 1"), std::string::npos) << w;
+  EXPECT_NE(w.find("needs 2"), std::string::npos) << w;
   auto cat = Catalog::open(db, true, migrations_with({}));
   EXPECT_EQ(cat.schema_version(), 1);
 }
@@ -371,12 +348,8 @@ TEST_F(CatalogTest, NewerSchemaRefused) {
     sqlite3_close(raw);
   }
   for (bool ro : {false, true}) {
-    try {
-      open(ro);
-      FAIL() << "expected CatalogError";
-    } catch (const CatalogError& e) {
-      EXPECT_NE(std::string(e.what()).find("newer"), std::string::npos) << e.what();
-    }
+    const std::string w = thrown<CatalogError>([&] { open(ro); });
+    EXPECT_NE(w.find("newer"), std::string::npos) << w;
   }
 }
 
@@ -385,14 +358,9 @@ TEST_F(CatalogTest, CorruptFileGivesClearMessage) {
   for (int i = 0; i < 200; ++i) junk += "this is not an SQLite database. ";
   write_file(db, junk);
   for (bool ro : {false, true}) {
-    try {
-      open(ro);
-      FAIL() << "expected CatalogError";
-    } catch (const CatalogError& e) {
-      std::string w = e.what();
-      EXPECT_NE(w.find("not a valid SQLite catalog"), std::string::npos) << w;
-      EXPECT_NE(w.find(db.string()), std::string::npos) << w;
-    }
+    const std::string w = thrown<CatalogError>([&] { open(ro); });
+    EXPECT_NE(w.find("not a valid SQLite catalog"), std::string::npos) << w;
+    EXPECT_NE(w.find(db.string()), std::string::npos) << w;
   }
   EXPECT_EQ(slurp(db), junk);  // untouched
 }
@@ -585,12 +553,8 @@ TEST_F(CatalogTest, ClaimFinishReleaseTransitions) {
   EXPECT_EQ(done->message, "best 0.1 ms");
   EXPECT_EQ(done->lease_owner, "");
   EXPECT_FALSE(done->lease_expires);
-  try {
-    cat.finish_job(j1->id, a, true, "");
-    FAIL() << "finishing a done job must throw";
-  } catch (const CatalogError& e) {
-    EXPECT_NE(std::string(e.what()).find("is done, not running"), std::string::npos) << e.what();
-  }
+  const std::string w = thrown<CatalogError>([&] { cat.finish_job(j1->id, a, true, ""); });
+  EXPECT_NE(w.find("is done, not running"), std::string::npos) << w;
   EXPECT_THROW(cat.release_job(j1->id, a), CatalogError);
 
   // Release (drain) puts it back; the next claim gets it again.
@@ -924,13 +888,8 @@ TEST_F(CatalogTest, RecordEvaluationTwiceThrowsAndKeepsOneRow) {
   EvaluationIn e2 = e;
   e2.status = "incorrect";
   e2.artifact = artifact("second");
-  try {
-    cat.record_evaluation(cand_id, e2);
-    FAIL() << "expected CatalogError";
-  } catch (const CatalogError& err) {
-    EXPECT_NE(std::string(err.what()).find("already has an evaluation"), std::string::npos)
-        << err.what();
-  }
+  const std::string w = thrown<CatalogError>([&] { cat.record_evaluation(cand_id, e2); });
+  EXPECT_NE(w.find("already has an evaluation"), std::string::npos) << w;
   EXPECT_EQ(count(cat, "evaluations"), 1);
   EXPECT_EQ(count(cat, "artifacts"), 1);
   EXPECT_EQ(count(cat, "blobs"), 1);

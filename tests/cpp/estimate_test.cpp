@@ -7,28 +7,13 @@ namespace kiln {
 namespace {
 
 Target mi300x() {
-  Target t;
-  t.name = "MI300X";
-  t.vendor = "amd";
-  t.backend = "hip";
-  t.arch = "gfx942";
-  t.warp_size = 64;
-  t.compute_units = 304;
-  t.simds_per_cu = 4;
-  t.max_waves_per_simd = 8;
-  t.memory_bandwidth_gbs = 5300;
-  t.peak_tflops = {{"fp32", 163.4}, {"fp16", 1307.4}};
-  return t;
+  return {.name = "MI300X", .vendor = "amd", .backend = "hip", .arch = "gfx942", .warp_size = 64,
+          .compute_units = 304, .simds_per_cu = 4, .max_waves_per_simd = 8, .memory_bandwidth_gbs = 5300,
+          .peak_tflops = {{"fp32", 163.4}, {"fp16", 1307.4}}};
 }
 
 KernelResources kernel(long long blocks, int warps, double occupancy) {
-  KernelResources k;
-  k.grid = {blocks, 1, 1};
-  k.num_warps = warps;
-  k.warp_size = 64;
-  k.occupancy = occupancy;
-  k.spills = 0;
-  return k;
+  return {.num_warps = warps, .warp_size = 64, .grid = {blocks, 1, 1}, .spills = 0, .occupancy = occupancy};
 }
 
 TEST(Estimate, MemoryBoundTimeIsBytesOverBandwidth) {

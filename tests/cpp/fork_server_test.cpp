@@ -27,11 +27,7 @@ namespace kiln {
 namespace {
 
 using json = nlohmann::json;
-using Kind = WorkerOutcome::Kind;
-using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
-
-using worker_testing::kFakeWorker;
+using namespace worker_testing;  // Kind, Clock, milliseconds, the fake worker, run_request ...
 
 // The fake worker, with kiln_worker (the fork server) importable.
 WorkerOptions fake_options() {
@@ -46,10 +42,6 @@ WorkerOptions forked_options() {
   o.fork_server = ForkServer::start(o.argv, o.env, std::vector<std::string>{"json"});
   return o;
 }
-
-using worker_testing::process_gone;
-using worker_testing::run_request;
-using worker_testing::wait_gone;
 
 TEST(ForkServer, UsedWhenTheWorkersOutnumberTheCoresUnlessTheEnvironmentSays) {
   const char* old = std::getenv("KILN_FORK_SERVER");

@@ -7,21 +7,10 @@
 namespace kiln::testing_targets {
 
 inline Target h200_like() {
-  Target t;
-  t.name = "TestGPU";
-  t.vendor = "nvidia";
-  t.backend = "cuda";
-  t.arch = "sm_90";
-  t.warp_size = 32;
-  t.compute_units = 132;
-  t.simds_per_cu = 4;
-  t.lds_bytes_per_cu = 233472;
-  t.max_shared_per_block = 232448;
-  t.registers_per_cu = 65536;
-  t.max_waves_per_simd = 16;
-  t.memory_bandwidth_gbs = 4800;
-  t.peak_tflops = {{"fp32", 66.9}, {"bf16", 989.4}};
-  return t;
+  return {.name = "TestGPU", .vendor = "nvidia", .backend = "cuda", .arch = "sm_90", .warp_size = 32,
+          .compute_units = 132, .simds_per_cu = 4, .lds_bytes_per_cu = 233472,
+          .max_shared_per_block = 232448, .registers_per_cu = 65536, .max_waves_per_simd = 16,
+          .memory_bandwidth_gbs = 4800, .peak_tflops = {{"fp32", 66.9}, {"bf16", 989.4}}};
 }
 
 }  // namespace kiln::testing_targets

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "manifest/manifest.h"
+#include "shipped_knowledge.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -15,12 +16,7 @@ using nlohmann::json;
 namespace kiln {
 namespace {
 
-const fs::path kSource = KILN_SOURCE_DIR;
-
-const Knowledge& knowledge() {
-  static const Knowledge k = Knowledge::load(kSource);
-  return k;
-}
+using kiln_test::knowledge;
 
 // A scratch directory, removed at the end of the test.
 struct TempDir {

@@ -246,10 +246,7 @@ ChatResult chat(ClientSettings s, double base_s = 0.01, double deadline_s = 0) {
 
 TEST(Client, Success) {
   FakeServer server({http_response(200, ok_body("```python\nimport triton\n```"))});
-  ClientSettings s;
-  s.base_url = server.base_url();
-  s.api_key = "sekret";
-  ChatResult r = chat(s);
+  ChatResult r = chat({.base_url = server.base_url(), .api_key = "sekret"});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.content, "```python\nimport triton\n```");
   EXPECT_EQ(r.prompt_tokens, 10);
@@ -271,10 +268,7 @@ TEST(Client, RetriesOn503HonouringRetryAfter) {
   FakeServer server({http_response(503, R"({"error":{"message":"busy"}})", "Retry-After: 0\r\n"),
                      http_response(429, R"({"error":{"message":"slow down"}})"),
                      http_response(200, ok_body("done"))});
-  ClientSettings s;
-  s.base_url = server.base_url();
-  s.max_retries = 3;
-  ChatResult r = chat(s);
+  ChatResult r = chat({.base_url = server.base_url(), .max_retries = 3});
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.content, "done");
   EXPECT_EQ(r.attempts, 3);
@@ -283,10 +277,7 @@ TEST(Client, RetriesOn503HonouringRetryAfter) {
 
 TEST(Client, GivesUpAfterMaxRetries) {
   FakeServer server({http_response(503, "{}"), http_response(503, "{}")});
-  ClientSettings s;
-  s.base_url = server.base_url();
-  s.max_retries = 1;
-  ChatResult r = chat(s);
+  ChatResult r = chat({.base_url = server.base_url(), .max_retries = 1});
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(r.attempts, 2);
   EXPECT_TRUE(has(r.error, "HTTP 503"));
@@ -296,10 +287,7 @@ TEST(Client, GivesUpAfterMaxRetries) {
 
 TEST(Client, NoRetryOnBadRequest) {
   FakeServer server({http_response(400, R"({"error":{"message":"prompt too long"}})")});
-  ClientSettings s;
-  s.base_url = server.base_url();
-  s.max_retries = 3;
-  ChatResult r = chat(s);
+  ChatResult r = chat({.base_url = server.base_url(), .max_retries = 3});
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(r.attempts, 1);
   EXPECT_TRUE(has(r.error, "prompt too long"));
@@ -308,9 +296,7 @@ TEST(Client, NoRetryOnBadRequest) {
 
 TEST(Client, UnauthorizedIsAnEndpointError) {
   FakeServer server({http_response(401, R"({"error":{"message":"invalid api key"}})")});
-  ClientSettings s;
-  s.base_url = server.base_url();
-  ChatResult r = chat(s);
+  ChatResult r = chat({.base_url = server.base_url()});
   EXPECT_FALSE(r.ok);
   EXPECT_TRUE(r.endpoint_error);
   EXPECT_EQ(r.attempts, 1);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "manifest/manifest.h"
+#include "shipped_knowledge.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -20,10 +21,7 @@ namespace {
 
 const fs::path kSource = KILN_SOURCE_DIR;
 
-const Knowledge& knowledge() {
-  static const Knowledge k = Knowledge::load(kSource);
-  return k;
-}
+using kiln_test::knowledge;
 
 Manifest parse(const std::string& text, const std::string& file = "m.yaml") {
   return parse_manifest(text, file, knowledge());
@@ -52,13 +50,16 @@ std::string read(const fs::path& p) {
 //   # expect: LINE:COLUMN: message-prefix
 // and must fail with exactly that location and a message starting so.
 
-std::vector<fs::path> bad_files() {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(kSource / "tests/data/manifests/bad"))
-    if (e.path().extension() == ".yaml") out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
+// The *.yaml files of each of `dirs` (and the `files` given), sorted.
+std::vector<fs::path> yaml_files(std::initializer_list<fs::path> dirs, std::vector<fs::path> files = {}) {
+  for (const fs::path& dir : dirs)
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".yaml") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
 }
+
+std::vector<fs::path> bad_files() { return yaml_files({kSource / "tests/data/manifests/bad"}); }
 
 class BadManifest : public ::testing::TestWithParam<fs::path> {};
 
@@ -475,13 +476,8 @@ TEST(JobJson, SameJobSameJsonAcrossFiles) {
 // The shipped manifests.
 
 std::vector<fs::path> shipped() {
-  std::vector<fs::path> out = {kSource / "jobs/quickstart.yaml"};
-  for (const auto& e : fs::directory_iterator(kSource / "jobs/examples"))
-    if (e.path().extension() == ".yaml") out.push_back(e.path());
-  for (const auto& e : fs::directory_iterator(kSource / "tests/data/manifests/good"))
-    if (e.path().extension() == ".yaml") out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
+  return yaml_files({kSource / "jobs/examples", kSource / "tests/data/manifests/good"},
+                    {kSource / "jobs/quickstart.yaml"});
 }
 
 class ShippedManifest : public ::testing::TestWithParam<fs::path> {};

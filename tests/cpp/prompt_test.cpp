@@ -3,18 +3,45 @@
 
 #include "generate/prompt.h"
 #include "manifest/manifest.h"
+#include "shipped_knowledge.h"
 
 using nlohmann::json;
 
 namespace kiln {
 namespace {
 
-const Knowledge& knowledge() {
-  static const Knowledge k = Knowledge::load(KILN_SOURCE_DIR);
-  return k;
-}
+using kiln_test::knowledge;
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+// Each of `parts` is in `text` (a failure names the part).
+void expect_has(const std::string& text, std::initializer_list<std::string> parts) {
+  for (const std::string& p : parts) {
+    EXPECT_TRUE(has(text, p)) << "no \"" << p << "\" in:\n" << text;
+  }
+}
+
+// None of `parts` is in `text`.
+void expect_lacks(const std::string& text, std::initializer_list<std::string> parts) {
+  for (const std::string& p : parts) {
+    EXPECT_FALSE(has(text, p)) << "\"" << p << "\" in:\n" << text;
+  }
+}
+
+// Each of `parts` is in `text`, and the first place of each comes after the one before's.
+void expect_in_order(const std::string& text, std::initializer_list<std::string> parts) {
+  size_t before = 0;
+  const std::string* previous = nullptr;
+  for (const std::string& p : parts) {
+    const size_t at = text.find(p);
+    ASSERT_NE(at, std::string::npos) << "no \"" << p << "\" in:\n" << text;
+    if (previous != nullptr) {
+      EXPECT_LT(before, at) << "\"" << *previous << "\" is not before \"" << p << "\"";
+    }
+    before = at;
+    previous = &p;
+  }
+}
 
 prompt::Inputs base() {
   prompt::Inputs in;
@@ -51,18 +78,11 @@ TEST(Principles, AskedFirstThenHeavyOnesByWeight) {
 
 TEST(Render, TargetSpecs) {
   const std::string amd = prompt::render_target(*knowledge().targets.find("MI300X"));
-  EXPECT_TRUE(has(amd, "## Hardware: MI300X (gfx942"));
-  EXPECT_TRUE(has(amd, "compute units (CUs): 304"));
-  EXPECT_TRUE(has(amd, "wavefront size: 64"));
-  EXPECT_TRUE(has(amd, "LDS per CU: 64 KiB"));
-  EXPECT_TRUE(has(amd, "L2 cache: 32 MiB"));
-  EXPECT_TRUE(has(amd, "Infinity Cache (MALL): 256 MiB"));
-  EXPECT_TRUE(has(amd, "memory bandwidth: 5300 GB/s"));
-  EXPECT_TRUE(has(amd, "fp16 1307"));
+  expect_has(amd, {"## Hardware: MI300X (gfx942", "compute units (CUs): 304", "wavefront size: 64",
+                   "LDS per CU: 64 KiB", "L2 cache: 32 MiB", "Infinity Cache (MALL): 256 MiB",
+                   "memory bandwidth: 5300 GB/s", "fp16 1307"});
   const std::string nv = prompt::render_target(*knowledge().targets.find("H200"));
-  EXPECT_TRUE(has(nv, "warp size: 32"));
-  EXPECT_TRUE(has(nv, "streaming multiprocessors (SMs)"));
-  EXPECT_TRUE(has(nv, "shared memory per SM"));
+  expect_has(nv, {"warp size: 32", "streaming multiprocessors (SMs)", "shared memory per SM"});
 }
 
 TEST(Render, FirstRoundLayout) {
@@ -75,25 +95,12 @@ TEST(Render, FirstRoundLayout) {
   EXPECT_EQ(msgs[1]["role"], "user");
   const std::string u = msgs[1]["content"];
   // Sections in order: task, reference, inputs, hardware, principles, answer.
-  const size_t task = u.find("## Task"), ref = u.find("### Reference (/abs/relu_scale.py)"),
-               inputs = u.find("arg 0: fp32 [4, 33]"), hw = u.find("## Hardware: MI300X"),
-               pr = u.find("## Optimisation principles"), ans = u.find("## Answer");
-  for (size_t p : {task, ref, inputs, hw, pr, ans}) ASSERT_NE(p, std::string::npos) << u;
-  EXPECT_LT(task, ref);
-  EXPECT_LT(ref, inputs);
-  EXPECT_LT(inputs, hw);
-  EXPECT_LT(hw, pr);
-  EXPECT_LT(pr, ans);
-  EXPECT_TRUE(has(u, "class ModelNew(torch.nn.Module)"));
-  EXPECT_TRUE(has(u, "return torch.relu(x) * 2"));
-  EXPECT_TRUE(has(u, "About it: ReLU then scale"));
-  EXPECT_TRUE(has(u, "PyTorch eager latency: 0.0123 ms on NVIDIA H200"));
-  EXPECT_TRUE(has(u, "1. fit_lds (weight"));
-  EXPECT_TRUE(has(u, "required"));
-  EXPECT_TRUE(has(u, knowledge().principles.find("fit_lds")->prompt.substr(0, 40)));
-  EXPECT_FALSE(has(u, "Previous attempt"));
-  EXPECT_FALSE(has(u, "## Example"));
-  EXPECT_FALSE(has(u, "## Constraints"));
+  expect_in_order(u, {"## Task", "### Reference (/abs/relu_scale.py)", "arg 0: fp32 [4, 33]",
+                      "## Hardware: MI300X", "## Optimisation principles", "## Answer"});
+  expect_has(u, {"class ModelNew(torch.nn.Module)", "return torch.relu(x) * 2", "About it: ReLU then scale",
+                 "PyTorch eager latency: 0.0123 ms on NVIDIA H200", "1. fit_lds (weight", "required",
+                 knowledge().principles.find("fit_lds")->prompt.substr(0, 40)});
+  expect_lacks(u, {"Previous attempt", "## Example", "## Constraints"});
 }
 
 TEST(Render, ExampleAndRepairRound) {
@@ -105,21 +112,12 @@ TEST(Render, ExampleAndRepairRound) {
   in.best_so_far_ms = 0.5;
   in.round = 1;
   const std::string u = prompt::render_user(in);
-  const size_t ex = u.find("## Example: a known-good kernel for a similar problem (kernels/elementwise.py, similarity 0.91)");
-  const size_t prev = u.find("## Previous attempt (round 0) and its diagnosis");
-  const size_t cons = u.find("## Constraints for this attempt");
-  ASSERT_NE(ex, std::string::npos) << u;
-  ASSERT_NE(prev, std::string::npos);
-  ASSERT_NE(cons, std::string::npos);
-  EXPECT_LT(ex, prev);
-  EXPECT_LT(prev, cons);
-  EXPECT_TRUE(has(u, "def add_kernel(): pass"));
-  EXPECT_TRUE(has(u, "It ran with config {\"BLOCK\":1024}."));
-  EXPECT_TRUE(has(u, "```python\ndef broken(:\n```"));
-  EXPECT_TRUE(has(u, "Diagnosis: syntax_error — The code is not valid Python:\nSyntaxError"));
-  EXPECT_TRUE(has(u, "- avoid atomics\n- smaller BLOCK sizes\n"));
-  EXPECT_TRUE(has(u, "Best correct kernel so far: 0.5 ms."));
-  EXPECT_TRUE(has(u, "Fix the problems above"));
+  expect_in_order(u, {"## Example: a known-good kernel for a similar problem (kernels/elementwise.py, similarity 0.91)",
+                      "## Previous attempt (round 0) and its diagnosis", "## Constraints for this attempt"});
+  expect_has(u, {"def add_kernel(): pass", "It ran with config {\"BLOCK\":1024}.", "```python\ndef broken(:\n```",
+                 "Diagnosis: syntax_error — The code is not valid Python:\nSyntaxError",
+                 "- avoid atomics\n- smaller BLOCK sizes\n", "Best correct kernel so far: 0.5 ms.",
+                 "Fix the problems above"});
 }
 
 TEST(Render, LibraryOperator) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "manifest/serve_plan.h"
+#include "shipped_knowledge.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -15,10 +16,7 @@ namespace {
 const fs::path kSource = KILN_SOURCE_DIR;
 const fs::path kData = kSource / "tests/data/structural";
 
-const Knowledge& knowledge() {
-  static const Knowledge k = Knowledge::load(kSource);
-  return k;
-}
+using kiln_test::knowledge;
 
 Manifest parse(const std::string& text) {
   return parse_manifest(text, (kData / "plan.yaml").string(), knowledge());

@@ -11,6 +11,7 @@
 #include "catalog/catalog.h"
 #include "catalog/job_key.h"
 #include "h200_like.h"
+#include "temp_dir.h"
 
 namespace kiln {
 namespace {
@@ -23,13 +24,8 @@ const fs::path kMigrations = fs::path(KILN_SOURCE_DIR) / "db" / "migrations";
 json cfg(int bm, int bn, int w) { return {{"BLOCK_M", bm}, {"BLOCK_N", bn}, {"BLOCK_K", 64}, {"num_warps", w}}; }
 
 NewJob matmul_job(const json& shape, const std::string& triton = "3.6.0") {
-  NewJob j;
-  j.op = "matmul";
-  j.dtype = "bf16";
-  j.target = "H200";
-  j.arch = "sm_90";
-  j.shape = shape;
-  j.params = json::object();
+  NewJob j{.op = "matmul", .dtype = "bf16", .target = "H200", .arch = "sm_90", .shape = shape,
+           .params = json::object()};
   j.spec = {{"op", j.op}, {"shape", shape}, {"dtype", j.dtype}, {"params", j.params},
             {"explore", {{"strategy", "halving"}, {"max_candidates", 16}}}};
   j.key = job_key(j.spec, "template-sha", triton);
@@ -38,12 +34,6 @@ NewJob matmul_job(const json& shape, const std::string& triton = "3.6.0") {
 
 class TemplateGeneratorTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kiln-generator-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir); }
 
   // A past job (4096^3 unless given) whose fastest config measured on `device` is `fast`.
   void record_past(Catalog& cat, const std::string& device, const json& fast,
@@ -100,7 +90,8 @@ class TemplateGeneratorTest : public ::testing::Test {
     return false;
   }
 
-  fs::path dir;
+  kiln_test::TempDir tmp{"kiln-generator-test"};
+  fs::path dir = tmp.path();
   Target target = testing_targets::h200_like();
 };
 

@@ -25,16 +25,7 @@ namespace kiln {
 namespace {
 
 using json = nlohmann::json;
-using Kind = WorkerOutcome::Kind;
-using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
-
-using worker_testing::fake_options;
-using worker_testing::kFakeWorker;
-
-using worker_testing::process_gone;
-using worker_testing::run_request;
-using worker_testing::wait_gone;
+using namespace worker_testing;  // Kind, Clock, milliseconds, the fake worker, run_request ...
 
 TEST(WorkerProcess, EchoRoundTrip) {
   boost::asio::io_context io;

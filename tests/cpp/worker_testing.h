@@ -22,6 +22,10 @@
 
 namespace kiln::worker_testing {
 
+using Kind = WorkerOutcome::Kind;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
 inline const std::string kFakeWorker = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/fake_worker.py";
 
 // tests/fixtures/fake_worker.py, unbuffered.

@@ -1,6 +1,6 @@
 """What the end-to-end tests share: where the repository and the `kiln` binary
-are, one way to run it, read a catalog, stop a child process, and a real
-Prometheus scraping a kiln endpoint.
+are, one way to run it, read a catalog, stop a child process, libkilnrt through
+ctypes, and a real Prometheus scraping a kiln endpoint.
 
 KILN_BIN names the binary (default: build/kiln); kiln-mpi, kiln-mpirun and
 kiln-replay are found beside it. The test files import these names
@@ -8,6 +8,7 @@ kiln-replay are found beside it. The test files import these names
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -87,6 +88,35 @@ def db_dicts(catalog, sql, params=()):
         return [dict(r) for r in con.execute(sql, params).fetchall()]
     finally:
         con.close()
+
+
+class OpenOptions(ctypes.Structure):
+    """kiln_open_options of include/kiln/runtime.h."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("pubkey_pem", ctypes.c_char_p),
+                ("target", ctypes.c_char_p), ("device", ctypes.c_int)]
+
+
+def kilnrt():
+    """libkilnrt through ctypes (KILN_RT_LIB, default libkilnrt.so beside the kiln
+    binary), with the argument and result types of the calls the tests make.
+    Fails the test when the library has not been built."""
+    p = Path(os.environ.get("KILN_RT_LIB") or KILN.parent / "libkilnrt.so")
+    if not p.exists():
+        pytest.fail(f"{p} is missing: build first (cmake --build build --target kilnrt)")
+    lib = ctypes.CDLL(str(p))
+    c_handle, c_str, c_dims = ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)
+    out_handle = ctypes.POINTER(ctypes.c_void_p)
+    lib.kiln_last_error.restype = c_str
+    lib.kiln_package_open.argtypes = [c_str, c_handle, out_handle]
+    lib.kiln_kernel_find.argtypes = [c_handle, c_str, c_dims, ctypes.c_int, c_str, out_handle]
+    lib.kiln_kernel_find_params.argtypes = [c_handle, c_str, c_str, c_dims, ctypes.c_int, c_str, out_handle]
+    lib.kiln_kernel_plan.restype = c_str
+    lib.kiln_kernel_plan.argtypes = [c_handle]
+    lib.kiln_kernel_tensor_bytes.restype = ctypes.c_int64
+    lib.kiln_kernel_tensor_bytes.argtypes = [c_handle, ctypes.c_int]
+    lib.kiln_kernel_free.argtypes = [c_handle]
+    lib.kiln_package_close.argtypes = [c_handle]
+    return lib
 
 
 # The LLM endpoint settings a test unsets so that only its own endpoint counts.

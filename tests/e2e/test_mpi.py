@@ -91,6 +91,21 @@ def run_mpi(cmd, env, timeout):
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def submit_text(tmp, manifest):
+    """A catalog tmp/kiln.db with `manifest` (YAML text, written to tmp/m.yaml) submitted."""
+    catalog = tmp / "kiln.db"
+    (tmp / "m.yaml").write_text(manifest)
+    kiln("submit", tmp / "m.yaml", catalog=catalog)
+    return catalog
+
+
+def run_ok(np, *args, env, timeout):
+    """kiln-mpirun over `np` ranks with --json and `args`, which must exit 0: its summary."""
+    r = run_mpi(mpirun_cmd(np, "--json", *args), env, timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return summary_of(r.stdout)
+
+
 def db_rows(catalog, sql):
     con = sqlite3.connect(f"file:{catalog}?mode=ro", uri=True, timeout=10)
     try:
@@ -180,10 +195,8 @@ def submitted(binaries, tmp_path):
 def test_three_ranks_finish_the_batch_on_both_worker_ranks(submitted):
     catalog, tmp = submitted
     shared = tmp / "shared" / "kiln.db"
-    r = run_mpi(mpirun_cmd(3, "--json", "--scratch", tmp / "scratch", "--checkpoint-to", shared,
-                           "--checkpoint-every", "2"), mpi_env(catalog), 300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    s = summary_of(r.stdout)
+    s = run_ok(3, "--scratch", tmp / "scratch", "--checkpoint-to", shared, "--checkpoint-every", "2",
+               env=mpi_env(catalog), timeout=300)
     assert s["jobs_done"] == 2 and s["jobs_failed"] == 0 and s["interrupted"] is False, s
     assert s["worker_ranks"] == 2 and s["ranks_ready"] == 2 and s["ranks_lost"] == 0, s
     assert dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state")) == {"done": 2}
@@ -272,9 +285,7 @@ def test_sigterm_to_mpirun_drains_and_next_run_resumes(binaries, tmp_path):
     assert db_rows(catalog, "SELECT COUNT(*) FROM jobs WHERE lease_owner IS NOT NULL")[0][0] == 0
     first = evaluations(catalog)
 
-    r = run_mpi(mpirun_cmd(3, "--json", "--scratch", scratch), mpi_env(catalog), 300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    s = summary_of(r.stdout)
+    s = run_ok(3, "--scratch", scratch, env=mpi_env(catalog), timeout=300)
     assert dict(db_rows(catalog, "SELECT state, COUNT(*) FROM jobs GROUP BY state")) == {"done": 8}
     assert_each_candidate_once(catalog)
     assert s["candidates"] == evaluations(catalog) - first
@@ -285,15 +296,10 @@ def test_sigterm_to_mpirun_drains_and_next_run_resumes(binaries, tmp_path):
 def test_evaluator_timeouts_are_recorded_and_ranks_carry_on(binaries, tmp_path):
     # 50 ms is far too short for any evaluation: each one times out, the rank
     # kills and restarts its evaluator, the candidate is recorded as a timeout.
-    catalog = tmp_path / "kiln.db"
-    man = tmp_path / "timeouts.yaml"
-    man.write_text("targets: [MI300X]\ndefaults:\n  dtypes: [fp32]\n"
-                   "  exploration: {strategy: exhaustive, max_candidates: 3, timeout_s: 0.05}\n"
-                   "operators:\n  - op: add\n    input_shape: [256]\n")
-    kiln("submit", man, catalog=catalog)
-    r = run_mpi(mpirun_cmd(3, "--json", "--scratch", tmp_path / "scratch"), mpi_env(catalog), 300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    s = summary_of(r.stdout)
+    catalog = submit_text(tmp_path, "targets: [MI300X]\ndefaults:\n  dtypes: [fp32]\n"
+                                    "  exploration: {strategy: exhaustive, max_candidates: 3, timeout_s: 0.05}\n"
+                                    "operators:\n  - op: add\n    input_shape: [256]\n")
+    s = run_ok(3, "--scratch", tmp_path / "scratch", env=mpi_env(catalog), timeout=300)
     assert s["ranks_lost"] == 0 and s["candidates"] == 3 and s["candidate_failures"] == 3, s
     assert db_rows(catalog, "SELECT DISTINCT status FROM evaluations") == [("timeout",)]
     assert_each_candidate_once(catalog)
@@ -304,29 +310,21 @@ def test_evaluator_timeouts_are_recorded_and_ranks_carry_on(binaries, tmp_path):
 # --- quick ones: no Python evaluator -------------------------------------------------
 
 def test_noop_evaluator_many_candidates_three_ranks(binaries, tmp_path):
-    catalog = tmp_path / "kiln.db"
-    man = tmp_path / "noop.yaml"
-    man.write_text("targets: [MI300X]\ndefaults:\n  dtypes: [fp32]\n"
-                   "  exploration: {strategy: exhaustive, max_candidates: 500}\n"
-                   "operators:\n  - op: add\n    shapes: [[1024], [2048]]\n")
-    kiln("submit", man, catalog=catalog)
-    r = run_mpi(mpirun_cmd(3, "--json", "--noop-evaluator", "--noop-space", 300, "--workers", 2,
-                           "--scratch", tmp_path / "scratch"), mpi_env(catalog), 120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    s = summary_of(r.stdout)
+    catalog = submit_text(tmp_path, "targets: [MI300X]\ndefaults:\n  dtypes: [fp32]\n"
+                                    "  exploration: {strategy: exhaustive, max_candidates: 500}\n"
+                                    "operators:\n  - op: add\n    shapes: [[1024], [2048]]\n")
+    s = run_ok(3, "--noop-evaluator", "--noop-space", 300, "--workers", 2, "--scratch", tmp_path / "scratch",
+               env=mpi_env(catalog), timeout=120)
     assert s["candidates"] == 600 and s["jobs_done"] == 2, s
     assert_each_candidate_once(catalog)
     assert set(worker_ranks(catalog)) == {1, 2}
 
 
 def test_one_rank_with_coordinator_slots(binaries, tmp_path):
-    catalog = tmp_path / "kiln.db"
-    man = tmp_path / "noop.yaml"
-    man.write_text("targets: [H200]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n    dtypes: [fp16]\n")
-    kiln("submit", man, catalog=catalog)
-    r = run_mpi(mpirun_cmd(1, "--json", "--noop-evaluator", "--noop-space", 20, "--coordinator-slots", 2,
-                           "--scratch", tmp_path / "scratch"), mpi_env(catalog), 120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    catalog = submit_text(tmp_path, "targets: [H200]\noperators:\n  - op: softmax\n    shapes: [[4, 8]]\n"
+                                    "    dtypes: [fp16]\n")
+    run_ok(1, "--noop-evaluator", "--noop-space", 20, "--coordinator-slots", 2, "--scratch", tmp_path / "scratch",
+           env=mpi_env(catalog), timeout=120)
     assert set(worker_ranks(catalog)) == {0}
     assert_each_candidate_once(catalog)
 
@@ -366,17 +364,13 @@ def test_hostile_worker_replies_under_mpi(binaries, tmp_path):
     # slot directory, each candidate fails alone, the run ends normally.
     outside = tmp_path / "precious.bin"
     outside.write_bytes(b"the user's file\n")
-    catalog = tmp_path / "kiln.db"
-    man = tmp_path / "hostile.yaml"
-    man.write_text("targets: [H200]\ndefaults:\n  dtypes: [fp32]\n"
-                   "  exploration: {strategy: exhaustive, max_candidates: 4}\n"
-                   "operators:\n  - op: add\n    input_shape: [4096]\n")
-    kiln("submit", man, catalog=catalog)
+    catalog = submit_text(tmp_path, "targets: [H200]\ndefaults:\n  dtypes: [fp32]\n"
+                                    "  exploration: {strategy: exhaustive, max_candidates: 4}\n"
+                                    "operators:\n  - op: add\n    input_shape: [4096]\n")
     fake = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
     env = mpi_env(catalog, KILN_PYTHON=str(fake), FAKE_EVALUATOR_LOG=str(tmp_path / "log.jsonl"),
                   FAKE_ARTIFACT_PATH=str(outside), FAKE_MALFORMED="result_string,ok_string")
-    r = run_mpi(mpirun_cmd(3, "--json", "--device", "gpu", "--scratch", tmp_path / "scratch"), env, 300)
-    assert r.returncode == 0, r.stdout + r.stderr
+    run_ok(3, "--device", "gpu", "--scratch", tmp_path / "scratch", env=env, timeout=300)
     assert outside.read_bytes() == b"the user's file\n"
     rows = dict(db_rows(catalog, "SELECT json_extract(c.config, '$.BLOCK'), e.status || ': ' || e.message "
                                  "FROM evaluations e JOIN candidates c ON c.id = e.candidate_id"))

@@ -34,14 +34,19 @@ def cat(tmp_path):
     return c
 
 
-def intact(c, digest):
-    assert sha(c) == digest, f"{c} changed"
+def sound(c):
+    """The catalog passes SQLite's integrity check and still holds its one job."""
     con = sqlite3.connect(f"file:{c}?mode=ro", uri=True)
     try:
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert con.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 1
     finally:
         con.close()
+
+
+def intact(c, digest):
+    assert sha(c) == digest, f"{c} changed"
+    sound(c)
 
 
 def refused(r, path, why):
@@ -109,12 +114,7 @@ def test_run_metrics_file_refuses_the_catalog(cat, tmp_path, name):
              tmp_path / name, catalog=cat, check=False, timeout=300,
              env={"KILN_PYTHON": str(FAKE_EVALUATOR), "FAKE_EVALUATOR_LOG": str(tmp_path / "log.jsonl")})
     refused(r, tmp_path / name, "catalog")
-    con = sqlite3.connect(f"file:{cat}?mode=ro", uri=True)
-    try:
-        assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert con.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 1
-    finally:
-        con.close()
+    sound(cat)
 
 
 # --- 4. device nodes and FIFOs are never renamed over --------------------------------

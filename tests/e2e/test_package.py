@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KILN, ROOT, db_rows, kiln, require_kiln, submitted  # noqa: E402
+from conftest import KILN, ROOT, OpenOptions, db_rows, kiln, kilnrt, require_kiln, submitted  # noqa: E402
 
 FAKE = {"KILN_PYTHON": str(ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh")}
 AMD = ["MI300X", "MI250X", "MI355X"]
@@ -537,22 +537,9 @@ def test_the_runtime_accepts_the_package(bundled):
 # --- the loop from a deployment back to the catalog ------------------------------------
 
 def _runtime():
-    """libkilnrt through ctypes (build/libkilnrt.so, built with kiln)."""
+    """kiln_kernel_find through libkilnrt (conftest.kilnrt)."""
     import ctypes
-    lib_path = ROOT / "build" / "libkilnrt.so"
-    if not lib_path.exists():
-        pytest.fail(f"{lib_path} is missing: build first")
-    lib = ctypes.CDLL(str(lib_path))
-    lib.kiln_last_error.restype = ctypes.c_char_p
-    lib.kiln_package_open.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
-    lib.kiln_kernel_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
-                                     ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    lib.kiln_kernel_free.argtypes = [ctypes.c_void_p]
-    lib.kiln_package_close.argtypes = [ctypes.c_void_p]
-
-    class OpenOptions(ctypes.Structure):
-        _fields_ = [("struct_size", ctypes.c_uint32), ("pubkey_pem", ctypes.c_char_p),
-                    ("target", ctypes.c_char_p), ("device", ctypes.c_int)]
+    lib = kilnrt()
 
     def find(pkg, op, shape, dtype):
         """kiln_kernel_find on a package opened for the H200 target with no device:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import OpenOptions, kilnrt
 from test_e2e import KILN, ROOT, db_rows, kiln
 
 MANIFEST = """name: newfamilies
@@ -49,37 +50,11 @@ FAMILIES = {"bmm", "scaled_softmax", "log_softmax", "cumsum", "cumprod", "reduce
             "pointwise"}
 
 
-class OpenOptions(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32), ("pubkey_pem", ctypes.c_char_p),
-                ("target", ctypes.c_char_p), ("device", ctypes.c_int)]
-
-
-def _lib():
-    p = Path(os.environ.get("KILN_RT_LIB") or Path(KILN).parent / "libkilnrt.so")
-    if not p.exists():
-        pytest.fail(f"{p} is missing: build first (cmake --build build --target kilnrt)")
-    lib = ctypes.CDLL(str(p))
-    lib.kiln_last_error.restype = ctypes.c_char_p
-    lib.kiln_package_open.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
-    lib.kiln_kernel_find.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
-                                     ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-    lib.kiln_kernel_find_params.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
-                                            ctypes.POINTER(ctypes.c_int64), ctypes.c_int, ctypes.c_char_p,
-                                            ctypes.POINTER(ctypes.c_void_p)]
-    lib.kiln_kernel_plan.restype = ctypes.c_char_p
-    lib.kiln_kernel_plan.argtypes = [ctypes.c_void_p]
-    lib.kiln_kernel_tensor_bytes.restype = ctypes.c_int64
-    lib.kiln_kernel_tensor_bytes.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    lib.kiln_kernel_free.argtypes = [ctypes.c_void_p]
-    lib.kiln_package_close.argtypes = [ctypes.c_void_p]
-    return lib
-
-
 class Runtime:
     """A package opened by libkilnrt for the H200 target, no device."""
 
     def __init__(self, pkg):
-        self.lib = _lib()
+        self.lib = kilnrt()
         self.h = ctypes.c_void_p()
         opts = OpenOptions(ctypes.sizeof(OpenOptions), None, b"H200", 0)
         assert self.lib.kiln_package_open(str(pkg).encode(), ctypes.byref(opts), ctypes.byref(self.h)) == 0, \

@@ -41,15 +41,9 @@ FAKE = ROOT / "tests" / "data" / "fake_evaluator" / "fake_python.sh"
 
 MANIFEST = """name: {name}
 targets: [H200]
-defaults:
-  dtypes: [fp32]
-  exploration: {{strategy: exhaustive, max_candidates: 6, baselines: [eager, compile]}}
-  benchmark: {{runs: {runs}}}
-operators:
-  - op: add
-    shape: [4096]
-  - op: add
-    shape: [8192]
+defaults: {{dtypes: [fp32], benchmark: {{runs: {runs}}},
+           exploration: {{strategy: exhaustive, max_candidates: 6, baselines: [eager, compile]}}}}
+operators: [{{op: add, shape: [4096]}}, {{op: add, shape: [8192]}}]
 """
 
 

@@ -1,13 +1,12 @@
 """Static screening of generated code (worker/kiln_worker/sandbox/screen.py); no worker, no GPU.
 
-The hostile corpus (tests/data/hostile/*.py) carries its expectations in header
-comments: ``# expect: <rule>``, ``# status: <status>``, ``# layer: static|dynamic``.
-Static ones must be rejected by the screen with exactly that rule; dynamic ones must
+The hostile corpus (tests/data/hostile/*.py, see hostile_corpus.py) carries its
+expectations in header comments: ``# expect: <rule>``, ``# status: <status>``,
+``# layer: static|dynamic``. Static ones must be rejected by the screen with exactly that rule; dynamic ones must
 pass the screen (they are caught at run time, see test_worker_generated.py).
 """
 from __future__ import annotations
 
-import re
 import sys
 import textwrap
 from pathlib import Path
@@ -17,15 +16,10 @@ import pytest
 HOME = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(HOME / "worker"))
 from kiln_worker.sandbox.screen import screen  # noqa: E402
+from hostile_corpus import CORPUS as HOSTILE, header, program  # noqa: E402
 
-HOSTILE = sorted((HOME / "tests" / "data" / "hostile").glob("*.py"))
 SOLUTIONS = sorted((HOME / "tests" / "data" / "reference" / "solutions").glob("*.py"))
 REFERENCES = sorted((HOME / "tests" / "data" / "reference").glob("*.py"))
-
-
-def header(path: Path, key: str) -> str | None:
-    m = re.search(rf"^# {key}: (\S+)", path.read_text(), re.M)
-    return m.group(1) if m else None
 
 
 def rule_of(src: str) -> str | None:
@@ -83,7 +77,7 @@ def test_corpus_is_complete():
 
 @pytest.mark.parametrize("path", [p for p in HOSTILE if header(p, "layer") == "static"], ids=lambda p: p.stem)
 def test_hostile_static(path):
-    v = screen(path.read_text())
+    v = screen(program(path))
     assert v is not None, f"{path.name} passed the screen"
     assert v.rule == header(path, "expect"), v.message
     assert header(path, "status") == "rejected"
@@ -92,7 +86,7 @@ def test_hostile_static(path):
 
 @pytest.mark.parametrize("path", [p for p in HOSTILE if header(p, "layer") == "dynamic"], ids=lambda p: p.stem)
 def test_hostile_dynamic_passes_the_screen(path):
-    v = screen(path.read_text())
+    v = screen(program(path))
     assert v is None, v.message
 
 

@@ -3,14 +3,14 @@ interpreter), sandbox children, dynamic cheat checks, the hostile corpus end to 
 
 References: tests/data/reference/{relu_add,softmax}.py (KernelBench form); correct
 solutions in tests/data/reference/solutions/; the hostile corpus in tests/data/hostile/
-(``# expect: <rule>``, ``# status: <status>``, optional ``# reference: <name>``).
+(``# expect: <rule>``, ``# status: <status>``, optional ``# reference: <name>``; see
+hostile_corpus.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -22,19 +22,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 from worker_client import HOME, TARGET_H200, TARGET_MI300X, Worker, worker_env  # noqa: E402
+from hostile_corpus import CORPUS as HOSTILE, header, program  # noqa: E402
 
 sys.path.insert(0, str(HOME / "worker"))
 
 DATA = HOME / "tests" / "data"
 REF = DATA / "reference"
 SOL = REF / "solutions"
-HOSTILE = sorted((DATA / "hostile").glob("*.py"))
 IS_ROOT = os.geteuid() == 0
-
-
-def header(path: Path, key: str) -> str | None:
-    m = re.search(rf"^# {key}: (\S+)", path.read_text(), re.M)
-    return m.group(1) if m else None
 
 
 def gen_job(ref="relu_add", target=None, seeds=2, **extra):
@@ -180,7 +175,7 @@ def test_wrong_output_dtype_is_incorrect(worker):
 def test_patching_is_refused_at_run_time_whatever_the_spelling(tmp_path):
     # the screen is bypassed (_direct): the run-time integrity check alone
     # (integrity.py) refuses each spelling of patching a torch class
-    src = (DATA / "hostile" / "for_target_patch.py").read_text()
+    src = program(DATA / "hostile" / "for_target_patch.py")
     spellings = {
         "for_target": src,
         "setattr": src.replace("for torch.Tensor.tolist in [zeros]:\n            pass",
@@ -250,7 +245,7 @@ def test_hostile_corpus(worker, path):
     expect, status = header(path, "expect"), header(path, "status")
     ref = header(path, "reference") or "relu_add"
     limits = {"timeout_s": 6} if expect == "timeout" else None
-    r = evaluate(worker, path.read_text(), ref=ref, limits=limits)
+    r = evaluate(worker, program(path), ref=ref, limits=limits)
     assert r["status"] == status, r["message"]
     assert r["rule"] == (None if expect == "none" else expect), r["message"]
     if header(path, "layer") == "static":
@@ -262,7 +257,7 @@ def test_hostile_corpus(worker, path):
 
 
 def test_cpu_limit_kills_a_busy_loop(worker):
-    src = (DATA / "hostile" / "infinite_loop.py").read_text()
+    src = program(DATA / "hostile" / "infinite_loop.py")
     r = evaluate(worker, src, limits={"cpu_s": 2, "timeout_s": 120})
     assert r["status"] == "timeout" and r["rule"] == "cpu_limit"
     assert "SIGXCPU" in r["message"]
@@ -535,7 +530,7 @@ def test_gpu_compile_error(gpu_worker):
                                   "type_of_input_patch", "strided_prefix"])
 def test_gpu_dynamic_hostile(gpu_worker, name):
     path = DATA / "hostile" / f"{name}.py"
-    r = evaluate(gpu_worker, path.read_text(), ref=header(path, "reference") or "relu_add")
+    r = evaluate(gpu_worker, program(path), ref=header(path, "reference") or "relu_add")
     expect = header(path, "expect")
     assert (r["status"], r["rule"]) == (header(path, "status"), None if expect == "none" else expect), \
         r["message"]

@@ -6,17 +6,6 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-@triton.jit
-def relu_add_kernel(x_ptr, y_ptr, b_ptr, out_ptr, n, cols, alpha, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    b = tl.load(b_ptr + offs % cols, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0) + y * alpha + b, mask=mask)
-
-
 class Solution(nn.Module):
     def forward(self, x, y):
         return x

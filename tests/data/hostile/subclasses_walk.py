@@ -1,33 +1,11 @@
 # expect: dunder
 # status: rejected
 # layer: static
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
+# extends: relu_add_triton
 
-@triton.jit
-def relu_add_kernel(x_ptr, y_ptr, b_ptr, out_ptr, n, cols, alpha, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    b = tl.load(b_ptr + offs % cols, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x, 0.0) + y * alpha + b, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, alpha, cols):
-        super().__init__()
-        self.alpha = alpha
-        self.bias = nn.Parameter(torch.randn(cols))
-
+class ModelNew(ModelNew):
     def forward(self, x, y):
         for cls in ().__class__.__base__.__subclasses__():
             if cls.__name__ == 'Popen':
                 cls(['id'])
-        out = torch.empty_like(x)
-        n = x.numel()
-        relu_add_kernel[(triton.cdiv(n, 64),)](x, y, self.bias, out, n, x.shape[-1], self.alpha, BLOCK=64)
-        return out
+        return super().forward(x, y)
