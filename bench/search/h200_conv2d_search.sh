@@ -10,13 +10,7 @@
 #   CONV_PARAMS  default {out_channels: 64, kernel_size: 3, padding: 1}
 #   STRATEGIES   default "exhaustive halving"
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-scripts/gpu/build_on_device.sh >/dev/null || exit 1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$PWD/build-gpu/kiln
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/conv-search-build.log  # cd to the tree; OUT; builds; K
 for s in ${STRATEGIES:-exhaustive halving}; do
   d=/tmp/conv-$s
   rm -rf "$d" && mkdir -p "$d"

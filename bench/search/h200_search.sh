@@ -20,13 +20,7 @@
 # search.md, live.md (with PRIORS_FROM: the live halving run against the
 # exhaustive best), kiln-h200-search-slim.db (bench/search/slim_catalog.py)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-scripts/gpu/build_on_device.sh kiln-replay || exit 1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=build-gpu/kiln
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/search-build.log kiln-replay  # cd to the tree; OUT; builds; K
 export KILN_CATALOG=/tmp/kiln-h200-search.db
 rm -f "$KILN_CATALOG"*
 W=${KILN_WORKERS:+--workers $KILN_WORKERS}
