@@ -20,11 +20,12 @@ nlohmann::json param_value(const yamlu::Checker& ck, const ParamSpec& p, const Y
   return ck.str(n, what);
 }
 
-ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op, const YAML::Node& key,
+// `op_where`: "operator 'name'", the operator's part of messages.
+ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op_where, const YAML::Node& key,
                       const YAML::Node& n) {
   ParamSpec p;
   p.name = key.Scalar();
-  const std::string where = "operator '" + op + "' param '" + p.name + "'";
+  const std::string where = op_where + " param '" + p.name + "'";
   ck.need_map(n, where);
   ck.known_keys(n, {"type", "enum", "default", "min", "required", "description"}, where);
   p.type = ck.str(ck.need(n, "type", where), "type");
@@ -50,10 +51,8 @@ ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op, const YAM
   return p;
 }
 
-OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& name, const std::string& where,
-                            const YAML::Node& n) {
+OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& where, const YAML::Node& n) {
   OperatorSpec op;
-  op.name = name;
   op.module = ck.str(ck.need(n, "module", where), "module");
   if (n["description"]) op.description = ck.str(n["description"], "description");
   if (n["compile_s"]) {
@@ -91,7 +90,7 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& name, c
   if (YAML::Node params = n["params"]; params && !yamlu::is_null(params)) {
     ck.need_map(params, where + " params");
     ck.no_duplicates(params);
-    for (const auto& kv : params) op.params.push_back(parse_param(ck, op.name, kv.first, kv.second));
+    for (const auto& kv : params) op.params.push_back(parse_param(ck, where, kv.first, kv.second));
   }
   return op;
 }

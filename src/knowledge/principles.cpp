@@ -55,10 +55,8 @@ std::optional<double> quantity_of(const std::string& q, const nlohmann::json& co
   return product;
 }
 
-Principle parse_principle(const yamlu::Checker& ck, const std::string& name, const std::string& where,
-                          const YAML::Node& n) {
+Principle parse_principle(const yamlu::Checker& ck, const std::string& where, const YAML::Node& n) {
   Principle p;
-  p.name = name;
   p.description = ck.str(ck.need(n, "description", where), "description");
   if (n["weight"]) {
     p.weight = ck.number(n["weight"], "weight");

@@ -346,8 +346,8 @@ struct Checker {
 // A registry file {version: 1, <section>: {name: entry, ...}} (`title` names
 // the file in messages, e.g. "the operator registry"; `kind` its version, e.g.
 // "operator registry"): checked, and each entry, a mapping of the keys
-// `entry_keys`, parsed by parse(checker, name, where, value node) in file
-// order (where: "<entry> 'name'", for messages). Throws std::runtime_error
+// `entry_keys`, parsed by parse(checker, where, value node) in file order
+// (where: "<entry> 'name'", for messages) and given its name. Throws std::runtime_error
 // naming file:line:column; an empty section is an error.
 template <class Parse>
 auto load_registry(const std::filesystem::path& file, const std::string& section, const std::string& title,
@@ -363,13 +363,14 @@ auto load_registry(const std::filesystem::path& file, const std::string& section
   if (!entries) ck.fail(doc, "missing '" + section + "'");
   ck.need_map(entries, section);
   ck.no_duplicates(entries);
-  std::vector<decltype(parse(ck, std::string(), std::string(), YAML::Node()))> out;
+  std::vector<decltype(parse(ck, std::string(), YAML::Node()))> out;
   for (const auto& kv : entries) {
     const std::string name = kv.first.Scalar();
     const std::string where = entry + " '" + name + "'";
     ck.need_map(kv.second, where);
     ck.known_keys(kv.second, entry_keys, where);
-    out.push_back(parse(ck, name, where, kv.second));
+    out.push_back(parse(ck, where, kv.second));
+    out.back().name = name;
   }
   if (out.empty()) ck.fail(entries, "no " + section);
   return out;
