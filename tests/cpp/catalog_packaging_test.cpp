@@ -207,12 +207,12 @@ TEST_F(PackagingTest, AMeasuredBestCarriesTheDriverAndUuidTheWorkerReported) {
 TEST_F(PackagingTest, OnlyTheJobsAskedFor) {
   const auto all = package_jobs(*cat, "MI300X");
   ASSERT_EQ(all.size(), 1u);
-  const auto same = package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{job_id, job_id + 100});
+  const auto same = package_jobs(*cat, "MI300X", 8, std::vector<long long>{job_id, job_id + 100});
   ASSERT_EQ(same.size(), 1u);
   EXPECT_EQ(same[0].job_id, job_id);
   EXPECT_EQ(same[0].candidates.size(), all[0].candidates.size());
-  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{job_id + 1}).empty());
-  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{}).empty());
+  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, std::vector<long long>{job_id + 1}).empty());
+  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, std::vector<long long>{}).empty());
 }
 
 // A damaged catalog is an error naming the file, never "no jobs".
