@@ -390,12 +390,9 @@ void Coordinator::end(int code, const std::string& why) {
   if (finished_) return;
   // Signals come shortly before a SIGKILL (mpirun gives its ranks 1 s after a
   // SIGTERM): wait only briefly for the ranks' goodbyes then.
-  grace_timer_.expires_after(code == kExitInterrupted ? std::chrono::milliseconds(500) : std::chrono::seconds(10));
-  std::weak_ptr<bool> alive = alive_;
-  grace_timer_.async_wait([this, alive](const boost::system::error_code& e) {
-    if (e || alive.expired()) return;
-    finish();
-  });
+  after_while_alive(grace_timer_,
+                    code == kExitInterrupted ? std::chrono::milliseconds(500) : std::chrono::milliseconds(10000),
+                    alive_, [this] { finish(); });
 }
 
 void Coordinator::check_byes() {
@@ -475,10 +472,8 @@ void Coordinator::checkpoint(const char* when) {
 
 void Coordinator::arm_checkpoint() {
   if (!opts_.checkpoint_to || opts_.checkpoint_every_s <= 0) return;
-  checkpoint_timer_.expires_after(to_ms(opts_.checkpoint_every_s));
-  std::weak_ptr<bool> alive = alive_;
-  checkpoint_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || ending_) return;
+  after_while_alive(checkpoint_timer_, to_ms(opts_.checkpoint_every_s), alive_, [this] {
+    if (ending_) return;
     try {
       copy_ = std::make_unique<CatalogCopy>(catalog_, *opts_.checkpoint_to);
     } catch (const std::exception& e) {
@@ -515,10 +510,8 @@ void Coordinator::step_checkpoint() {
 }
 
 void Coordinator::arm_flush() {
-  flush_timer_.expires_after(std::chrono::milliseconds(200));
-  std::weak_ptr<bool> alive = alive_;
-  flush_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || ending_) return;
+  after_while_alive(flush_timer_, std::chrono::milliseconds(200), alive_, [this] {
+    if (ending_) return;
     scheduler_->flush();
     if (!scheduler_->fatal().empty()) {
       end(kExitError, scheduler_->fatal());
@@ -529,10 +522,8 @@ void Coordinator::arm_flush() {
 }
 
 void Coordinator::arm_heartbeat() {
-  heartbeat_timer_.expires_after(to_ms(opts_.heartbeat_interval_s));
-  std::weak_ptr<bool> alive = alive_;
-  heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || ending_) return;
+  after_while_alive(heartbeat_timer_, to_ms(opts_.heartbeat_interval_s), alive_, [this] {
+    if (ending_) return;
     transport_.poll_now();
     if (ending_) return;
     const auto now = Clock::now();

@@ -85,23 +85,18 @@ int env_int(const char* name, int fallback) {
 
 struct Options {
   std::string catalog;
-  std::optional<std::string> batch;
   int workers = 1;
   std::string device = "auto";
-  SchedulingSettings scheduling;
   std::optional<fs::path> scratch;
   bool json_out = false, verbose = false;
   int coordinator_slots = 0;
-  int prefetch = 2;
-  double heartbeat_timeout_s = 30, heartbeat_interval_s = 5;
-  std::optional<fs::path> checkpoint_to;
-  double checkpoint_every_s = 300;
-  std::optional<fs::path> status_file;
   bool noop = false;
   int noop_space = 1000;
   int poll_max_us = 0;  // 0: defaults (2 ms at rank 0, 5 ms at worker ranks)
-  double progress_interval_s = 5;
   metrics::MetricsFlags metrics;  // --metrics, --metrics-file (rank 0)
+  // What rank 0's coordinator takes from the flags (batch, prefetch,
+  // scheduling, heartbeats, checkpoints, status file, progress interval).
+  CoordinatorOptions run;
 };
 
 // nullopt: help was printed.
@@ -153,26 +148,26 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   }
   Options o;
   o.catalog = vm["catalog"].as<std::string>();
-  if (vm.count("batch")) o.batch = vm["batch"].as<std::string>();
+  if (vm.count("batch")) o.run.batch = vm["batch"].as<std::string>();
   o.workers = vm["workers"].as<int>();
   o.device = vm["device"].as<std::string>();
   const SchedulingFlags flags = read_scheduling_flags(vm);
-  o.scheduling = flags;
+  o.run.scheduling = flags;
   if (vm.count("scratch")) o.scratch = fs::path(vm["scratch"].as<std::string>());
   o.json_out = vm.count("json") > 0;
   o.verbose = vm.count("verbose") > 0;
   o.coordinator_slots = vm["coordinator-slots"].as<int>();
-  o.prefetch = vm["prefetch"].as<int>();
-  o.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
-  o.heartbeat_interval_s = vm["heartbeat-interval"].as<double>();
-  if (vm.count("checkpoint-to")) o.checkpoint_to = fs::path(vm["checkpoint-to"].as<std::string>());
-  o.checkpoint_every_s = vm["checkpoint-every"].as<double>();
-  if (vm.count("status-file")) o.status_file = fs::path(vm["status-file"].as<std::string>());
-  else if (const char* env = std::getenv("KILN_MPI_STATUS_FILE"); env && *env) o.status_file = fs::path(env);
+  o.run.prefetch = vm["prefetch"].as<int>();
+  o.run.heartbeat_timeout_s = vm["heartbeat-timeout"].as<double>();
+  o.run.heartbeat_interval_s = vm["heartbeat-interval"].as<double>();
+  if (vm.count("checkpoint-to")) o.run.checkpoint_to = fs::path(vm["checkpoint-to"].as<std::string>());
+  o.run.checkpoint_every_s = vm["checkpoint-every"].as<double>();
+  if (vm.count("status-file")) o.run.status_file = fs::path(vm["status-file"].as<std::string>());
+  else if (const char* env = std::getenv("KILN_MPI_STATUS_FILE"); env && *env) o.run.status_file = fs::path(env);
   o.noop = vm.count("noop-evaluator") > 0;
   o.noop_space = vm["noop-space"].as<int>();
   o.poll_max_us = vm["poll-max-us"].as<int>();
-  o.progress_interval_s = vm["progress-interval"].as<double>();
+  o.run.progress_interval_s = vm["progress-interval"].as<double>();
   try {
     o.metrics = metrics::read_metrics_flags(vm);
   } catch (const std::invalid_argument& e) {
@@ -183,13 +178,13 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   if (o.device != "auto" && o.device != "cpu" && o.device != "gpu")
     throw UsageError("--device must be auto, cpu or gpu");
   if (o.coordinator_slots < 0) throw UsageError("--coordinator-slots must be 0 or more");
-  if (o.prefetch < 0) throw UsageError("--prefetch must be 0 or more");
+  if (o.run.prefetch < 0) throw UsageError("--prefetch must be 0 or more");
   if (auto e = scheduling_flags_error(flags)) throw UsageError(*e);
-  if (o.heartbeat_interval_s <= 0) throw UsageError("--heartbeat-interval must be positive");
-  if (o.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be 0 (never) or positive");
-  if (o.heartbeat_timeout_s > 0 && o.heartbeat_timeout_s < 2 * o.heartbeat_interval_s)
+  if (o.run.heartbeat_interval_s <= 0) throw UsageError("--heartbeat-interval must be positive");
+  if (o.run.heartbeat_timeout_s < 0) throw UsageError("--heartbeat-timeout must be 0 (never) or positive");
+  if (o.run.heartbeat_timeout_s > 0 && o.run.heartbeat_timeout_s < 2 * o.run.heartbeat_interval_s)
     throw UsageError("--heartbeat-timeout must be at least twice --heartbeat-interval");
-  if (o.checkpoint_every_s < 0) throw UsageError("--checkpoint-every must be 0 or more");
+  if (o.run.checkpoint_every_s < 0) throw UsageError("--checkpoint-every must be 0 or more");
   if (o.noop_space < 1) throw UsageError("--noop-space must be at least 1");
   return o;
 }
@@ -270,7 +265,7 @@ int run(Options o, int* argc, char*** argv) {
         "one rank and no --coordinator-slots: nothing would evaluate. Start at least 2 ranks (rank 0 "
         "coordinates), or give rank 0 slots with --coordinator-slots N";
     std::cerr << "kiln-mpi run: " << why << "\n";
-    write_status_file(o.status_file, kExitUsage, why);
+    write_status_file(o.run.status_file, kExitUsage, why);
     MPI_Finalize();
     return kExitUsage;
   }
@@ -310,16 +305,8 @@ int run(Options o, int* argc, char*** argv) {
   CoordinatorOptions copts;
   metrics::MetricsSetup metrics_setup;  // rank 0: outlives the coordinator, which publishes into it
   if (rank == 0) {
-    copts.prefetch = o.prefetch;
-    copts.batch = o.batch;
-    copts.scheduling = o.scheduling;
+    copts = o.run;
     copts.scratch = run_dir;
-    copts.heartbeat_interval_s = o.heartbeat_interval_s;
-    copts.heartbeat_timeout_s = o.heartbeat_timeout_s;
-    copts.checkpoint_to = o.checkpoint_to;
-    copts.checkpoint_every_s = o.checkpoint_every_s;
-    copts.status_file = o.status_file;
-    copts.progress_interval_s = o.progress_interval_s;
     copts.owner = owner;
     try {
       knowledge = Knowledge::load(kiln_home());
@@ -330,7 +317,7 @@ int run(Options o, int* argc, char*** argv) {
       copts.metrics = metrics_setup.run.get();
     } catch (const std::exception& e) {
       std::cerr << "kiln-mpi run: " << e.what() << "\n";
-      write_status_file(o.status_file, kExitError, e.what());
+      write_status_file(o.run.status_file, kExitError, e.what());
       std::cerr.flush();
       MPI_Abort(MPI_COMM_WORLD, kExitError);
       return kExitError;
@@ -349,8 +336,8 @@ int run(Options o, int* argc, char*** argv) {
     w.scratch = run_dir;
     w.triton_cache = rank_dir / "triton-cache";
     w.echo_stderr = o.verbose;
-    w.heartbeat_interval_s = o.heartbeat_interval_s;
-    w.heartbeat_timeout_s = o.heartbeat_timeout_s;
+    w.heartbeat_interval_s = o.run.heartbeat_interval_s;
+    w.heartbeat_timeout_s = o.run.heartbeat_timeout_s;
     w.noop = o.noop;
     w.noop_space = o.noop_space;
     if (!o.noop) {
@@ -465,7 +452,7 @@ int main(int argc, char** argv) {
     int init = 0, rank = 0;
     MPI_Initialized(&init);
     if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) write_status_file(o->status_file, kExitError, e.what());
+    if (rank == 0) write_status_file(o->run.status_file, kExitError, e.what());
     if (init) MPI_Abort(MPI_COMM_WORLD, kExitError);
     return kExitError;
   }

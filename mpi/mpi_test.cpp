@@ -51,15 +51,8 @@ long long count(const Catalog& c, const char* sql) {
 
 // A catalog with one job and `n` candidates.
 std::vector<CandidateRow> seed_catalog(Catalog& c, int n) {
-  NewJob j;
-  j.key = "k1";
-  j.op = "add";
-  j.dtype = "fp32";
-  j.target = "MI300X";
-  j.arch = "gfx942";
-  j.shape = json::array({16});
-  j.params = json::object();
-  j.spec = {{"op", "add"}};
+  const NewJob j{.key = "k1", .op = "add", .dtype = "fp32", .target = "MI300X", .arch = "gfx942",
+                 .shape = json::array({16}), .params = json::object(), .spec = {{"op", "add"}}};
   c.submit("t", "t.yaml", "text", {j});
   auto job = c.claim_job("host:1", 60);
   EXPECT_TRUE(job.has_value());
@@ -80,14 +73,8 @@ EvaluationIn ok_eval(const std::string& bytes) {
   e.status = "ok";
   e.worker = "rank 1 pid 7";
   e.result = {{"status", "ok"}, {"correctness", {{"seeds", 1}, {"max_abs_err", 0.0}}}};
-  ArtifactIn a;
-  a.target = "MI300X";
-  a.arch = "gfx942";
-  a.kind = "hsaco";
-  a.kernel_name = "k";
-  a.bytes = bytes;
-  a.metadata = json::object();
-  e.artifact = a;
+  e.artifact = ArtifactIn{.target = "MI300X", .arch = "gfx942", .kind = "hsaco", .kernel_name = "k", .bytes = bytes,
+                          .metadata = json::object()};
   return e;
 }
 

@@ -228,10 +228,8 @@ void WorkerRank::run_noop(const Work& w, const json& job) {
 }
 
 void WorkerRank::arm_heartbeat() {
-  heartbeat_timer_.expires_after(to_ms(opts_.heartbeat_interval_s));
-  std::weak_ptr<bool> alive = alive_;
-  heartbeat_timer_.async_wait([this, alive](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || finished_) return;
+  after_while_alive(heartbeat_timer_, to_ms(opts_.heartbeat_interval_s), alive_, [this] {
+    if (finished_) return;
     transport_.poll_now();
     if (finished_) return;
     const double silent = std::chrono::duration<double>(Clock::now() - last_heard_).count();

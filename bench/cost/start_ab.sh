@@ -15,11 +15,7 @@
 # Writes $OUT/start_ab.jsonl (one object per run) and the run logs in
 # $OUT/start_ab-logs.tar.gz.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-. bench/gpu_setup.sh "/tmp/fs-build.log"
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/fs-build.log  # cd to the tree; OUT; builds; K
 M=${MANIFEST:-bench/cost/small_batch.yaml}
 AB=${AB:-KILN_FORK_SERVER}
 R=$OUT/start_ab.jsonl; : > "$R"

@@ -14,12 +14,8 @@
 #   KILN_SKIP_BUILD=1 reuse build-gpu/;  NEIGHBOURS=1 package with neighbour
 #   checks (a verified range per kernel; slower);  REPS (default 100)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$PWD/out}
 W=/tmp/new_families
-rm -rf "$W"; mkdir -p "$W/home/configs" "$OUT"
-. bench/deploy/h200_est_home.sh  # builds; K, RT; KILN_HOME with H200-est
+. "$(dirname "$0")/h200_est_home.sh"  # cd to the tree; ROOT, OUT, a clean $W; builds; K, RT; KILN_HOME
 # one shape per (operator, params): kiln-rt labels kernels by operator, shape and dtype
 cat >"$W/manifest.yaml" <<'YAML'
 name: new_families_h200

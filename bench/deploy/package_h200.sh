@@ -11,11 +11,7 @@
 #   MANIFEST  default: below (add, softmax, layernorm, matmul; 4 targets)
 #   WORKERS   default 12
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-. bench/gpu_setup.sh "/tmp/pk-build.log"
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/pk-build.log  # cd to the tree; OUT; builds; K, RT
 D=/tmp/pk-h200; rm -rf "$D"; mkdir -p "$D"
 M=${MANIFEST:-$D/m.yaml}
 [ -n "${MANIFEST:-}" ] || cat > "$M" <<'YAML'

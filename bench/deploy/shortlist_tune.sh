@@ -17,12 +17,8 @@
 #   KILN_SKIP_BUILD=1 reuse build-gpu/;  REPS (default 100)
 # Prints a table; writes $OUT/shortlist.tgz (logs, measurements, table).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$PWD
-OUT=${OUT:-$PWD/out}
 W=/tmp/shortlist
-rm -rf "$W"; mkdir -p "$W/home/configs" "$OUT"
-. bench/deploy/h200_est_home.sh  # builds; K, RT; KILN_HOME with H200-est
+. "$(dirname "$0")/h200_est_home.sh"  # cd to the tree; ROOT, OUT, a clean $W; builds; K, RT; KILN_HOME
 python3 - "$W/manifest.yaml" <<'PY'
 import sys, yaml
 a = yaml.safe_load(open("jobs/examples/anchors_h200.yaml"))

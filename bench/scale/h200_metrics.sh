@@ -11,12 +11,9 @@
 #   KILN_BIN          the kiln binary (default: build-gpu/kiln)
 # Writes $OUT/metrics.tgz (run log, summary, every scrape, the final textfile).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
 W=/tmp/kiln-metrics
-rm -rf "$W"; mkdir -p "$W/scrapes" "$OUT"
-export PYTHONUNBUFFERED=1
-. bench/gpu_setup.sh "$W/build.log"
+rm -rf "$W"; mkdir -p "$W/scrapes"
+. "$(dirname "$0")/../gpu_setup.sh" "$W/build.log"  # cd to the tree; OUT; builds; K
 K=${KILN_BIN:-$K}
 export KILN_CATALOG=$W/kiln.db
 $K submit "${MANIFEST:-jobs/quickstart.yaml}" >/dev/null

@@ -36,14 +36,8 @@
 # logs.tar.gz (each run's log, JSON, nvidia-smi dmon and <mode>.evals.csv:
 # every evaluation's timings and GPU lock spans).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-scripts/gpu/build_on_device.sh || exit 1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/two-gpu-build.log  # cd to the tree; OUT; builds; K
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-K=$PWD/build-gpu/kiln
 M=${MANIFEST:-jobs/examples/cluster_h200.yaml}
 W=${W:-12}
 MODES=${MODES:-run-1 run-2 mpi-1 mpi-2}

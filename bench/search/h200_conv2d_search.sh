@@ -10,26 +10,12 @@
 #   CONV_PARAMS  default {out_channels: 64, kernel_size: 3, padding: 1}
 #   STRATEGIES   default "exhaustive halving"
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-scripts/gpu/build_on_device.sh >/dev/null || exit 1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=$PWD/build-gpu/kiln
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/conv-search-build.log  # cd to the tree; OUT; builds; K
+. bench/search/search_manifest.sh
 for s in ${STRATEGIES:-exhaustive halving}; do
   d=/tmp/conv-$s
   rm -rf "$d" && mkdir -p "$d"
-  cat >"$d/m.yaml" <<YAML
-name: conv2d_$s
-targets: [H200]
-defaults:
-  exploration: {strategy: $s, max_candidates: 96, timeout_s: 300}
-  validation: {seeds: 3}
-  benchmark: {warmup: 25, runs: 100}
-operators:
-  - {op: conv2d, input_shape: ${CONV_SHAPE:-[64, 3, 224, 224]}, dtype: fp16, params: ${CONV_PARAMS:-{out_channels: 64, kernel_size: 3, padding: 1\}}}
-YAML
+  search_manifest "conv2d_$s" "$s" "  - {op: conv2d, input_shape: ${CONV_SHAPE:-[64, 3, 224, 224]}, dtype: fp16, params: ${CONV_PARAMS:-{out_channels: 64, kernel_size: 3, padding: 1\}}}" >"$d/m.yaml"
   KILN_CATALOG=$d/k.db $K submit "$d/m.yaml" >/dev/null || exit 1
   KILN_CATALOG=$d/k.db $K run --device gpu --workers "${KILN_WORKERS:-15}" --scratch "$d/s" --json \
     >"$OUT/$s.json" 2>"$OUT/$s.log"

@@ -20,13 +20,8 @@
 # search.md, live.md (with PRIORS_FROM: the live halving run against the
 # exhaustive best), kiln-h200-search-slim.db (bench/search/slim_catalog.py)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-scripts/gpu/build_on_device.sh kiln-replay || exit 1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=build-gpu/kiln
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/search-build.log kiln-replay  # cd to the tree; OUT; builds; K
+. bench/search/search_manifest.sh
 export KILN_CATALOG=/tmp/kiln-h200-search.db
 rm -f "$KILN_CATALOG"*
 W=${KILN_WORKERS:+--workers $KILN_WORKERS}
@@ -49,18 +44,7 @@ else  # the six anchor cases the first H200 catalog recorded (docs/performance-j
 YAML
 )
 fi
-for s in exhaustive halving; do
-  cat >/tmp/search_$s.yaml <<YAML
-name: search_$s
-targets: [H200]
-defaults:
-  exploration: {strategy: $s, max_candidates: 96, timeout_s: 300}
-  validation: {seeds: 3}
-  benchmark: {warmup: 25, runs: 100}
-operators:
-$OPS
-YAML
-done
+for s in exhaustive halving; do search_manifest "search_$s" "$s" "$OPS" >/tmp/search_$s.yaml; done
 HALVING_CATALOG=$KILN_CATALOG
 if [ -n "${PRIORS_FROM:-}" ]; then
   HALVING_CATALOG=/tmp/kiln-h200-search-halving.db

@@ -12,13 +12,7 @@
 #   KILN_CATALOG      default /tmp/kiln-h200.db
 # Writes under $OUT (or ./out): run.log, best.txt, table.md, perf.json, kiln-h200-slim.db
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-[[ ${KILN_SKIP_BUILD:-0} == 1 ]] || scripts/gpu/build_on_device.sh || exit 1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-K=build-gpu/kiln
+. "$(dirname "$0")/../gpu_setup.sh" /tmp/h200-run-build.log  # cd to the tree; OUT; builds; K
 export KILN_CATALOG=${KILN_CATALOG:-/tmp/kiln-h200.db}
 PIN=(${KILN_CPUS:+taskset -c $KILN_CPUS})
 rm -f "$KILN_CATALOG"*

@@ -16,13 +16,10 @@
 #   TAG               name of the result folder (default trust)
 # Writes $OUT/$TAG.tgz (run log, best, package manifest, verify, benches, slim catalog).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/out}
 TAG=${TAG:-trust}
 W=/tmp/$TAG
-rm -rf "$W"; mkdir -p "$W" "$OUT"
-export PYTHONUNBUFFERED=1
-. bench/gpu_setup.sh "$W/build.log"
+rm -rf "$W"; mkdir -p "$W"
+. "$(dirname "$0")/../gpu_setup.sh" "$W/build.log"  # cd to the tree; OUT; builds; K, RT
 export KILN_CATALOG=$W/kiln.db
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$W/gpu.txt"
 for m in ${MANIFESTS:-jobs/quickstart.yaml jobs/examples/anchors_h200.yaml}; do $K submit "$m" >/dev/null; done

@@ -22,6 +22,7 @@
 
 #include "catalog/evaluations.h"
 #include "catalog/job_key.h"
+#include "catalog/lineage.h"
 #include "catalog/sql.h"
 #include "common/output_path.h"
 #include "common/hash.h"
@@ -53,6 +54,8 @@ namespace {
 
 using sql::exec;
 using sql::fail;
+using sql::Blob;
+using sql::NullIfEmpty;
 using sql::Stmt;
 using sql::Tx;
 
@@ -816,28 +819,17 @@ void Catalog::record_evaluations(const std::vector<std::pair<long long, Evaluati
 
 void Catalog::set_best(const BestRow& b) {
   Tx tx(db_, path_);
-  {
-    Stmt chk(db_, path_, "SELECT job_id FROM candidates WHERE id = ?");
-    chk.bind(1, b.candidate_id);
-    if (!chk.step())
-      throw CatalogError("catalog " + path_.string() + ": set_best: no candidate " +
-                         std::to_string(b.candidate_id));
-    if (chk.i64(0) != b.job_id)
-      throw CatalogError("catalog " + path_.string() + ": set_best: candidate " +
-                         std::to_string(b.candidate_id) + " belongs to job " +
-                         std::to_string(chk.i64(0)) + ", not " + std::to_string(b.job_id));
-  }
+  const std::optional<long long> job = job_of_candidate(*this, b.candidate_id);
+  if (!job)
+    throw CatalogError("catalog " + path_.string() + ": set_best: no candidate " + std::to_string(b.candidate_id));
+  if (*job != b.job_id)
+    throw CatalogError("catalog " + path_.string() + ": set_best: candidate " + std::to_string(b.candidate_id) +
+                       " belongs to job " + std::to_string(*job) + ", not " + std::to_string(b.job_id));
   Stmt(db_, path_,
        "INSERT OR REPLACE INTO best (job_id, candidate_id, basis, value_ms, device, selected_at, "
        "confirmed_run, confirmed_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-      .bind(1, b.job_id)
-      .bind(2, b.candidate_id)
-      .bind(3, b.basis)
-      .bind(4, b.value_ms)
-      .bind_text_or_null(5, b.device)
-      .bind(6, now_s())
-      .bind(7, b.confirmed_run)
-      .bind(8, b.confirmed_ms)
+      .binds(1, b.job_id, b.candidate_id, b.basis, b.value_ms, NullIfEmpty{b.device}, now_s(), b.confirmed_run,
+             b.confirmed_ms)
       .run();
   tx.commit();
 }
@@ -935,28 +927,16 @@ void Catalog::record_confirmations(const std::vector<ConfirmationRow>& rows) {
                          ": record_confirmations: a row names a candidate or a baseline, exactly one");
     if (r.samples_ms.empty())
       throw CatalogError("catalog " + path_.string() + ": record_confirmations: a row without samples");
-    if (r.candidate_id) {
-      Stmt chk(db_, path_, "SELECT job_id FROM candidates WHERE id = ?");
-      chk.bind(1, *r.candidate_id);
-      if (!chk.step() || chk.i64(0) != r.job_id)
-        throw CatalogError("catalog " + path_.string() + ": record_confirmations: candidate " +
-                           std::to_string(*r.candidate_id) + " is not of job " + std::to_string(r.job_id));
-    }
+    if (r.candidate_id && job_of_candidate(*this, *r.candidate_id) != r.job_id)
+      throw CatalogError("catalog " + path_.string() + ": record_confirmations: candidate " +
+                         std::to_string(*r.candidate_id) + " is not of job " + std::to_string(r.job_id));
     const std::string blob = encode_samples(r.samples_ms);
     Stmt(db_, path_,
          "INSERT INTO confirmations (job_id, candidate_id, baseline, run_id, basis, device, samples, n, "
          "median_ms, conditions, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-        .bind(1, r.job_id)
-        .bind(2, r.candidate_id)
-        .bind(3, r.baseline)
-        .bind(4, r.run_id)
-        .bind(5, r.basis)
-        .bind(6, r.device)
-        .bind_blob(7, blob)
-        .bind(8, static_cast<long long>(r.samples_ms.size()))
-        .bind(9, stats::median(decode_samples(blob)))
-        .bind(10, (r.conditions.is_null() ? json::object() : r.conditions).dump())
-        .bind(11, now)
+        .binds(1, r.job_id, r.candidate_id, r.baseline, r.run_id, r.basis, r.device, Blob{blob},
+               static_cast<long long>(r.samples_ms.size()), stats::median(decode_samples(blob)),
+               (r.conditions.is_null() ? json::object() : r.conditions).dump(), now)
         .run();
   }
   tx.commit();

@@ -338,6 +338,9 @@ struct MergeStats {
   int confirmations = 0;                    // rows of confirmation rounds (0005), by (job, run, entry)
   int imported_measurements = 0;            // kiln-rt tune rows (0006), by (candidate, device)
   std::vector<std::string> skipped_tables;  // tables of `from` this kiln does not merge
+
+  // Adds `o`'s row counts to these (skipped_tables is left as it is).
+  void add_counts(const MergeStats& o);
 };
 MergeStats merge_catalog(Catalog& into, const std::filesystem::path& from);
 

@@ -141,6 +141,17 @@ void open_source(Conn& c, const fs::path& path) {
 
 }  // namespace
 
+void MergeStats::add_counts(const MergeStats& o) {
+  for (auto [mine, theirs] : {std::pair{&batches, &o.batches}, {&batch_links, &o.batch_links},
+                              {&jobs_new, &o.jobs_new}, {&jobs_updated, &o.jobs_updated},
+                              {&candidates, &o.candidates}, {&evaluations, &o.evaluations},
+                              {&blobs, &o.blobs}, {&artifacts, &o.artifacts},
+                              {&best_new, &o.best_new}, {&best_replaced, &o.best_replaced},
+                              {&llm_calls, &o.llm_calls}, {&confirmations, &o.confirmations},
+                              {&imported_measurements, &o.imported_measurements}})
+    *mine += *theirs;
+}
+
 MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
   if (into_cat.read_only()) throw CatalogError("merge: the output catalog is open read-only");
   std::error_code ec;
@@ -427,102 +438,62 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
     }
   }
 
-  // --- llm_calls: by (job, created_at, instance, round, prompt) ----------------------------------
-  if (has_table(from, "llm_calls") && has_table(into, "llm_calls")) {
-    const auto cols = common("llm_calls", {"id"});
-    const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
-              c_parent = index_of(cols, "parent_id");
-    std::vector<std::string> key_cols;
-    for (const char* c : {"job_id", "created_at", "instance", "round", "prompt"})
-      if (index_of(cols, c) >= 0) key_cols.push_back(c);
-    std::string find_sql = "SELECT 1 FROM llm_calls WHERE 1";
-    for (size_t i = 0; i < key_cols.size(); ++i)
-      find_sql += " AND \"" + key_cols[i] + "\" IS ?" + std::to_string(i + 1);
-    Stmt find(into, into_path, find_sql, "merge: find llm call");
-    auto sel = select_all(from, from_path, "llm_calls", cols);
-    auto ins = insert_into(into, into_path, "llm_calls", cols, false);
+  // A child table of jobs and candidates (its own id dropped), merged row by
+  // row: job_id and the candidate columns `cand_cols` are translated; a row
+  // whose `key` columns (those the table has; translated ids, NULL matching
+  // NULL) match a row already in `into` is skipped, else inserted and counted
+  // in `added`. With `ids_required`, a row whose job or candidate is NULL is
+  // refused.
+  auto merge_child = [&](const char* table, std::initializer_list<const char*> key,
+                         std::initializer_list<const char*> cand_cols, bool ids_required, int& added) {
+    const auto cols = common(table, {"id"});
+    const int c_job = index_of(cols, "job_id");
+    std::vector<int> cand_at;
+    for (const char* c : cand_cols)
+      if (const int k = index_of(cols, c); k >= 0) cand_at.push_back(k);
+    std::vector<int> key_at;
+    std::string find_sql = std::string("SELECT 1 FROM ") + table + " WHERE 1";
+    for (const char* c : key)
+      if (const int k = index_of(cols, c); k >= 0) {
+        key_at.push_back(k);
+        find_sql += " AND \"" + std::string(c) + "\" IS ?" + std::to_string(key_at.size());
+      }
+    Stmt find(into, into_path, find_sql, std::string("merge: find ") + table + " row");
+    auto sel = select_all(from, from_path, table, cols);
+    auto ins = insert_into(into, into_path, table, cols, false);
     while (sel->step()) {
-      check("llm_calls", cols, *sel);
-      same_job("llm_calls", *sel, c_cand, c_job, cols.size());
-      same_job("llm_calls", *sel, c_parent, c_job, cols.size());
+      check(table, cols, *sel);
+      for (int k : cand_at) same_job(table, *sel, k, c_job, cols.size());
       std::map<int, std::optional<long long>> ids;
       if (c_job >= 0) ids[c_job] = job_of(*sel, c_job);
-      if (c_cand >= 0) ids[c_cand] = cand_of(*sel, c_cand);
-      if (c_parent >= 0) ids[c_parent] = cand_of(*sel, c_parent);
+      for (int k : cand_at) ids[k] = cand_of(*sel, k);
+      if (ids_required)
+        for (const auto& [k, id] : ids)
+          if (!id) refuse(std::string(table) + ": a row names a job or candidate the shard does not hold");
       find.reset();
-      for (size_t i = 0; i < key_cols.size(); ++i) {
-        const int k = index_of(cols, key_cols[i]);
+      for (size_t i = 0; i < key_at.size(); ++i) {
+        const int k = key_at[i];
         if (auto it = ids.find(k); it != ids.end() && it->second) find.bind(static_cast<int>(i) + 1, *it->second);
         else find.bind_value(static_cast<int>(i) + 1, sel->value(k));
       }
       const bool present = find.step();
       find.reset();
-      if (present) continue;
+      if (present) continue;  // e.g. the catalog's own import of that device stands
       bind_row(*ins, *sel, cols.size(), ids);
       ins->run();
-      ++st.llm_calls;
+      ++added;
     }
-  }
-
-  // --- confirmations: by (job, run_id, candidate, baseline) ----------------------------------
-  if (has_table(from, "confirmations") && has_table(into, "confirmations")) {
-    const auto cols = common("confirmations", {"id"});
-    const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
-              c_run = index_of(cols, "run_id"), c_base = index_of(cols, "baseline");
-    Stmt find(into, into_path,
-              "SELECT 1 FROM confirmations WHERE job_id IS ?1 AND run_id IS ?2 AND candidate_id IS ?3 "
-              "AND baseline IS ?4",
-              "merge: find confirmation");
-    auto sel = select_all(from, from_path, "confirmations", cols);
-    auto ins = insert_into(into, into_path, "confirmations", cols, false);
-    while (sel->step()) {
-      check("confirmations", cols, *sel);
-      same_job("confirmations", *sel, c_cand, c_job, cols.size());
-      std::map<int, std::optional<long long>> ids;
-      ids[c_job] = job_of(*sel, c_job);
-      ids[c_cand] = cand_of(*sel, c_cand);
-      find.reset();
-      if (ids[c_job]) find.bind(1, *ids[c_job]);
-      else find.bind_value(1, sel->value(c_job));
-      find.bind_value(2, sel->value(c_run));
-      if (ids[c_cand]) find.bind(3, *ids[c_cand]);
-      else find.bind_value(3, sel->value(c_cand));
-      find.bind_value(4, sel->value(c_base));
-      const bool present = find.step();
-      find.reset();
-      if (present) continue;
-      bind_row(*ins, *sel, cols.size(), ids);
-      ins->run();
-      ++st.confirmations;
-    }
-  }
-
-  // --- imported_measurements: by (candidate, device), as an import keys them --------------------
-  if (has_table(from, "imported_measurements") && has_table(into, "imported_measurements")) {
-    const auto cols = common("imported_measurements", {"id"});
-    const int c_job = index_of(cols, "job_id"), c_cand = index_of(cols, "candidate_id"),
-              c_dev = index_of(cols, "device");
-    Stmt find(into, into_path, "SELECT 1 FROM imported_measurements WHERE candidate_id = ?1 AND device = ?2",
-              "merge: find imported measurement");
-    auto sel = select_all(from, from_path, "imported_measurements", cols);
-    auto ins = insert_into(into, into_path, "imported_measurements", cols, false);
-    while (sel->step()) {
-      check("imported_measurements", cols, *sel);
-      same_job("imported_measurements", *sel, c_cand, c_job, cols.size());
-      std::map<int, std::optional<long long>> ids;
-      ids[c_job] = job_of(*sel, c_job);
-      ids[c_cand] = cand_of(*sel, c_cand);
-      if (!ids[c_job] || !ids[c_cand])
-        refuse("imported_measurements: a row names a job or candidate the shard does not hold");
-      find.reset().bind(1, *ids[c_cand]).bind_value(2, sel->value(c_dev));
-      const bool present = find.step();
-      find.reset();
-      if (present) continue;  // the catalog's own import of that device stands
-      bind_row(*ins, *sel, cols.size(), ids);
-      ins->run();
-      ++st.imported_measurements;
-    }
-  }
+  };
+  if (has_table(from, "llm_calls") && has_table(into, "llm_calls"))
+    merge_child("llm_calls", {"job_id", "created_at", "instance", "round", "prompt"}, {"candidate_id", "parent_id"},
+                false, st.llm_calls);
+  if (has_table(from, "confirmations") && has_table(into, "confirmations"))
+    merge_child("confirmations", {"job_id", "run_id", "candidate_id", "baseline"}, {"candidate_id"}, false,
+                st.confirmations);
+  // imported_measurements: by (candidate, device), as an import keys them
+  if (has_table(from, "imported_measurements") && has_table(into, "imported_measurements"))
+    merge_child("imported_measurements", {"candidate_id", "device"}, {"candidate_id"}, true,
+                st.imported_measurements);
 
   tx.commit();
   return st;

@@ -70,7 +70,7 @@ constexpr const char* kCandidateCols =
 }  // namespace
 
 std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& target, int shortlist_max,
-                                     double shortlist_ratio, const std::optional<std::vector<long long>>& only_jobs) {
+                                     const std::optional<std::vector<long long>>& only_jobs) {
   const bool imported = has_table(catalog, "imported_measurements");
   // The confirmation round (its migration: table confirmations, best.confirmed_run):
   // read where this catalog has it.
@@ -138,8 +138,8 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
                      "JOIN artifacts a ON a.candidate_id = c.id AND a.target = j.target "
                      "JOIN blobs bl ON bl.sha256 = a.sha256 "
                      "WHERE c.job_id = ?1 AND c.id != ?2 AND e.status = 'ok' AND e.estimate_ms IS NOT NULL "
-                     "AND e.estimate_ms <= ?3 ORDER BY e.estimate_ms, c.id LIMIT ?4");
-    s.bind(1, j.job_id).bind(2, best).bind(3, *best_est * shortlist_ratio).bind(4, (long long)(shortlist_max - 1));
+                     "ORDER BY e.estimate_ms, c.id LIMIT ?3");
+    s.binds(1, j.job_id, best, (long long)(shortlist_max - 1));
     while (s.step()) j.candidates.push_back(candidate_from(s, 0, catalog));
   }
   return jobs;

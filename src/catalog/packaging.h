@@ -34,8 +34,8 @@ struct PackageJob {
   nlohmann::json measured_on;              // {"device","driver","uuid"} or null
   nlohmann::json confirmed;                // confirmed_summary() of the best's confirmation, or null
   // [0] the selected candidate; for an estimated job then up to
-  // shortlist_max - 1 more correct candidates with an artifact, by estimate,
-  // whose estimate is within shortlist_ratio x the selected one's.
+  // shortlist_max - 1 more correct candidates with an artifact, by estimate
+  // (however far from the selected one's: the caller picks the shortlist).
   std::vector<PackageCandidate> candidates;
 };
 
@@ -44,7 +44,6 @@ struct PackageJob {
 // jobs, not a superseded key of the same kernel). Throws CatalogError on
 // SQLite errors, and when a stored code object does not match its checksum.
 std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& target, int shortlist_max = 8,
-                                     double shortlist_ratio = 1.5,
                                      const std::optional<std::vector<long long>>& only_jobs = std::nullopt);
 
 // The manifest's `confirmed` for a best whose confirmation round timed it on a

@@ -44,6 +44,13 @@ struct Access {
 struct Strict {
   nlohmann::json& out;
 };
+// Parameters for Stmt::binds: a text bound as NULL when empty; bytes bound as a blob.
+struct NullIfEmpty {
+  const std::string& v;
+};
+struct Blob {
+  const std::string& v;
+};
 
 class StmtCache {
  public:
@@ -89,6 +96,15 @@ class Stmt {
   template <class T>
   Stmt& bind(int i, const std::optional<T>& v) {
     return v ? bind(i, *v) : bind(i, nullptr);
+  }
+  Stmt& bind(int i, NullIfEmpty v) { return bind_text_or_null(i, v.v); }
+  Stmt& bind(int i, Blob v) { return bind_blob(i, v.v); }
+  // Binds `v...` to parameters first, first+1, ... in order, each as bind does.
+  template <class... T>
+  Stmt& binds(int first, const T&... v) {
+    int i = first;
+    (bind(i++, v), ...);
+    return *this;
   }
 
   // true: a row is available; false: done. Throws on any error.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -55,14 +56,29 @@ inline void add_common(po::options_description& d, bool json_flag) {
   if (json_flag) d.add_options()("json", "machine-readable JSON on stdout");
 }
 
-// Parses args; returns nullopt (after printing help) when --help was given.
+// A bare argument's option and how many it takes (-1: all the rest).
+struct Positional {
+  const char* name;
+  int count = 1;
+};
+
+// Parses args; returns nullopt (after printing usage and `d`) when --help was
+// given. Bare arguments fill `positional` in order; `hidden` options are
+// accepted but not shown in help. A parse error is a UsageError carrying the
+// usage and the options.
 inline std::optional<po::variables_map> parse(const Args& args, const po::options_description& d,
-                                       const po::positional_options_description* pos,
-                                       const std::string& usage) {
+                                              const std::string& usage,
+                                              std::initializer_list<Positional> positional = {},
+                                              const po::options_description* hidden = nullptr) {
+  po::options_description all;
+  all.add(d);
+  if (hidden) all.add(*hidden);
+  po::positional_options_description pos;
+  for (const Positional& p : positional) pos.add(p.name, p.count);
   po::variables_map vm;
   try {
-    auto parser = po::command_line_parser(args).options(d);
-    if (pos) parser.positional(*pos);
+    auto parser = po::command_line_parser(args).options(all);
+    if (positional.size()) parser.positional(pos);
     po::store(parser.run(), vm);
     if (vm.count("help")) {
       std::cout << usage << "\n\n" << d << "\n";
@@ -110,6 +126,18 @@ inline int guarded(const char* cmd, Fn fn) {
     std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
     return 1;
   }
+}
+
+// Runs subcommand `cmd` of a catalog under guarded(): fn(d) gets its options
+// with --help, --catalog and (json_flag) --json declared, adds its own, parses
+// and returns the exit code.
+template <typename Fn>
+inline int catalog_command(const char* cmd, bool json_flag, Fn fn) {
+  return guarded(cmd, [&] {
+    po::options_description d(std::string("kiln ") + cmd + " options");
+    add_common(d, json_flag);
+    return fn(d);
+  });
 }
 
 inline std::string config_text(const json& config) {

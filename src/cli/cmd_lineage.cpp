@@ -32,12 +32,10 @@ std::string ms_text(const json& v) {
 }  // namespace
 
 int cmd_lineage(const Args& args) {
-  return guarded("lineage", [&] {
-    po::options_description d("kiln lineage options");
-    add_common(d, true);
+  return catalog_command("lineage", true, [&](po::options_description& d) {
     d.add_options()("job", po::value<long long>(), "every candidate of this job id")(
         "candidate", po::value<long long>(), "this candidate's ancestors and descendants");
-    auto vm = parse(args, d, nullptr,
+    auto vm = parse(args, d,
                     "usage: kiln lineage --job ID | --candidate ID [--json]\n"
                     "Shows which candidate repairs which (parent, round, instance), each one's evaluation\n"
                     "and the LLM call that wrote it.");

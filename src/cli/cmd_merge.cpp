@@ -30,16 +30,15 @@ int cmd_merge(const Args& args) {
     d.add_options()("help,h", "show this help")("json", "machine-readable JSON on stdout")(
         "out", po::value<std::string>()->required(), "the catalog to merge into (created if missing)")(
         "in", po::value<std::vector<std::string>>()->required(), "catalogs to merge from");
-    po::positional_options_description pos;
-    pos.add("out", 1).add("in", -1);
-    auto vm = parse(args, d, &pos,
+    auto vm = parse(args, d,
                     "usage: kiln merge OUT.db IN.db... [--json]\n"
                     "Copies every batch, job, candidate, evaluation, code object, artifact and best\n"
                     "selection of the IN catalogs into OUT (created if missing). Jobs match by key and\n"
                     "candidates by (job, key), so merging the same file twice adds nothing; a job done\n"
                     "in an input becomes done in OUT; of two best selections for a job, a measured one\n"
                     "beats an estimated one, else the lower latency wins. The inputs are only read.\n"
-                    "Keep OUT on node-local disk and copy it to shared storage afterwards.");
+                    "Keep OUT on node-local disk and copy it to shared storage afterwards.",
+                    {{"out", 1}, {"in", -1}});
     if (!vm) return 0;
     const std::filesystem::path out = (*vm)["out"].as<std::string>();
     const auto inputs = (*vm)["in"].as<std::vector<std::string>>();
@@ -54,19 +53,7 @@ int cmd_merge(const Args& args) {
     for (const auto& in : inputs) {
       const MergeStats s = merge_catalog(catalog, in);
       report["inputs"].push_back({{"path", in}, {"merged", stats_json(s)}});
-      total.batches += s.batches;
-      total.batch_links += s.batch_links;
-      total.jobs_new += s.jobs_new;
-      total.jobs_updated += s.jobs_updated;
-      total.candidates += s.candidates;
-      total.evaluations += s.evaluations;
-      total.blobs += s.blobs;
-      total.artifacts += s.artifacts;
-      total.best_new += s.best_new;
-      total.best_replaced += s.best_replaced;
-      total.llm_calls += s.llm_calls;
-      total.confirmations += s.confirmations;
-      total.imported_measurements += s.imported_measurements;
+      total.add_counts(s);
       if (!vm->count("json")) {
         std::cout << "merged " << in << ": " << s.jobs_new << " new job(s), " << s.jobs_updated
                   << " updated, " << s.candidates << " candidate(s), " << s.evaluations

@@ -27,37 +27,10 @@ namespace {
 
 constexpr int kExitRegression = 4;
 
-// Writes atomically (a temporary sibling renamed into place), after checking
-// again that `p` is still a file we may replace (common/output_path.h).
-void write_text(const std::filesystem::path& p, const std::string& text,
-                const std::vector<std::filesystem::path>& protect) {
-  try {
-    check_output_file(p, "--report", protect);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(e.what());
-  }
-  const std::filesystem::path tmp = p.string() + "." + std::to_string(getpid()) + ".tmp";
-  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  std::error_code ec;
-  if (!f) {
-    std::filesystem::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + p.string());
-  }
-  std::filesystem::rename(tmp, p, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw std::runtime_error("cannot write " + p.string() + ": " + ec.message());
-  }
-}
-
 }  // namespace
 
 int cmd_nightly(const Args& args) {
-  return guarded("nightly", [&] {
-    po::options_description d("kiln nightly options");
-    add_common(d, true);
+  return catalog_command("nightly", true, [&](po::options_description& d) {
     d.add_options()("manifest", po::value<std::string>()->required(), "the YAML manifest")(
         "package-dir", po::value<std::string>(),
         "package the targets whose kernels changed (and did not regress) into DIR/<target>")(
@@ -77,10 +50,6 @@ int cmd_nightly(const Args& args) {
     metrics::add_metrics_flags(d);
     po::options_description hidden;
     hidden.add_options()("report-only", "no submit, no run: report on the catalog as it is");
-    po::options_description all;
-    all.add(d).add(hidden);
-    po::positional_options_description pos;
-    pos.add("manifest", 1);
     const std::string usage =
         "usage: kiln nightly MANIFEST [--package-dir DIR] [--threshold 0.05] [--report FILE]\n"
         "                    [--catalog PATH] [--workers N] [--device auto|cpu|gpu] [--json]\n"
@@ -90,24 +59,9 @@ int cmd_nightly(const Args& args) {
         "target), writes a Markdown + JSON report and packages the targets that changed.\n"
         "Exit codes: 0 no regression · 4 a job run now is slower than its previous best by\n"
         "more than --threshold, or failed where it had a kernel · 1, 2, 3, 130 as kiln run.";
-    std::optional<po::variables_map> vm;
-    {
-      // --help shows the documented options only; --report-only stays hidden.
-      po::variables_map v;
-      try {
-        po::store(po::command_line_parser(args).options(all).positional(pos).run(), v);
-        if (v.count("help")) {
-          std::cout << usage << "\n\n" << d << "\n";
-          return 0;
-        }
-        po::notify(v);
-      } catch (const po::error& e) {
-        std::ostringstream os;
-        os << d;
-        throw UsageError(std::string(e.what()) + "\n\n" + usage + "\n\n" + os.str());
-      }
-      vm = std::move(v);
-    }
+    // --help shows the documented options only; --report-only stays hidden.
+    auto vm = parse(args, d, usage, {{"manifest"}}, &hidden);
+    if (!vm) return 0;
     const bool report_only = vm->count("report-only") > 0;
     const double threshold = (*vm)["threshold"].as<double>();
     if (!(threshold >= 0)) throw UsageError("--threshold must be >= 0");
@@ -159,8 +113,8 @@ int cmd_nightly(const Args& args) {
     const json rep_json = batch::to_json(rep);
     if (!mdp.empty()) {
       if (mdp.has_parent_path()) std::filesystem::create_directories(mdp.parent_path());
-      write_text(mdp, md, protect);
-      write_text(jsp, rep_json.dump(2) + "\n", protect);
+      write_output_file(mdp, md, "--report", protect);
+      write_output_file(jsp, rep_json.dump(2) + "\n", "--report", protect);
       std::cerr << "kiln nightly: report in " << mdp.string() << " and " << jsp.string() << "\n";
     }
     metrics_setup.finish();

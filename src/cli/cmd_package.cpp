@@ -13,9 +13,7 @@ namespace kiln {
 using namespace kiln::cli;
 
 int cmd_package(const Args& args) {
-  return guarded("package", [&] {
-    po::options_description d("kiln package options");
-    add_common(d, true);
+  return catalog_command("package", true, [&](po::options_description& d) {
     d.add_options()("target", po::value<std::string>()->required(),
                     "targets: names (MI300X), architectures (gfx942, sm_90, sm_90a), comma-separated")(
         "out", po::value<std::string>()->required(), "output directory (a new one, or a Kiln package with --force)")(
@@ -28,7 +26,7 @@ int cmd_package(const Args& args) {
         "no-neighbours", "do not verify neighbouring shapes (every variant's range is its exact shape)")(
         "shortlist", po::value<int>()->default_value(8),
         "variants per kernel for a target whose best is estimated (1..8)");
-    auto vm = parse(args, d, nullptr,
+    auto vm = parse(args, d,
                     "usage: kiln package --target T[,T...] --out DIR [--bundle] [--sign KEY.pem] [--force]\n"
                     "Writes a kiln-package/2 directory (docs/package-format.md): the selected code object of\n"
                     "every finished job of the targets (and for an estimated target a shortlist for\n"
@@ -81,19 +79,16 @@ int cmd_package(const Args& args) {
 // --- import-measurements -------------------------------------------------------
 
 int cmd_import_measurements(const Args& args) {
-  return guarded("import-measurements", [&] {
-    po::options_description d("kiln import-measurements options");
-    add_common(d, true);
+  return catalog_command("import-measurements", true, [&](po::options_description& d) {
     d.add_options()("file", po::value<std::string>()->required(), "the measurements file `kiln-rt tune` wrote");
-    po::positional_options_description pos;
-    pos.add("file", 1);
-    auto vm = parse(args, d, &pos,
+    auto vm = parse(args, d,
                     "usage: kiln import-measurements FILE [--catalog PATH] [--json]\n"
                     "FILE: {format: kiln-measurements/1, device, driver, uuid, target, versions,\n"
                     "       kernels: [{job_key, candidate_id, median_ms, samples, target?}]}\n"
                     "Records the latencies a `kiln-rt tune` run measured on a deployment node as measured\n"
                     "on that device, and re-selects the best of those jobs (the fastest measurement), so\n"
-                    "the next `kiln package` ships it.");
+                    "the next `kiln package` ships it.",
+                    {{"file"}});
     if (!vm) return 0;
     const std::filesystem::path file = (*vm)["file"].as<std::string>();
     const MeasurementsIn m = batch::read_measurements(file, load_knowledge());  // validated before the catalog is opened

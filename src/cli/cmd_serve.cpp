@@ -37,9 +37,7 @@ std::string read_token(const std::string& file) {
 }  // namespace
 
 int cmd_serve(const Args& args) {
-  return guarded("serve", [&] {
-    po::options_description d("kiln serve options");
-    add_common(d, false);
+  return catalog_command("serve", false, [&](po::options_description& d) {
     d.add_options()("listen", po::value<std::string>()->default_value("127.0.0.1:8470"),
                     "HOST:PORT to serve on (port 0 picks a free one); any non-loopback address needs --token-file")(
         "token-file", po::value<std::string>(), "a file holding the bearer token every request must send")(
@@ -49,7 +47,7 @@ int cmd_serve(const Args& args) {
         "cache-dir", po::value<std::string>(), "where built packages are kept (default: a temporary directory)")(
         "package-device", po::value<std::string>()->default_value("cpu"),
         "where the evaluator that packages checks neighbouring shapes: cpu, gpu or auto");
-    auto vm = parse(args, d, nullptr,
+    auto vm = parse(args, d,
                     "usage: kiln serve [--catalog PATH] [--listen HOST:PORT] [--token-file F]\n"
                     "A read-only HTTP service over the catalog: / (dashboard), /api/best, /api/jobs,\n"
                     "/api/jobs/{id}, /api/packages/{target}, /metrics. docs/operations.md.");
@@ -117,12 +115,10 @@ int cmd_serve(const Args& args) {
 }
 
 int cmd_report(const Args& args) {
-  return guarded("report", [&] {
-    po::options_description d("kiln report options");
-    add_common(d, false);
+  return catalog_command("report", false, [&](po::options_description& d) {
     d.add_options()("batch", po::value<std::string>(), "only this batch's jobs")(
         "out", po::value<std::string>()->required(), "the HTML file to write");
-    auto vm = parse(args, d, nullptr,
+    auto vm = parse(args, d,
                     "usage: kiln report [--batch ID] --out report.html\n"
                     "The dashboard of `kiln serve` as one self-contained HTML file (inline SVG charts, no\n"
                     "script, nothing fetched): best kernels, speedups, rooflines, failures, history, jobs.");
@@ -152,26 +148,7 @@ int cmd_report(const Args& args) {
     o.generated_at = server::utc_now_text();
     server::Facts facts;
     const std::string html = server::render_dashboard(reader, knowledge.targets, facts, o);
-    // atomically: a reader never sees half a report
-    const std::filesystem::path tmp = out.string() + "." + std::to_string(getpid()) + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f << html;
-      f.close();
-      if (!f) {
-        std::error_code ec;
-        std::filesystem::remove(tmp, ec);
-        throw std::runtime_error("cannot write " + tmp.string());
-      }
-    }
-    try {
-      check_output_file(out, "--out", protect);  // again: it may have changed while we rendered
-    } catch (const std::invalid_argument& e) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw std::runtime_error(e.what());
-    }
-    std::filesystem::rename(tmp, out);
+    write_output_file(out, html, "--out", protect);  // checked again: it may have changed while we rendered
     std::cerr << "kiln report: wrote " << out.string() << " (" << html.size() << " bytes)" << std::endl;
     return 0;
   });

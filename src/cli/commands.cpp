@@ -41,24 +41,21 @@ using namespace kiln::cli;
 // --- submit --------------------------------------------------------------------
 
 int cmd_submit(const Args& args) {
-  return guarded("submit", [&] {
-    po::options_description d("kiln submit options");
-    add_common(d, true);
+  return catalog_command("submit", true, [&](po::options_description& d) {
     d.add_options()("manifest", po::value<std::string>(), "the YAML manifest")(
         "misses", po::value<std::string>(),
         "a runtime miss log (JSON lines {op, shape, dtype, target} from $KILN_MISS_LOG) instead of a manifest")(
         "dry-run", "print which generator serves each job (reference modules matched against the template "
                    "families, nothing run at full size) and store nothing");
-    po::positional_options_description pos;
-    pos.add("manifest", 1);
-    auto vm = parse(args, d, &pos,
+    auto vm = parse(args, d,
                     "usage: kiln submit MANIFEST [--catalog PATH] [--json] [--dry-run]\n"
                     "       kiln submit --misses FILE [--catalog PATH] [--json]\n"
                     "Validates MANIFEST, expands it into jobs (operator x shape x dtype x target) and\n"
                     "stores them. Submitting the same manifest again adds no jobs. --misses turns each\n"
                     "distinct miss a deployed runtime logged into a job, the same way. A reference entry\n"
                     "(a PyTorch module) is served by the template whose graph pattern it matches, else by\n"
-                    "the LLM; --dry-run prints that plan and stores nothing.");
+                    "the LLM; --dry-run prints that plan and stores nothing.",
+                    {{"manifest"}});
     if (!vm) return 0;
     if (vm->count("manifest") == vm->count("misses"))
       throw UsageError("give either a MANIFEST or --misses FILE");
@@ -115,9 +112,7 @@ std::pair<int, int> parse_shard(const std::string& text) {
 }  // namespace
 
 int cmd_run(const Args& args) {
-  return guarded("run", [&] {
-    po::options_description d("kiln run options");
-    add_common(d, true);
+  return catalog_command("run", true, [&](po::options_description& d) {
     d.add_options()("batch", po::value<std::string>(), "only this batch's jobs")(
         "workers", po::value<int>(),
         "evaluator processes in parallel (default on GPUs: cores - 1, at most 12 per GPU; on the CPU: 1)")(
@@ -131,7 +126,7 @@ int cmd_run(const Args& args) {
         "verbose,v", "copy the workers' stderr to ours");
     add_scheduling_flags(d);
     metrics::add_metrics_flags(d);
-    auto vm = parse(args, d, nullptr,
+    auto vm = parse(args, d,
                     "usage: kiln run [--batch ID] [--workers N] [--device auto|cpu|gpu] [--shard I/N]\n"
                     "                [--metrics HOST:PORT] [--metrics-file PATH]\n"
                     "Processes queued jobs until none remain. Progress goes to stderr.");
@@ -195,11 +190,9 @@ int cmd_run(const Args& args) {
 // --- status --------------------------------------------------------------------
 
 int cmd_status(const Args& args) {
-  return guarded("status", [&] {
-    po::options_description d("kiln status options");
-    add_common(d, true);
+  return catalog_command("status", true, [&](po::options_description& d) {
     d.add_options()("batch", po::value<std::string>(), "only this batch");
-    auto vm = parse(args, d, nullptr, "usage: kiln status [--batch ID] [--json]");
+    auto vm = parse(args, d, "usage: kiln status [--batch ID] [--json]");
     if (!vm) return 0;
     Catalog catalog = open_catalog(*vm, true);
     const bool one = vm->count("batch") > 0;
@@ -345,13 +338,11 @@ ConfirmedText confirmed_text(const json& c) {
 }  // namespace
 
 int cmd_best(const Args& args) {
-  return guarded("best", [&] {
-    po::options_description d("kiln best options");
-    add_common(d, true);
+  return catalog_command("best", true, [&](po::options_description& d) {
     d.add_options()("op", po::value<std::string>(), "only this operator")(
         "target", po::value<std::string>(), "only this target")(
         "batch", po::value<std::string>(), "only this batch's jobs");
-    auto vm = parse(args, d, nullptr,
+    auto vm = parse(args, d,
                     "usage: kiln best [--op OP] [--target T] [--batch ID] [--json]\n"
                     "The best kernel per job: its latency and whether it was measured on a device of\n"
                     "the target's kind or estimated by the static model, its config, resources and\n"
@@ -445,22 +436,19 @@ int cmd_best(const Args& args) {
 // --- query ---------------------------------------------------------------------
 
 int cmd_query(const Args& args) {
-  return guarded("query", [&] {
-    po::options_description d("kiln query options");
-    add_common(d, true);
+  return catalog_command("query", true, [&](po::options_description& d) {
     const Catalog::QueryLimits defaults;
     d.add_options()("csv", "CSV on stdout")("sql", po::value<std::string>()->required(), "the SQL")(
         "timeout", po::value<double>()->default_value(defaults.timeout_s), "stop the query after SECONDS")(
         "max-rows", po::value<long long>()->default_value(defaults.max_rows), "refuse a result of more rows")(
         "max-bytes", po::value<long long>()->default_value(defaults.max_bytes),
         "refuse a result (or one string or blob) of more bytes");
-    po::positional_options_description pos;
-    pos.add("sql", 1);
-    auto vm = parse(args, d, &pos,
+    auto vm = parse(args, d,
                     "usage: kiln query \"SELECT ...\" [--json|--csv] [--timeout S] [--max-rows N] [--max-bytes N]\n"
                     "Read-only SQL over the catalog (docs/catalog.md has the schema); writes are refused.\n"
                     "A query stops after --timeout seconds (default 30) and refuses results of more than\n"
-                    "--max-rows rows (default 100000) or --max-bytes bytes (default 64 MiB).");
+                    "--max-rows rows (default 100000) or --max-bytes bytes (default 64 MiB).",
+                    {{"sql"}});
     if (!vm) return 0;
     Catalog::QueryLimits limits;
     limits.timeout_s = (*vm)["timeout"].as<double>();

@@ -2,6 +2,8 @@
 // code objects, recorded in an SQLite catalog.
 #include <iostream>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "cli/commands.h"
 
@@ -45,19 +47,14 @@ int main(int argc, char** argv) {
     std::cout << "kiln " << KILN_VERSION << "\n";
     return 0;
   }
-  if (cmd == "submit") return kiln::cmd_submit(args);
-  if (cmd == "run") return kiln::cmd_run(args);
-  if (cmd == "status") return kiln::cmd_status(args);
-  if (cmd == "best") return kiln::cmd_best(args);
-  if (cmd == "query") return kiln::cmd_query(args);
-  if (cmd == "package") return kiln::cmd_package(args);
-  if (cmd == "import-measurements") return kiln::cmd_import_measurements(args);
-  if (cmd == "merge") return kiln::cmd_merge(args);
-  if (cmd == "nightly") return kiln::cmd_nightly(args);
-  if (cmd == "decide") return kiln::cmd_decide(args);
-  if (cmd == "lineage") return kiln::cmd_lineage(args);
-  if (cmd == "serve") return kiln::cmd_serve(args);
-  if (cmd == "report") return kiln::cmd_report(args);
+  static const std::pair<std::string_view, int (*)(const kiln::Args&)> kCommands[] = {
+      {"submit", kiln::cmd_submit},   {"run", kiln::cmd_run},         {"status", kiln::cmd_status},
+      {"best", kiln::cmd_best},       {"query", kiln::cmd_query},     {"package", kiln::cmd_package},
+      {"import-measurements", kiln::cmd_import_measurements},         {"merge", kiln::cmd_merge},
+      {"nightly", kiln::cmd_nightly}, {"decide", kiln::cmd_decide},   {"lineage", kiln::cmd_lineage},
+      {"serve", kiln::cmd_serve},     {"report", kiln::cmd_report}};
+  for (const auto& [name, run] : kCommands)
+    if (cmd == name) return run(args);
   std::cerr << "kiln: unknown command '" << cmd << "'\n\n" << kUsage;
   return 2;
 }

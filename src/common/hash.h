@@ -6,6 +6,9 @@
 
 namespace kiln {
 
+// Lower-case hex of a byte string (two digits a byte).
+std::string hex_text(std::string_view bytes);
+
 // Lower-case hex SHA-256 of a byte string.
 std::string sha256_hex(std::string_view bytes);
 

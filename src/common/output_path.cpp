@@ -1,6 +1,10 @@
 #include "common/output_path.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstring>
 #include <fstream>
@@ -64,6 +68,36 @@ void check_output_file(const fs::path& path, const std::string& flag, const std:
   if (is_sqlite(path))
     throw std::invalid_argument(shown + " is an SQLite database (a catalog?): refusing to overwrite it "
                                 "(name another output file, or remove it first)");
+}
+
+void write_output_file(const fs::path& path, const std::string& text, const std::string& flag,
+                       const std::vector<fs::path>& protected_files) {
+  try {
+    check_output_file(path, flag, protected_files);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
+  const fs::path tmp = path.string() + "." + std::to_string(getpid()) + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  size_t off = 0;
+  int err = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (!err && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && !err) err = errno;
+  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(err));
+  }
 }
 
 void check_catalog_file(const fs::path& db) {

@@ -28,6 +28,15 @@ std::vector<std::filesystem::path> catalog_files(const std::filesystem::path& db
 void check_output_file(const std::filesystem::path& path, const std::string& flag,
                        const std::vector<std::filesystem::path>& protected_files = {});
 
+// Writes `text` to `path` atomically: a temporary file beside it
+// (PATH.<pid>.tmp), flushed and fsync'd, then renamed over `path`: a reader
+// sees the old file or the new one, never half. Just before, checks `path`
+// with check_output_file(path, flag, protected_files) (it may have changed
+// since the command started). Throws std::runtime_error naming the path when
+// it cannot or may not (the temporary file is removed).
+void write_output_file(const std::filesystem::path& path, const std::string& text, const std::string& flag,
+                       const std::vector<std::filesystem::path>& protected_files = {});
+
 // Checks a catalog path before SQLite opens it: where it exists it must be a
 // regular file (not /dev/null, a FIFO, a directory), else SQLite would write
 // its -journal beside it. Throws std::invalid_argument naming the path.

@@ -1,5 +1,6 @@
-// A shape as people read it: [64, 128] -> "64x128". Pure; a shape is a JSON
-// list of integers (anything else throws nlohmann::json's type_error).
+// A shape as people read it: [64, 128] -> "64x128". Pure and total: a shape
+// that is not a list (a damaged catalog row, a request's text) is shown as its
+// JSON, and a dimension that is not an integer as its JSON.
 #pragma once
 #include <string>
 
@@ -8,8 +9,9 @@
 namespace kiln {
 
 inline std::string shape_text(const nlohmann::json& shape) {
+  if (!shape.is_array()) return shape.dump();
   std::string s;
-  for (const auto& d : shape) s += (s.empty() ? "" : "x") + std::to_string(d.get<long long>());
+  for (const auto& d : shape) s += (s.empty() ? "" : "x") + d.dump();
   return s;
 }
 

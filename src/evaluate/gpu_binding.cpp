@@ -125,22 +125,20 @@ NodeGpus detect_node_gpus() {
     g.source = vendor == "amd" ? "ROCR_VISIBLE_DEVICES" : "CUDA_VISIBLE_DEVICES";
     if (!g.ids.empty()) return g;
   }
-  if (nvidia) {
-    if (int n = count_nvidia(); n > 0) {
-      g.vendor = "nvidia";
+  struct Probe {
+    bool present;
+    const char* vendor;
+    int (*count)();
+    const char* source;
+  };
+  for (const Probe& p : {Probe{nvidia, "nvidia", count_nvidia, "nvidia-smi -L"},
+                         Probe{amd, "amd", count_amd, "rocm-smi / KFD topology"}})
+    if (int n = p.present ? p.count() : 0; n > 0) {
+      g.vendor = p.vendor;
       g.ids = numbered(n);
-      g.source = "nvidia-smi -L";
+      g.source = p.source;
       return g;
     }
-  }
-  if (amd) {
-    if (int n = count_amd(); n > 0) {
-      g.vendor = "amd";
-      g.ids = numbered(n);
-      g.source = "rocm-smi / KFD topology";
-      return g;
-    }
-  }
   g.source = "no nvidia-smi / rocm-smi GPUs";
   return g;
 }

@@ -76,6 +76,13 @@ class Reader {
     const json* p = member(key, "array");
     return p && p->is_array() ? p : nullptr;
   }
+  // Reads each (key, field) pair in turn, the member's expected type taken
+  // from the field's: fields("runs", k.runs, "mean_ms", k.mean_ms).
+  template <class T, class... Rest>
+  void fields(const char* key, std::optional<T>& field, Rest&&... rest) const {
+    field = get(key, field);
+    if constexpr (sizeof...(rest) > 0) fields(std::forward<Rest>(rest)...);
+  }
   // A member that is an object (absent, null or another type: nullopt).
   std::optional<Reader> object(const char* key) const {
     auto it = obj_.find(key);
@@ -84,6 +91,10 @@ class Reader {
   }
 
  private:
+  std::optional<double> get(const char* key, const std::optional<double>&) const { return number(key); }
+  std::optional<long long> get(const char* key, const std::optional<long long>&) const { return integer(key); }
+  std::optional<std::string> get(const char* key, const std::optional<std::string>&) const { return string(key); }
+  std::optional<bool> get(const char* key, const std::optional<bool>&) const { return boolean(key); }
   const json* member(const char* key, const char* type) const {
     if (seen_) seen_->emplace_back(prefix_ + key, type);
     auto it = obj_.find(key);
@@ -96,15 +107,8 @@ class Reader {
 
 Latency read_latency_members(const Reader& l) {
   Latency k;
-  k.device = l.string("device");
-  k.runs = l.integer("runs");
-  k.mean_ms = l.number("mean_ms");
-  k.median_ms = l.number("median_ms");
-  k.p99_ms = l.number("p99_ms");
-  k.min_ms = l.number("min_ms");
-  k.max_ms = l.number("max_ms");
-  k.stddev_ms = l.number("stddev_ms");
-  k.kernel_s = l.number("kernel_s");
+  l.fields("device", k.device, "runs", k.runs, "mean_ms", k.mean_ms, "median_ms", k.median_ms, "p99_ms", k.p99_ms,
+           "min_ms", k.min_ms, "max_ms", k.max_ms, "stddev_ms", k.stddev_ms, "kernel_s", k.kernel_s);
   return k;
 }
 
@@ -123,28 +127,19 @@ EvaluationResult read(const json& top, std::vector<std::pair<std::string, std::s
   out.exec_device = in.string("exec_device");
   if (auto c = in.object("correctness")) {
     Correctness k;
-    k.seeds = c->integer("seeds");
-    k.max_abs_err = c->number("max_abs_err");
-    k.max_rel_err = c->number("max_rel_err");
-    k.passed = c->boolean("passed");
+    c->fields("seeds", k.seeds, "max_abs_err", k.max_abs_err, "max_rel_err", k.max_rel_err, "passed", k.passed);
     out.correctness = k;
   }
   if (auto l = in.object("latency")) out.latency = read_latency_members(*l);
   if (auto a = in.object("artifact")) {
     ArtifactInfo k;
-    k.path = a->string("path");
+    a->fields("path", k.path);
     k.sha256 = a->string("sha256").value_or("");
     k.kind = a->string("kind").value_or("");
     k.kernel_name = a->string("kernel_name").value_or("");
-    k.num_warps = a->integer("num_warps");
-    k.warp_size = a->integer("warp_size");
-    k.registers = a->integer("registers");
-    k.sgprs = a->integer("sgprs");
-    k.spills = a->integer("spills");
-    k.shared_bytes = a->integer("shared_bytes");
-    k.scratch_bytes = a->integer("scratch_bytes");
-    k.size_bytes = a->integer("size_bytes");
-    k.occupancy = a->number("occupancy");
+    a->fields("num_warps", k.num_warps, "warp_size", k.warp_size, "registers", k.registers, "sgprs", k.sgprs,
+              "spills", k.spills, "shared_bytes", k.shared_bytes, "scratch_bytes", k.scratch_bytes,
+              "size_bytes", k.size_bytes, "occupancy", k.occupancy);
     if (const json* g = a->array("grid"))
       for (const auto& v : *g)
         if (v.is_number()) k.grid.push_back(v.get<long long>());
@@ -159,13 +154,8 @@ EvaluationResult read(const json& top, std::vector<std::pair<std::string, std::s
   }
   if (auto t = in.object("timings")) {
     Timings& k = out.timings;
-    k.compile_s = t->number("compile_s");
-    k.check_s = t->number("check_s");
-    k.bench_s = t->number("bench_s");
-    k.setup_s = t->number("setup_s");
-    k.preload_s = t->number("preload_s");
-    k.gpu_s = t->number("gpu_s");
-    k.kernel_s = t->number("kernel_s");
+    t->fields("compile_s", k.compile_s, "check_s", k.check_s, "bench_s", k.bench_s, "setup_s", k.setup_s,
+              "preload_s", k.preload_s, "gpu_s", k.gpu_s, "kernel_s", k.kernel_s);
     if (const json* spans = t->array("gpu_spans"))
       for (const auto& s : *spans) {
         // [start, end, kind]: a span of another shape is skipped

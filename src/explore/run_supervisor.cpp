@@ -20,6 +20,14 @@ void post_while_alive(boost::asio::io_context& io, std::weak_ptr<bool> alive, st
   });
 }
 
+void after_while_alive(boost::asio::steady_timer& timer, std::chrono::steady_clock::duration delay,
+                       std::weak_ptr<bool> alive, std::function<void()> fn) {
+  timer.expires_after(delay);
+  timer.async_wait([alive = std::move(alive), fn = std::move(fn)](const boost::system::error_code& ec) {
+    if (!ec && !alive.expired()) fn();
+  });
+}
+
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long long>(std::max(0.001, seconds) * 1000));
 }
@@ -87,10 +95,8 @@ void RunSupervisor::start(Hooks hooks) {
 }
 
 void RunSupervisor::every(boost::asio::steady_timer& timer, double seconds, std::function<void()> fn) {
-  timer.expires_after(to_ms(seconds));
-  std::weak_ptr<bool> alive = alive_;
-  timer.async_wait([this, alive, &timer, seconds, fn = std::move(fn)](const boost::system::error_code& ec) {
-    if (ec || alive.expired() || stopped_) return;
+  after_while_alive(timer, to_ms(seconds), alive_, [this, &timer, seconds, fn = std::move(fn)] {
+    if (stopped_) return;
     fn();
     if (!stopped_) every(timer, seconds, fn);
   });

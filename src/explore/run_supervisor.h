@@ -95,6 +95,11 @@ double epoch_now();
 // Runs fn on io later (never inside this call), unless `alive` has expired by then.
 void post_while_alive(boost::asio::io_context& io, std::weak_ptr<bool> alive, std::function<void()> fn);
 
+// Runs fn on the timer's io_context once `delay` has passed, unless the wait
+// is cancelled (timer.cancel(), a new expiry) or `alive` has expired by then.
+void after_while_alive(boost::asio::steady_timer& timer, std::chrono::steady_clock::duration delay,
+                       std::weak_ptr<bool> alive, std::function<void()> fn);
+
 // `seconds` as a timer's duration (at least 1 ms).
 std::chrono::milliseconds to_ms(double seconds);
 

@@ -104,11 +104,8 @@ void SlotPool::failed_start(size_t i, const std::string& why, bool retry) {
     log_ << stamp() << opts_.label << ": evaluator slot " << i << ": " << why << "; starting it again in "
          << wait << " s (attempt " << s.failures + 1 << " of " << opts_.start_attempts << ")" << std::endl;
     s.busy = true;  // its start is pending
-    s.retry->expires_after(std::chrono::milliseconds(static_cast<long long>(wait * 1000)));
-    std::weak_ptr<bool> alive = alive_;
-    s.retry->async_wait([this, alive, i](const boost::system::error_code& ec) {
-      if (ec || alive.expired() || stopped_) return;
-      start_slot(i);
+    after_while_alive(*s.retry, std::chrono::milliseconds(static_cast<long long>(wait * 1000)), alive_, [this, i] {
+      if (!stopped_) start_slot(i);
     });
     return;
   }

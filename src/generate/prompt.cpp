@@ -5,6 +5,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/number_text.h"
 #include "evaluate/protocol.h"
 
 namespace kiln::prompt {
@@ -12,12 +13,6 @@ namespace kiln::prompt {
 using nlohmann::json;
 
 namespace {
-
-std::string fmt(double v, int precision = 4) {
-  std::ostringstream os;
-  os << std::setprecision(precision) << v;
-  return os.str();
-}
 
 std::string bytes_text(long long b) {
   if (b <= 0) return "unknown";
@@ -86,7 +81,7 @@ std::string reference_info_text(const json& info) {
   if (eager) {
     std::string dev = info.value("device", std::string());
     if (dev.empty() && lat) dev = lat->device.value_or("");
-    out += "PyTorch eager latency: " + fmt(*eager) + " ms" + (dev.empty() ? "" : " on " + dev) +
+    out += "PyTorch eager latency: " + number_text(*eager) + " ms" + (dev.empty() ? "" : " on " + dev) +
            " — the kernel should beat it.\n";
   }
   return out;
@@ -136,12 +131,12 @@ std::string render_target(const Target& t) {
     os << "- occupancy limit: " << t.max_waves_per_simd << (amd ? " waves per SIMD" : " warps per sub-partition") << "\n";
   if (t.l2_bytes > 0) os << "- L2 cache: " << bytes_text(t.l2_bytes) << "\n";
   if (t.infinity_cache_bytes > 0) os << "- Infinity Cache (MALL): " << bytes_text(t.infinity_cache_bytes) << "\n";
-  if (t.memory_bandwidth_gbs > 0) os << "- memory bandwidth: " << fmt(t.memory_bandwidth_gbs) << " GB/s\n";
+  if (t.memory_bandwidth_gbs > 0) os << "- memory bandwidth: " << number_text(t.memory_bandwidth_gbs) << " GB/s\n";
   if (!t.peak_tflops.empty()) {
     os << "- peak dense TFLOPS:";
     bool first = true;
     for (const auto& [k, v] : t.peak_tflops) {
-      os << (first ? " " : ", ") << k << " " << fmt(v);
+      os << (first ? " " : ", ") << k << " " << number_text(v);
       first = false;
     }
     os << "\n";
@@ -155,7 +150,7 @@ std::string render_principles(const std::vector<std::pair<const Principle*, bool
   os << "## Optimisation principles (heaviest first; the job asks for those marked required)\n";
   int i = 1;
   for (const auto& [p, required] : principles) {
-    os << i++ << ". " << p->name << " (weight " << fmt(p->weight, 3) << (required ? ", required" : "") << "): "
+    os << i++ << ". " << p->name << " (weight " << number_text(p->weight, 3) << (required ? ", required" : "") << "): "
        << trim(p->prompt.empty() ? p->description : p->prompt) << "\n";
   }
   return os.str();
@@ -208,7 +203,7 @@ std::string render_user(const Inputs& in) {
   // 3. The retrieved example.
   if (in.example) {
     os << "\n## Example: a known-good kernel for a similar problem (" << in.example->id << ", similarity "
-       << fmt(in.example->score, 3) << ")\n"
+       << number_text(in.example->score, 3) << ")\n"
        << "Adapt its approach; do not copy what does not apply.\n";
     if (!in.example->note.empty()) os << in.example->note << "\n";
     os << fence(in.example->code);
@@ -219,7 +214,7 @@ std::string render_user(const Inputs& in) {
     os << "\n## Previous attempt (round " << in.previous->round << ") and its diagnosis\n"
        << fence(in.previous->code)
        << "Diagnosis: " << in.previous->diagnosis.kind << " — " << trim(in.previous->diagnosis.summary) << "\n";
-    if (in.best_so_far_ms) os << "Best correct kernel so far: " << fmt(*in.best_so_far_ms) << " ms.\n";
+    if (in.best_so_far_ms) os << "Best correct kernel so far: " << number_text(*in.best_so_far_ms) << " ms.\n";
   }
   if (!in.constraints.empty()) {
     os << "\n## Constraints for this attempt\n";

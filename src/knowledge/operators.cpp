@@ -11,16 +11,6 @@ namespace {
 const std::vector<std::string> kDtypes = {"fp32", "fp16", "bf16"};
 const std::vector<std::string> kParamTypes = {"int", "float", "bool", "string"};
 
-void check_keys(const yamlu::Checker& ck, const YAML::Node& map,
-                const std::vector<std::string>& known, const std::string& where) {
-  ck.no_duplicates(map);
-  for (const auto& kv : map) {
-    const std::string k = kv.first.Scalar();
-    if (std::find(known.begin(), known.end(), k) == known.end())
-      ck.fail(kv.first, "unknown key '" + k + "' in " + where + yamlu::did_you_mean(k, known));
-  }
-}
-
 // A value of the param's type, from YAML.
 nlohmann::json param_value(const yamlu::Checker& ck, const ParamSpec& p, const YAML::Node& n,
                            const std::string& what) {
@@ -30,15 +20,15 @@ nlohmann::json param_value(const yamlu::Checker& ck, const ParamSpec& p, const Y
   return ck.str(n, what);
 }
 
-ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op, const YAML::Node& key,
+// `op_where`: "operator 'name'", the operator's part of messages.
+ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op_where, const YAML::Node& key,
                       const YAML::Node& n) {
   ParamSpec p;
   p.name = key.Scalar();
-  const std::string where = "operator '" + op + "' param '" + p.name + "'";
+  const std::string where = op_where + " param '" + p.name + "'";
   ck.need_map(n, where);
-  check_keys(ck, n, {"type", "enum", "default", "min", "required", "description"}, where);
-  if (!n["type"]) ck.fail(n, where + ": missing 'type'");
-  p.type = ck.str(n["type"], "type");
+  ck.known_keys(n, {"type", "enum", "default", "min", "required", "description"}, where);
+  p.type = ck.str(ck.need(n, "type", where), "type");
   if (std::find(kParamTypes.begin(), kParamTypes.end(), p.type) == kParamTypes.end())
     ck.fail(n["type"], where + ": type must be one of " + yamlu::join(kParamTypes) + ", got '" +
                            p.type + "'");
@@ -61,24 +51,18 @@ ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op, const YAM
   return p;
 }
 
-OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, const YAML::Node& n) {
+OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& where, const YAML::Node& n) {
   OperatorSpec op;
-  op.name = key.Scalar();
-  const std::string where = "operator '" + op.name + "'";
-  ck.need_map(n, where);
-  check_keys(ck, n, {"module", "description", "shape", "dtypes", "params", "compile_s"}, where);
-  if (!n["module"]) ck.fail(n, where + ": missing 'module'");
-  op.module = ck.str(n["module"], "module");
+  op.module = ck.str(ck.need(n, "module", where), "module");
   if (n["description"]) op.description = ck.str(n["description"], "description");
   if (n["compile_s"]) {
     op.compile_s = ck.number(n["compile_s"], where + " compile_s");
     if (!(op.compile_s >= 0)) ck.fail(n["compile_s"], where + ": compile_s must be >= 0");
   }
 
-  YAML::Node shape = n["shape"];
-  if (!shape) ck.fail(n, where + ": missing 'shape'");
+  YAML::Node shape = ck.need(n, "shape", where);
   ck.need_map(shape, where + " shape");
-  check_keys(ck, shape, {"rank", "min_rank", "max_rank", "names"}, where + " shape");
+  ck.known_keys(shape, {"rank", "min_rank", "max_rank", "names"}, where + " shape");
   if (shape["rank"]) {
     if (shape["min_rank"] || shape["max_rank"])
       ck.fail(shape, where + ": give either rank or min_rank/max_rank");
@@ -97,8 +81,7 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, con
       ck.fail(shape["names"], where + ": names need a fixed rank and one name per dimension");
   }
 
-  if (!n["dtypes"]) ck.fail(n, where + ": missing 'dtypes'");
-  op.dtypes = ck.strings(n["dtypes"], "dtypes");
+  op.dtypes = ck.strings(ck.need(n, "dtypes", where), "dtypes");
   if (op.dtypes.empty()) ck.fail(n["dtypes"], where + ": dtypes must not be empty");
   for (const auto& d : op.dtypes)
     if (std::find(kDtypes.begin(), kDtypes.end(), d) == kDtypes.end())
@@ -107,7 +90,7 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, con
   if (YAML::Node params = n["params"]; params && !yamlu::is_null(params)) {
     ck.need_map(params, where + " params");
     ck.no_duplicates(params);
-    for (const auto& kv : params) op.params.push_back(parse_param(ck, op.name, kv.first, kv.second));
+    for (const auto& kv : params) op.params.push_back(parse_param(ck, where, kv.first, kv.second));
   }
   return op;
 }
@@ -115,26 +98,11 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, con
 }  // namespace
 
 OperatorRegistry OperatorRegistry::load(const std::filesystem::path& yaml_file) {
-  yamlu::Checker ck{yaml_file.string()};
-  YAML::Node doc = yamlu::load_document(yamlu::read_file(yaml_file), yaml_file.string());
-  ck.need_map(doc, "the operator registry");
-  check_keys(ck, doc, {"version", "operators"}, "the operator registry");
-  if (doc["version"] && ck.integer(doc["version"], "version") != 1)
-    ck.fail(doc["version"], "unsupported operator registry version (this build reads version 1)");
-  YAML::Node ops = doc["operators"];
-  if (!ops) ck.fail(doc, "missing 'operators'");
-  ck.need_map(ops, "operators");
-  ck.no_duplicates(ops);
   OperatorRegistry reg;
-  for (const auto& kv : ops) reg.ops_.push_back(parse_operator(ck, kv.first, kv.second));
-  if (reg.ops_.empty()) ck.fail(ops, "no operators");
+  reg.entries_ = yamlu::load_registry(yaml_file, "operators", "the operator registry", "operator registry",
+                                      "operator", {"module", "description", "shape", "dtypes", "params", "compile_s"},
+                                      parse_operator);
   return reg;
-}
-
-const OperatorSpec* OperatorRegistry::find(const std::string& name) const {
-  for (const auto& op : ops_)
-    if (op.name == name) return &op;
-  return nullptr;
 }
 
 nlohmann::json OperatorSpec::with_defaults(const nlohmann::json& given) const {
@@ -143,12 +111,6 @@ nlohmann::json OperatorSpec::with_defaults(const nlohmann::json& given) const {
     if (!p.required) out[p.name] = p.default_value;
   if (given.is_object())
     for (const auto& [k, v] : given.items()) out[k] = v;
-  return out;
-}
-
-std::vector<std::string> OperatorRegistry::names() const {
-  std::vector<std::string> out;
-  for (const auto& op : ops_) out.push_back(op.name);
   return out;
 }
 

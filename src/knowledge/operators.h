@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "knowledge/registry.h"
+
 namespace kiln {
 
 struct ParamSpec {
@@ -42,14 +44,9 @@ struct OperatorSpec {
   nlohmann::json with_defaults(const nlohmann::json& given) const;
 };
 
-class OperatorRegistry {
+class OperatorRegistry : public NamedRegistry<OperatorSpec> {
  public:
   static OperatorRegistry load(const std::filesystem::path& yaml_file);
-  const OperatorSpec* find(const std::string& name) const;
-  std::vector<std::string> names() const;
-
- private:
-  std::vector<OperatorSpec> ops_;
 };
 
 }  // namespace kiln

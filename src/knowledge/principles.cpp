@@ -55,26 +55,14 @@ std::optional<double> quantity_of(const std::string& q, const nlohmann::json& co
   return product;
 }
 
-Principle parse_principle(const yamlu::Checker& ck, const YAML::Node& key, const YAML::Node& n) {
+Principle parse_principle(const yamlu::Checker& ck, const std::string& where, const YAML::Node& n) {
   Principle p;
-  p.name = key.Scalar();
-  const std::string where = "principle '" + p.name + "'";
-  ck.need_map(n, where);
-  ck.no_duplicates(n);
-  const std::vector<std::string> known = {"description", "weight", "prompt", "backends", "rules"};
-  for (const auto& kv : n) {
-    const std::string k = kv.first.Scalar();
-    if (std::find(known.begin(), known.end(), k) == known.end())
-      ck.fail(kv.first, "unknown key '" + k + "' in " + where + yamlu::did_you_mean(k, known));
-  }
-  if (!n["description"]) ck.fail(n, where + ": missing 'description'");
-  p.description = ck.str(n["description"], "description");
+  p.description = ck.str(ck.need(n, "description", where), "description");
   if (n["weight"]) {
     p.weight = ck.number(n["weight"], "weight");
     if (p.weight < 0) ck.fail(n["weight"], where + ": weight must not be negative");
   }
-  if (!n["prompt"]) ck.fail(n, where + ": missing 'prompt'");
-  p.prompt = ck.str(n["prompt"], "prompt");
+  p.prompt = ck.str(ck.need(n, "prompt", where), "prompt");
   if (n["backends"]) {
     p.backends = ck.strings(n["backends"], "backends");
     for (const auto& b : p.backends)
@@ -242,37 +230,10 @@ RuleResult apply_principles(std::vector<nlohmann::json> configs,
 }
 
 PrincipleRegistry PrincipleRegistry::load(const std::filesystem::path& yaml_file) {
-  yamlu::Checker ck{yaml_file.string()};
-  YAML::Node doc = yamlu::load_document(yamlu::read_file(yaml_file), yaml_file.string());
-  ck.need_map(doc, "the principles file");
-  ck.no_duplicates(doc);
-  for (const auto& kv : doc) {
-    const std::string k = kv.first.Scalar();
-    if (k != "version" && k != "principles")
-      ck.fail(kv.first, "unknown key '" + k + "' (known: version, principles)");
-  }
-  if (doc["version"] && ck.integer(doc["version"], "version") != 1)
-    ck.fail(doc["version"], "unsupported principles version (this build reads version 1)");
-  YAML::Node ps = doc["principles"];
-  if (!ps) ck.fail(doc, "missing 'principles'");
-  ck.need_map(ps, "principles");
-  ck.no_duplicates(ps);
   PrincipleRegistry reg;
-  for (const auto& kv : ps) reg.principles_.push_back(parse_principle(ck, kv.first, kv.second));
-  if (reg.principles_.empty()) ck.fail(ps, "no principles");
+  reg.entries_ = yamlu::load_registry(yaml_file, "principles", "the principles file", "principles", "principle",
+                                      {"description", "weight", "prompt", "backends", "rules"}, parse_principle);
   return reg;
-}
-
-const Principle* PrincipleRegistry::find(const std::string& name) const {
-  for (const auto& p : principles_)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-std::vector<std::string> PrincipleRegistry::names() const {
-  std::vector<std::string> out;
-  for (const auto& p : principles_) out.push_back(p.name);
-  return out;
 }
 
 }  // namespace kiln

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "knowledge/registry.h"
+
 namespace kiln {
 
 struct Principle {
@@ -49,14 +51,9 @@ RuleResult apply_principles(std::vector<nlohmann::json> configs,
                             const std::vector<const Principle*>& principles,
                             const std::string& backend = "");
 
-class PrincipleRegistry {
+class PrincipleRegistry : public NamedRegistry<Principle> {
  public:
   static PrincipleRegistry load(const std::filesystem::path& yaml_file);
-  const Principle* find(const std::string& name) const;
-  std::vector<std::string> names() const;
-
- private:
-  std::vector<Principle> principles_;
 };
 
 }  // namespace kiln

@@ -319,6 +319,21 @@ struct Checker {
     if (!v) fail(n, what + " must be true or false, got " + describe(n));
     return *v;
   }
+  // map[key]; fails "<where>: missing '<key>'" when it is not there.
+  YAML::Node need(const YAML::Node& map, const std::string& key, const std::string& where) const {
+    YAML::Node v = map[key];
+    if (!v) fail(map, where + ": missing '" + key + "'");
+    return v;
+  }
+  // Rejects duplicate keys and keys not in `known` (`where` names the mapping).
+  void known_keys(const YAML::Node& map, const std::vector<std::string>& known, const std::string& where) const {
+    no_duplicates(map);
+    for (const auto& kv : map) {
+      const std::string k = kv.first.Scalar();
+      if (std::find(known.begin(), known.end(), k) == known.end())
+        fail(kv.first, "unknown key '" + k + "' in " + where + did_you_mean(k, known));
+    }
+  }
   std::vector<std::string> strings(const YAML::Node& n, const std::string& what) const {
     std::vector<std::string> out;
     if (n.IsScalar() && !is_null(n)) return {n.Scalar()};
@@ -327,5 +342,38 @@ struct Checker {
     return out;
   }
 };
+
+// A registry file {version: 1, <section>: {name: entry, ...}} (`title` names
+// the file in messages, e.g. "the operator registry"; `kind` its version, e.g.
+// "operator registry"): checked, and each entry, a mapping of the keys
+// `entry_keys`, parsed by parse(checker, where, value node) in file order
+// (where: "<entry> 'name'", for messages) and given its name. Throws std::runtime_error
+// naming file:line:column; an empty section is an error.
+template <class Parse>
+auto load_registry(const std::filesystem::path& file, const std::string& section, const std::string& title,
+                   const std::string& kind, const std::string& entry, const std::vector<std::string>& entry_keys,
+                   Parse parse) {
+  Checker ck{file.string()};
+  YAML::Node doc = load_document(read_file(file), file.string());
+  ck.need_map(doc, title);
+  ck.known_keys(doc, {"version", section}, title);
+  if (doc["version"] && ck.integer(doc["version"], "version") != 1)
+    ck.fail(doc["version"], "unsupported " + kind + " version (this build reads version 1)");
+  YAML::Node entries = doc[section];
+  if (!entries) ck.fail(doc, "missing '" + section + "'");
+  ck.need_map(entries, section);
+  ck.no_duplicates(entries);
+  std::vector<decltype(parse(ck, std::string(), YAML::Node()))> out;
+  for (const auto& kv : entries) {
+    const std::string name = kv.first.Scalar();
+    const std::string where = entry + " '" + name + "'";
+    ck.need_map(kv.second, where);
+    ck.known_keys(kv.second, entry_keys, where);
+    out.push_back(parse(ck, where, kv.second));
+    out.back().name = name;
+  }
+  if (out.empty()) ck.fail(entries, "no " + section);
+  return out;
+}
 
 }  // namespace kiln::yamlu

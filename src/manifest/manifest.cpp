@@ -4,6 +4,7 @@
 #include <cctype>
 #include <climits>
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <set>
 
@@ -313,6 +314,10 @@ class Parser {
     std::vector<std::string> known = kEntryKeys;
     if (is_entry) known.insert(known.begin(), kEntryOnlyKeys.begin(), kEntryOnlyKeys.end());
     std::optional<KV> single_shape, shape_list, dtype_one, dtype_many, target_one, target_many;
+    // Keys checked below, together with the keys they exclude.
+    const std::map<std::string, std::optional<KV>*> later = {{"shapes", &shape_list},  {"dtype", &dtype_one},
+                                                             {"dtypes", &dtype_many},  {"target", &target_one},
+                                                             {"targets", &target_many}};
     for (const KV& kv : entries(map, &known, context)) {
       const std::string k = kv.name();
       if (k == "op") {
@@ -330,16 +335,8 @@ class Parser {
       } else if (k == "input_shape" || k == "shape") {
         if (single_shape) fail(kv.key, "give one of input_shape and shape, not both");
         single_shape = kv;
-      } else if (k == "shapes") {
-        shape_list = kv;
-      } else if (k == "dtype") {
-        dtype_one = kv;
-      } else if (k == "dtypes") {
-        dtype_many = kv;
-      } else if (k == "target") {
-        target_one = kv;
-      } else if (k == "targets") {
-        target_many = kv;
+      } else if (auto slot = later.find(k); slot != later.end()) {
+        *slot->second = kv;
       } else if (k == "params") {
         if (!kv.val.IsMap()) {
           if (yu::is_null(kv.val)) continue;
@@ -385,19 +382,21 @@ class Parser {
       }
       L.shapes = list;
     }
-    if (dtype_one && dtype_many) fail(dtype_many->key, "give either dtype or dtypes, not both");
-    if (dtype_one) {
-      if (dtype_one->val.IsSequence()) fail(dtype_one->val, "dtype takes one name; use dtypes: [...] for a list");
-      L.dtypes = dtypes(*dtype_one);
-    }
-    if (dtype_many) L.dtypes = dtypes(*dtype_many);
-    if (target_one && target_many) fail(target_many->key, "give either target or targets, not both");
-    if (target_one) {
-      if (target_one->val.IsSequence()) fail(target_one->val, "target takes one name; use targets: [...] for a list");
-      L.targets = targets(*target_one);
-    }
-    if (target_many) L.targets = targets(*target_many);
+    L.dtypes = one_or_many(dtype_one, dtype_many, "dtype", [&](const KV& kv) { return dtypes(kv); });
+    L.targets = one_or_many(target_one, target_many, "target", [&](const KV& kv) { return targets(kv); });
     return L;
+  }
+
+  // `name: x` or `names: [x, ...]`, not both: the names given, read by `read`.
+  template <class Read>
+  std::optional<std::vector<At<std::string>>> one_or_many(const std::optional<KV>& one, const std::optional<KV>& many,
+                                                          const std::string& name, Read read) const {
+    if (one && many) fail(many->key, "give either " + name + " or " + name + "s, not both");
+    if (one && one->val.IsSequence())
+      fail(one->val, name + " takes one name; use " + name + "s: [...] for a list");
+    if (one) return read(*one);
+    if (many) return read(*many);
+    return std::nullopt;
   }
 
   // Every param name in the registry, for suggestions on unknown params.
@@ -597,6 +596,27 @@ class Parser {
     apply_llm(L.llm, llm);
   }
 
+  // What every job of one entry shares: its constraints (the entry's list
+  // replaces the defaults'; sorted, duplicates dropped), its settings
+  // (built-in defaults, then `defaults:`, then the entry, key by key), where
+  // it stands and its description.
+  JobSpec entry_job(const Layer& defaults, const Layer& L, const std::string& where) const {
+    JobSpec j;
+    j.constraints = L.constraints ? *L.constraints : defaults.constraints.value_or(std::vector<std::string>{});
+    std::sort(j.constraints.begin(), j.constraints.end());
+    j.constraints.erase(std::unique(j.constraints.begin(), j.constraints.end()), j.constraints.end());
+    merge_settings(defaults, L, j.explore, j.validate, j.bench, j.llm);
+    j.where = where;
+    if (L.description) j.description = L.description->val.Scalar();
+    return j;
+  }
+
+  // Appends `j` unless a job with the same worker document is already there.
+  void add_job(JobSpec j, std::vector<JobSpec>& jobs, std::set<std::string>& seen) const {
+    const Target* target = k_.targets.find(j.target);
+    if (seen.insert(j.to_json(*target).dump()).second) jobs.push_back(std::move(j));
+  }
+
   // A `reference: path.py` entry: a PyTorch module in the KernelBench form
   // (class Model(nn.Module), get_inputs(), get_init_inputs()) instead of a
   // library operator. Shapes come from get_inputs(); only the llm generator
@@ -650,41 +670,21 @@ class Parser {
     const auto& tgs = L.targets ? L.targets : defaults.targets;
     if (!tgs) fail(entry, "reference '" + name + "' has no target: give targets: [...] at the top level or here");
 
-    std::vector<std::string> constraints =
-        L.constraints ? *L.constraints : defaults.constraints.value_or(std::vector<std::string>{});
-    std::sort(constraints.begin(), constraints.end());
-    constraints.erase(std::unique(constraints.begin(), constraints.end()), constraints.end());
-
-    ExplorationSettings ex;
-    ValidationSettings va;
-    BenchmarkSettings be;
-    LlmSettings llm;
-    merge_settings(defaults, L, ex, va, be, llm);
+    JobSpec base = entry_job(defaults, L, file_ + ":" + std::to_string(entry.Mark().line + 1));
     // No generator given: "auto" until submit matches the module against the
     // template families (manifest/serve_plan.h): the template generator where
     // one serves it, else the llm generator. `template` requires a match,
     // `llm` always asks the LLM.
-    if (!L.generator && !defaults.generator) ex.generator = "auto";
-
-    const json reference = {{"path", abs.string()}, {"source", source}, {"sha256", sha256_hex(source)}};
-    const std::string where = file_ + ":" + std::to_string(entry.Mark().line + 1);
+    if (!L.generator && !defaults.generator) base.explore.generator = "auto";
+    base.op = name;
+    base.params = json::object();
+    base.reference = {{"path", abs.string()}, {"source", source}, {"sha256", sha256_hex(source)}};
     for (const auto& d : dtype_list)
       for (const auto& t : *tgs) {
-        JobSpec j;
-        j.op = name;
+        JobSpec j = base;
         j.dtype = d;
-        j.params = json::object();
         j.target = t.value;
-        j.constraints = constraints;
-        j.explore = ex;
-        j.validate = va;
-        j.bench = be;
-        j.where = where;
-        if (L.description) j.description = L.description->val.Scalar();
-        j.reference = reference;
-        j.llm = llm;
-        const Target* target = k_.targets.find(t.value);
-        if (seen.insert(j.to_json(*target).dump()).second) jobs.push_back(std::move(j));
+        add_job(std::move(j), jobs, seen);
       }
   }
 
@@ -770,38 +770,17 @@ class Parser {
       if (spec.required && !params.contains(spec.name))
         fail(entry, opq + " needs param '" + spec.name + "' (" + spec.type + ")");
 
-    // Constraints: the entry's list replaces the defaults'; sorted, duplicates dropped.
-    std::vector<std::string> constraints =
-        L.constraints ? *L.constraints : defaults.constraints.value_or(std::vector<std::string>{});
-    std::sort(constraints.begin(), constraints.end());
-    constraints.erase(std::unique(constraints.begin(), constraints.end()), constraints.end());
-
-    // Settings: built-in defaults, then `defaults:`, then the entry, key by key.
-    ExplorationSettings ex;
-    ValidationSettings va;
-    BenchmarkSettings be;
-    LlmSettings llm;
-    merge_settings(defaults, L, ex, va, be, llm);
-
-    const std::string where = file_ + ":" + line;
+    JobSpec base = entry_job(defaults, L, file_ + ":" + line);
+    base.op = op->name;
+    base.params = params;
     for (const auto& s : *shapes)
       for (const auto& d : *dts)
         for (const auto& t : *tgs) {
-          JobSpec j;
-          j.op = op->name;
+          JobSpec j = base;
           j.shape = s.value;
           j.dtype = d.value;
-          j.params = params;
           j.target = t.value;
-          j.constraints = constraints;
-          j.explore = ex;
-          j.validate = va;
-          j.bench = be;
-          j.where = where;
-          if (L.description) j.description = L.description->val.Scalar();
-          j.llm = llm;
-          const Target* target = k_.targets.find(t.value);
-          if (seen.insert(j.to_json(*target).dump()).second) jobs.push_back(std::move(j));
+          add_job(std::move(j), jobs, seen);
         }
   }
 };

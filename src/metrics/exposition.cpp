@@ -8,6 +8,20 @@ namespace kiln::metrics {
 namespace {
 bool alpha_(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool digit(char c) { return c >= '0' && c <= '9'; }
+
+// The exposition format's escapes: backslash and newline, and in label values
+// the double quote.
+std::string escaped(std::string_view text, bool quote) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\\') out += "\\\\";
+    else if (quote && c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
 }  // namespace
 
 bool valid_metric_name(std::string_view name) {
@@ -24,28 +38,9 @@ bool valid_label_name(std::string_view name) {
   return true;
 }
 
-std::string escape_label_value(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
+std::string escape_label_value(std::string_view value) { return escaped(value, true); }
 
-std::string escape_help(std::string_view help) {
-  std::string out;
-  out.reserve(help.size());
-  for (char c : help) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
+std::string escape_help(std::string_view help) { return escaped(help, false); }
 
 std::string format_value(double value) {
   if (std::isnan(value)) return "NaN";

@@ -1,50 +1,16 @@
 #include "metrics/textfile.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <stdexcept>
 
 #include "common/output_path.h"
 
 namespace kiln::metrics {
 
-namespace {
-std::filesystem::path temp_of(const std::filesystem::path& path) {
-  return path.string() + "." + std::to_string(getpid()) + ".tmp";
-}
-}  // namespace
-
 void write_textfile(const std::filesystem::path& path, const std::string& text,
                     const std::vector<std::filesystem::path>& protected_files) {
-  try {
-    check_output_file(path, "--metrics-file", protected_files);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(e.what());
-  }
-  const auto tmp = temp_of(path);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  size_t off = 0;
-  int err = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (!err && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && !err) err = errno;
-  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(err));
-  }
+  write_output_file(path, text, "--metrics-file", protected_files);
 }
 
 void check_textfile_path(const std::filesystem::path& path,

@@ -7,13 +7,11 @@
 
 namespace kiln::metrics {
 
-// Writes `text` to `path` atomically: a temporary file beside it
-// (PATH.<pid>.tmp, which the collector ignores), flushed and fsync'd, then
-// renamed over `path`: a reader sees the old file or the new one, never half.
-// Throws std::runtime_error naming the path when it cannot (the temporary
-// file is removed), or when `path` has meanwhile become a file that
-// check_output_file (common/output_path.h) refuses: nothing is renamed over a
-// device node, a database or one of `protected_files`.
+// Writes `text` to `path` atomically (common/output_path.h's
+// write_output_file; the temporary PATH.<pid>.tmp is one the collector
+// ignores): a reader sees the old file or the new one, never half. Throws
+// std::runtime_error naming the path when it cannot, or when `path` has
+// meanwhile become a file check_output_file refuses.
 void write_textfile(const std::filesystem::path& path, const std::string& text,
                     const std::vector<std::filesystem::path>& protected_files = {});
 

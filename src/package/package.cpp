@@ -147,8 +147,7 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
   size_t total_jobs = 0;
   for (const Target* t : targets) {
     // the pool: the first correct candidates by estimate, however far (a tile may repeat)
-    per_target.push_back({t, package_jobs(catalog, t->name, o.shortlist_max > 1 ? kShortlistPool : 1,
-                                          std::numeric_limits<double>::infinity(), o.only_jobs)});
+    per_target.push_back({t, package_jobs(catalog, t->name, o.shortlist_max > 1 ? kShortlistPool : 1, o.only_jobs)});
     pick_shortlists(per_target.back().second, o);
     total_jobs += per_target.back().second.size();
   }

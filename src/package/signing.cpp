@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/hash.h"
+
 namespace kiln {
 
 namespace {
@@ -56,13 +58,7 @@ std::string ed25519_sign_hex(const std::filesystem::path& key_pem, std::string_v
   std::vector<unsigned char> sig(len);
   if (EVP_DigestSign(ctx.get(), sig.data(), &len, reinterpret_cast<const unsigned char*>(data.data()), data.size()) != 1)
     throw std::runtime_error("signing with " + key_pem.string() + " failed: " + openssl_error());
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < len; ++i) {
-    out += hex[sig[i] >> 4];
-    out += hex[sig[i] & 15];
-  }
-  return out;
+  return hex_text(std::string_view(reinterpret_cast<const char*>(sig.data()), len));
 }
 
 bool ed25519_verify_hex(const std::filesystem::path& pub_pem, std::string_view data, std::string_view sig_hex) {

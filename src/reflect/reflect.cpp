@@ -6,6 +6,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/number_text.h"
+
 namespace kiln::reflect {
 
 using nlohmann::json;
@@ -19,12 +21,6 @@ std::string lower(std::string s) {
 
 bool has(const std::string& haystack_lower, const char* needle) {
   return haystack_lower.find(needle) != std::string::npos;
-}
-
-std::string fmt(double v, int precision = 4) {
-  std::ostringstream os;
-  os << std::setprecision(precision) << v;
-  return os.str();
 }
 
 std::vector<std::string> split_lines(const std::string& s) {
@@ -89,25 +85,25 @@ Diagnosis diagnose(const Outcome& o, std::optional<double> best_so_far_ms,
     const std::optional<double> measured = r.latency.value_or(Latency{}).median_ms;
     const auto abs_err = max_abs_err;
     std::string evidence = "correct";
-    if (abs_err) evidence += " (max abs error " + fmt(*abs_err, 3) + ")";
+    if (abs_err) evidence += " (max abs error " + number_text(*abs_err, 3) + ")";
     if (measured && reference_ms && *measured > *reference_ms) {
       d.kind = "slower";
-      d.summary = evidence + " but slower than the PyTorch reference: " + fmt(*measured) + " ms against " +
-                  fmt(*reference_ms) + " ms eager.";
+      d.summary = evidence + " but slower than the PyTorch reference: " + number_text(*measured) + " ms against " +
+                  number_text(*reference_ms) + " ms eager.";
       d.constraint = "beat PyTorch eager: fuse the whole forward into as few kernels as possible, read each "
                      "input once, and size blocks so every compute unit has work";
       return d;
     }
     if (o.score_ms && best_so_far_ms && *o.score_ms > *best_so_far_ms * 1.05) {
       d.kind = "slower";
-      d.summary = evidence + " but slower than the best kernel so far: " + fmt(*o.score_ms) + " ms against " +
-                  fmt(*best_so_far_ms) + " ms" + (measured ? "" : " (static estimate)") + ".";
+      d.summary = evidence + " but slower than the best kernel so far: " + number_text(*o.score_ms) + " ms against " +
+                  number_text(*best_so_far_ms) + " ms" + (measured ? "" : " (static estimate)") + ".";
       d.constraint = "improve on the best kernel so far: larger tiles per program, fewer passes over memory, "
                      "fewer launches";
       return d;
     }
     d.kind = "ok";
-    d.summary = evidence + (o.score_ms ? ", " + fmt(*o.score_ms) + " ms" + (measured ? "" : " (static estimate)")
+    d.summary = evidence + (o.score_ms ? ", " + number_text(*o.score_ms) + " ms" + (measured ? "" : " (static estimate)")
                                        : std::string()) + ".";
     return d;
   }
@@ -138,9 +134,9 @@ Diagnosis diagnose(const Outcome& o, std::optional<double> best_so_far_ms,
   if (s == "incorrect") {
     d.kind = "incorrect";
     std::string evidence;
-    if (max_abs_err) evidence += "max abs error " + fmt(*max_abs_err, 3);
+    if (max_abs_err) evidence += "max abs error " + number_text(*max_abs_err, 3);
     if (max_rel_err)
-      evidence += (evidence.empty() ? "" : ", ") + std::string("max rel error ") + fmt(*max_rel_err, 3);
+      evidence += (evidence.empty() ? "" : ", ") + std::string("max rel error ") + number_text(*max_rel_err, 3);
     d.summary = "The output does not match the reference" + (evidence.empty() ? "" : " (" + evidence + ")") +
                 ":\n" + ex;
     if (has(m, "nan"))

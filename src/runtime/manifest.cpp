@@ -40,6 +40,13 @@ struct Ctx {
     if (!o.at(key).is_number()) fail(path + "." + key, "expected a number");
     return o.at(key).get<double>();
   }
+  // Calls f(element, its path "path[i]") for each element of the array `a`
+  // at `path`; anything but an array fails.
+  template <class F>
+  void each(const json& a, const std::string& path, F f) const {
+    if (!a.is_array()) fail(path, "expected an array");
+    for (size_t i = 0; i < a.size(); ++i) f(a[i], path + "[" + std::to_string(i) + "]");
+  }
   Expr expr(const json& v, const std::string& path) const {
     std::string text;
     if (v.is_number_integer()) text = std::to_string(v.get<int64_t>());
@@ -136,42 +143,31 @@ Variant parse_variant(const Ctx& c, const json& v, const std::string& p) {
   if (!grid.is_array() || grid.empty() || grid.size() > 3) c.fail(p + ".grid", "expected 1-3 expressions");
   for (size_t i = 0; i < 3; ++i)
     r.grid.push_back(i < grid.size() ? c.expr(grid[i], p + ".grid[" + std::to_string(i) + "]") : Expr::parse("1"));
-  const json& args = c.need(v, "args", p);
-  if (!args.is_array()) c.fail(p + ".args", "expected an array");
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string ap = p + ".args[" + std::to_string(i) + "]";
+  c.each(c.need(v, "args", p), p + ".args", [&](const json& arg, const std::string& ap) {
     ArgSpec a;
-    a.name = c.str(args[i], "name", ap, false);
-    a.type = c.str(args[i], "type", ap);
-    a.hidden = args[i].value("hidden", false);
-    a.bind = parse_bind(c, c.need(args[i], "bind", ap), ap + ".bind");
+    a.name = c.str(arg, "name", ap, false);
+    a.type = c.str(arg, "type", ap);
+    a.hidden = arg.value("hidden", false);
+    a.bind = parse_bind(c, c.need(arg, "bind", ap), ap + ".bind");
     r.args.push_back(std::move(a));
-  }
-  if (v.contains("assume")) {
-    const json& as = v.at("assume");
-    if (!as.is_array()) c.fail(p + ".assume", "expected an array");
-    for (size_t i = 0; i < as.size(); ++i) {
-      std::string ap = p + ".assume[" + std::to_string(i) + "]";
-      Assume a{c.expr(c.need(as[i], "expr", ap), ap + ".expr"), c.integer(as[i], "multiple_of", ap, 1)};
+  });
+  if (v.contains("assume"))
+    c.each(v.at("assume"), p + ".assume", [&](const json& as, const std::string& ap) {
+      Assume a{c.expr(c.need(as, "expr", ap), ap + ".expr"), c.integer(as, "multiple_of", ap, 1)};
       if (a.multiple_of <= 0) c.fail(ap, "multiple_of must be positive");
       r.assumes.push_back(std::move(a));
-    }
-  }
+    });
   if (v.contains("range") && v.at("range").is_object()) {
     const json& rg = v.at("range");
     r.range_exact = rg.value("exact", false) || !rg.contains("dims");
-    if (rg.contains("dims")) {
-      const json& dims = rg.at("dims");
-      if (!dims.is_array()) c.fail(p + ".range.dims", "expected an array");
-      for (size_t i = 0; i < dims.size(); ++i) {
-        std::string dp = p + ".range.dims[" + std::to_string(i) + "]";
+    if (rg.contains("dims"))
+      c.each(rg.at("dims"), p + ".range.dims", [&](const json& dim, const std::string& dp) {
         DimRange d;
-        d.min = c.integer(dims[i], "min", dp, 1);
-        d.max = c.integer(dims[i], "max", dp, INT64_MAX);
-        d.multiple_of = std::max<int64_t>(1, c.integer(dims[i], "multiple_of", dp, 1));
+        d.min = c.integer(dim, "min", dp, 1);
+        d.max = c.integer(dim, "max", dp, INT64_MAX);
+        d.multiple_of = std::max<int64_t>(1, c.integer(dim, "multiple_of", dp, 1));
         r.dims.push_back(d);
-      }
-    }
+      });
     if (rg.contains("verified_shapes") && rg.at("verified_shapes").is_array())
       for (const auto& s : rg.at("verified_shapes")) r.verified_shapes.push_back(s.get<std::vector<int64_t>>());
   }
@@ -220,11 +216,7 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
                                    "\", this runtime reads \"" + kPackageFormat +
                                    "\": re-package with a kiln that writes " + kPackageFormat);
   if (j.contains("toolchain")) m.toolchain = j["toolchain"];
-  const json& targets = c.need(j, "targets", "$");
-  if (!targets.is_array()) c.fail("targets", "expected an array");
-  for (size_t i = 0; i < targets.size(); ++i) {
-    std::string p = "targets[" + std::to_string(i) + "]";
-    const json& t = targets[i];
+  c.each(c.need(j, "targets", "$"), "targets", [&](const json& t, const std::string& p) {
     TargetSpec s;
     s.name = c.str(t, "name", p);
     s.arch = c.str(t, "arch", p);
@@ -237,12 +229,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
     if (t.contains("measured_on")) s.measured_on = t["measured_on"];
     if (s.backend.empty()) s.backend = s.arch.rfind("sm_", 0) == 0 ? "cuda" : "hip";
     m.targets.push_back(std::move(s));
-  }
-  const json& kernels = c.need(j, "kernels", "$");
-  if (!kernels.is_array()) c.fail("kernels", "expected an array");
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    std::string p = "kernels[" + std::to_string(i) + "]";
-    const json& k = kernels[i];
+  });
+  c.each(c.need(j, "kernels", "$"), "kernels", [&](const json& k, const std::string& p) {
     KernelSpec s;
     s.op = c.str(k, "operator", p);
     s.dtype = c.str(k, "dtype", p);
@@ -259,34 +247,27 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
         c.fail(p + ".shape", "dimension " + d.dump() + " is negative or does not fit int64");
       s.shape.push_back(d.get<int64_t>());
     }
-    const json& tensors = c.need(k, "tensors", p);
-    if (!tensors.is_array()) c.fail(p + ".tensors", "expected an array");
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      std::string tp = p + ".tensors[" + std::to_string(t) + "]";
+    c.each(c.need(k, "tensors", p), p + ".tensors", [&](const json& t, const std::string& tp) {
       TensorSpec ts;
-      ts.name = c.str(tensors[t], "name", tp, false);
-      ts.role = c.str(tensors[t], "role", tp);
-      ts.dtype = c.str(tensors[t], "dtype", tp);
-      const json& sh = c.need(tensors[t], "shape", tp);
-      if (!sh.is_array()) c.fail(tp + ".shape", "expected an array");
-      for (size_t d = 0; d < sh.size(); ++d) ts.shape.push_back(c.expr(sh[d], tp + ".shape[" + std::to_string(d) + "]"));
+      ts.name = c.str(t, "name", tp, false);
+      ts.role = c.str(t, "role", tp);
+      ts.dtype = c.str(t, "dtype", tp);
+      c.each(c.need(t, "shape", tp), tp + ".shape",
+             [&](const json& d, const std::string& dp) { ts.shape.push_back(c.expr(d, dp)); });
       s.tensors.push_back(std::move(ts));
-    }
-    const json& variants = c.need(k, "variants", p);
-    if (!variants.is_array()) c.fail(p + ".variants", "expected an array");
-    for (size_t v = 0; v < variants.size(); ++v) {
-      Variant var = parse_variant(c, variants[v], p + ".variants[" + std::to_string(v) + "]");
-      if (!m.target(var.target))
-        c.fail(p + ".variants[" + std::to_string(v) + "]", "target \"" + var.target + "\" is not in targets[]");
+    });
+    c.each(c.need(k, "variants", p), p + ".variants", [&](const json& v, const std::string& vp) {
+      Variant var = parse_variant(c, v, vp);
+      if (!m.target(var.target)) c.fail(vp, "target \"" + var.target + "\" is not in targets[]");
       for (const auto& a : var.args) {
         if ((a.bind.kind == Bind::Tensor && (a.bind.tensor < 0 || a.bind.tensor >= int(s.tensors.size()))) ||
             (a.bind.kind == Bind::Tma && (a.bind.tma.tensor < 0 || a.bind.tma.tensor >= int(s.tensors.size()))))
-          c.fail(p + ".variants[" + std::to_string(v) + "]", "argument " + a.name + " binds a tensor index out of range");
+          c.fail(vp, "argument " + a.name + " binds a tensor index out of range");
       }
       s.variants.push_back(std::move(var));
-    }
+    });
     m.kernels.push_back(std::move(s));
-  }
+  });
   return m;
 }
 

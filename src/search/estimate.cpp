@@ -6,37 +6,19 @@
 #include <tuple>
 #include <utility>
 
+#include "search/model_terms.h"
+
 namespace kiln {
 
 namespace {
 
-// Fractions of the datasheet peaks that well-tuned kernels reach in practice:
-// a streaming copy reaches ~85-90% of HBM bandwidth, a large GEMM ~70-80% of the
-// matrix peak. These are what the model calls "full machine use".
-constexpr double kBandwidthEfficiency = 0.85;
-constexpr double kComputeEfficiency = 0.75;
-// Fixed launch cost per kernel.
-constexpr double kLaunchMs = 0.004;
-// Resident waves per SIMD needed to hide memory latency.
-constexpr double kWavesToHideLatency = 2.0;
-// L2 bandwidth over HBM bandwidth, for a target file without l2_bandwidth_gbs.
-constexpr double kL2OverHbm = 2.0;
+using namespace model_terms;
 
 double element_bytes(const std::string& dtype) {
   if (dtype == "fp64" || dtype == "int64") return 8;
   if (dtype == "fp16" || dtype == "bf16" || dtype == "int16") return 2;
   if (dtype == "int8" || dtype == "fp8" || dtype == "fp8e4m3" || dtype == "fp8e5m2") return 1;
   return 4;
-}
-
-// A positive number from a JSON object (a config, a target file's raw
-// document); nullopt if absent, not a number or not positive.
-std::optional<double> knob(const nlohmann::json& config, const char* key) {
-  if (!config.is_object()) return std::nullopt;
-  auto it = config.find(key);
-  if (it == config.end() || !it->is_number()) return std::nullopt;
-  const double v = it->get<double>();
-  return v > 0 ? std::optional<double>(v) : std::nullopt;
 }
 
 }  // namespace
@@ -124,9 +106,9 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
   // reads the whole row operand again, flops / 2 / BLOCK_N elements in all,
   // from L2 at best. A narrow BLOCK_N re-reads (for conv2d: re-gathers) the
   // input many times; the minimum traffic above counts it once.
-  if (knob(config, "BLOCK_K") && traffic.flops > 0)
-    if (auto bn = knob(config, "BLOCK_N")) {
-      const double l2 = knob(t.raw, "l2_bandwidth_gbs").value_or(kL2OverHbm * t.memory_bandwidth_gbs);
+  if (positive_number(config, "BLOCK_K") && traffic.flops > 0)
+    if (auto bn = positive_number(config, "BLOCK_N")) {
+      const double l2 = positive_number(t.raw, "l2_bandwidth_gbs").value_or(kL2OverHbm * t.memory_bandwidth_gbs);
       e.operand_ms = traffic.flops / 2.0 / *bn * element_bytes(dtype) / (l2 * 1e9 * kBandwidthEfficiency) * 1e3;
     }
   e.ms = std::max(e.memory_ms, e.compute_ms) / e.utilisation + e.operand_ms + e.spill_ms + kLaunchMs;

@@ -5,19 +5,11 @@
 #include <set>
 #include <sstream>
 
+#include "common/number_text.h"
+
 namespace kiln {
 
 using nlohmann::json;
-
-namespace {
-
-std::string fmt(double v, int precision = 4) {
-  std::ostringstream os;
-  os << std::setprecision(precision) << v;
-  return os.str();
-}
-
-}  // namespace
 
 std::optional<double> block_product(const json& config) {
   if (!config.is_object()) return std::nullopt;
@@ -77,7 +69,7 @@ PruneResult prune_space(const std::vector<json>& space, const std::vector<Outcom
     double smallest = limits.front().product;
     for (const Limit& l : limits) smallest = std::min(smallest, l.product);
     r.notes.push_back("reflection: " + std::to_string(limits.size()) + " resource_error(s); dropped " +
-                      std::to_string(r.removed) + " config(s) with a BLOCK product >= " + fmt(smallest, 10) +
+                      std::to_string(r.removed) + " config(s) with a BLOCK product >= " + number_text(smallest, 10) +
                       " and as many stages");
   }
   return r;

@@ -7,24 +7,19 @@
 #include <set>
 #include <stdexcept>
 
+#include "search/model_terms.h"
+
 namespace kiln {
 
 using nlohmann::json;
 
 namespace {
 
-// Fixed launch cost, as in estimate.cpp.
-constexpr double kLaunchMs = 0.004;
-// Fraction of the L2 bandwidth well-tuned kernels reach (as for HBM in estimate.cpp).
-constexpr double kBandwidthEfficiency = 0.85;
+using namespace model_terms;
+
 // Loaded DRAM latency for the bytes-in-flight term when the target file has no
 // memory_latency_ns (HBM GPUs measure roughly 500-900 ns under load).
 constexpr double kMemoryLatencyNs = 700;
-// L2 bandwidth as a multiple of HBM bandwidth when the target file has no
-// l2_bandwidth_gbs (H100/H200 and MI300X both measure roughly 2-3x).
-constexpr double kL2OverHbm = 2.0;
-// Resident waves per SIMD needed to hide memory latency (estimate.cpp).
-constexpr double kWavesToHideLatency = 2.0;
 // Base registers per thread: addresses, loop counters, masks.
 constexpr double kBaseRegisters = 24;
 // Halving: predictions within this fraction of each other are ties (the model
@@ -45,13 +40,6 @@ double element_bytes(const std::string& dtype) {
 
 // obj[key] when obj is an object holding a number above 0 there: a config's
 // hint, or a figure a target file may carry (its raw YAML).
-std::optional<double> positive_number(const json& obj, const char* key) {
-  if (!obj.is_object()) return std::nullopt;
-  auto v = obj.find(key);
-  if (v == obj.end() || !v->is_number() || v->get<double>() <= 0) return std::nullopt;
-  return v->get<double>();
-}
-
 int max_registers_per_thread(const Target& t) {
   if (t.vendor == "nvidia") return 255;
   if (t.arch.rfind("gfx9", 0) == 0) return 512;  // CDNA: 256 arch VGPRs + 256 AGPRs

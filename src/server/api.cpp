@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "common/shape_text.h"
 #include "catalog/job_key.h"
 #include "catalog/service_reads.h"
 
@@ -14,12 +15,6 @@ using nlohmann::json;
 namespace {
 
 json opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-
-std::string shape_text(const json& shape) {
-  std::string s;
-  for (const auto& d : shape) s += (s.empty() ? "" : "x") + d.dump();
-  return s;
-}
 
 json best_json(const BestRow& b) {
   return {{"candidate_id", b.candidate_id}, {"basis", b.basis}, {"value_ms", b.value_ms},

@@ -3,22 +3,12 @@
 #include <map>
 #include <set>
 
+#include "common/shape_text.h"
 #include "catalog/job_key.h"
 #include "catalog/service_reads.h"
 #include "metrics/registry.h"
 
 namespace kiln::server {
-
-namespace {
-
-std::string shape_text(const nlohmann::json& shape) {
-  if (!shape.is_array()) return shape.dump();
-  std::string s;
-  for (const auto& d : shape) s += (s.empty() ? "" : "x") + d.dump();
-  return s;
-}
-
-}  // namespace
 
 std::string render_catalog_metrics(reports::Reader& reader, Facts& facts) {
   using metrics::Type;

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/shape_text.h"
 #include "catalog/job_key.h"
 #include "catalog/service_reads.h"
 #include "server/svg.h"
@@ -18,13 +19,6 @@ using reports::BestKernel;
 
 namespace {
 
-std::string shape_text(const json& shape) {
-  if (!shape.is_array()) return shape.dump();
-  std::string s;
-  for (const auto& d : shape) s += (s.empty() ? "" : "x") + d.dump();
-  return s;
-}
-
 std::string config_text(const json& config) {
   if (!config.is_object()) return config.is_null() ? "" : config.dump();
   std::string s;
@@ -34,6 +28,14 @@ std::string config_text(const json& config) {
 
 std::string kernel_label(const reports::JobOverview& j) {
   return j.op + " " + shape_text(j.shape) + " " + j.dtype + " " + j.target;
+}
+
+// A chart of latencies (log scale) against `x_label`.
+Chart latency_chart(std::string id, std::string title, std::string x_label) {
+  return Chart{.id = std::move(id),
+               .title = std::move(title),
+               .x = {.label = std::move(x_label)},
+               .y = {.label = "latency (ms)", .log = true}};
 }
 
 std::string date_text(double unix_s) {
@@ -303,10 +305,8 @@ void history_section(Page& p, const std::vector<BestKernel>& kernels, reports::R
     const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
                                               canonical_json(k.job.params), k.job.target);
     if (hist.size() < 2) continue;
-    Chart c{.id = "history-" + std::to_string(k.job.id),
-            .title = "History: " + kernel_label(k.job),
-            .x = {.label = "run (job created)"},
-            .y = {.label = "latency (ms)", .log = true}};
+    Chart c = latency_chart("history-" + std::to_string(k.job.id), "History: " + kernel_label(k.job),
+                            "run (job created)");
     Series line{"best latency", Mark::kLine, {}, "#1f77b4", false};
     Series conf{"confirmed median, 95% CI", Mark::kPoints, {}, "#ff7f0e", false};
     for (size_t i = 0; i < hist.size(); ++i) {
@@ -349,10 +349,8 @@ void job_section(Page& p, const reports::JobOverview& j, const std::vector<repor
     if (!c.bench_device.empty() && c.median_ms) return c.median_ms;
     return c.estimate_ms;
   };
-  Chart lat{.id = "job-" + std::to_string(j.id) + "-candidates",
-            .title = "Latency of each candidate by config (evaluation order)",
-            .x = {.label = "config"},
-            .y = {.label = "latency (ms)", .log = true}};
+  Chart lat = latency_chart("job-" + std::to_string(j.id) + "-candidates",
+                            "Latency of each candidate by config (evaluation order)", "config");
   Series ok{"correct", Mark::kPoints, {}, "#1f77b4", false};
   Series bad{"failed (at the floor)", Mark::kPoints, {}, "#d62728", false};
   double floor = 1e300;
@@ -378,10 +376,8 @@ void job_section(Page& p, const reports::JobOverview& j, const std::vector<repor
   lat.width = std::max(560, std::min(1300, 14 * static_cast<int>(evals.size()) + 300));
   lat.height = 320;
 
-  Chart conv{.id = "job-" + std::to_string(j.id) + "-convergence",
-             .title = "Best so far against evaluations",
-             .x = {.label = "evaluations"},
-             .y = {.label = "latency (ms)", .log = true}};
+  Chart conv = latency_chart("job-" + std::to_string(j.id) + "-convergence", "Best so far against evaluations",
+                             "evaluations");
   Series best{"best so far", Mark::kStep, {}, "#2ca02c", false};
   Series each{"each correct candidate", Mark::kPoints, {}, "#aaaaaa", false};
   double so_far = 1e300;

@@ -83,12 +83,13 @@ class PackagingTest : public ::testing::Test {
 
 }  // namespace
 
-TEST_F(PackagingTest, EstimatedJobShipsTheBestThenUpToSevenByEstimateWithinTheRatio) {
-  // ok and within 1.5 x 1.0: 1.1 (2), 1.2 (5), 1.25 (10), 1.3 (1), 1.35 (11), 1.4 (8), 1.45 (9), 1.49 (3);
-  // 1.05 (7) is incorrect; at most 8 in all
+TEST_F(PackagingTest, EstimatedJobShipsTheBestThenUpToSevenByEstimate) {
+  // ok, by estimate: 1.1 (2), 1.2 (5), 1.25 (10), 1.3 (1), 1.35 (11), 1.4 (8), 1.45 (9), then 1.49 (3), 1.6 (4),
+  // 2.0 (6); 1.05 (7) is incorrect; at most 8 in all
   EXPECT_EQ(shortlist(), (std::vector<long long>{ids[0], ids[2], ids[5], ids[10], ids[1], ids[11], ids[8], ids[9]}));
-  auto jobs = package_jobs(*cat, "MI300X", 3, 1.15);
-  ASSERT_EQ(jobs[0].candidates.size(), 2u);  // 1.1 only is within 1.15
+  EXPECT_EQ(package_jobs(*cat, "MI300X", 12)[0].candidates.size(), 11u);  // every correct one, however far
+  auto jobs = package_jobs(*cat, "MI300X", 2);
+  ASSERT_EQ(jobs[0].candidates.size(), 2u);  // the best and the next by estimate
   EXPECT_EQ(jobs[0].candidates[1].candidate_id, ids[2]);
   EXPECT_EQ(jobs[0].candidates[1].bytes, "code object 2");
   EXPECT_EQ(jobs[0].basis, "estimated");
@@ -204,12 +205,12 @@ TEST_F(PackagingTest, AMeasuredBestCarriesTheDriverAndUuidTheWorkerReported) {
 TEST_F(PackagingTest, OnlyTheJobsAskedFor) {
   const auto all = package_jobs(*cat, "MI300X");
   ASSERT_EQ(all.size(), 1u);
-  const auto same = package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{job_id, job_id + 100});
+  const auto same = package_jobs(*cat, "MI300X", 8, std::vector<long long>{job_id, job_id + 100});
   ASSERT_EQ(same.size(), 1u);
   EXPECT_EQ(same[0].job_id, job_id);
   EXPECT_EQ(same[0].candidates.size(), all[0].candidates.size());
-  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{job_id + 1}).empty());
-  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, 1.5, std::vector<long long>{}).empty());
+  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, std::vector<long long>{job_id + 1}).empty());
+  EXPECT_TRUE(package_jobs(*cat, "MI300X", 8, std::vector<long long>{}).empty());
 }
 
 // A damaged catalog is an error naming the file, never "no jobs".

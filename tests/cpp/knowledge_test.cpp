@@ -406,6 +406,9 @@ TEST(PrincipleErrors, BadFiles) {
   expect_error([&] { PrincipleRegistry::load(f); }, f.string() + ":5:13: weight must be a number");
   f = d.write("p.yaml", "principles:\n  x:\n    description: d\n    prompt: p\n    rules:\n      bound: [{key: A, op: \"<\", value: big}]\n");
   expect_error([&] { PrincipleRegistry::load(f); }, f.string() + ":6:40: op '<' needs a number");
+  f = d.write("p.yaml", "version: 1\nprinciple: {}\n");  // the registry files share one reader
+  expect_error([&] { PrincipleRegistry::load(f); },
+               f.string() + ":2:1: unknown key 'principle' in the principles file (did you mean 'principles'?)");
 }
 
 TEST(KnowledgeLoad, MissingHome) {

@@ -87,38 +87,33 @@ def _elementwise(lib, op, rank, dtype, params, config, target) -> Launch:
     return L
 
 
-def _softmax(lib, op, rank, dtype, params, config, target) -> Launch:
+def _row_kernel(dtype: str, config: dict, per_column=(), out_dtype: str | None = None,
+                reduced: bool = False) -> Launch:
+    """A row kernel over x [rows, cols]: `per_column` (name, pointer) inputs of
+    [cols], then out [rows, cols] (or [rows] when `reduced`); a program per
+    block of rows."""
     rows, cols = dims(2)
     L = Launch()
     L.tensor("x", "input", dtype, [rows, cols], "x_ptr")
-    L.tensor("out", "output", dtype, [rows, cols], "out_ptr")
+    for name, pointer in per_column:
+        L.tensor(name, "input", dtype, [cols], pointer)
+    L.tensor("out", "output", out_dtype or dtype, [rows] if reduced else [rows, cols], "out_ptr")
     L.ints.update(n_rows=rows, n_cols=cols)
     L.grid = _row_grid(rows, config)
     return L
+
+
+def _softmax(lib, op, rank, dtype, params, config, target) -> Launch:
+    return _row_kernel(dtype, config)
 
 
 def _layernorm(lib, op, rank, dtype, params, config, target) -> Launch:
-    rows, cols = dims(2)
-    L = Launch()
-    L.tensor("x", "input", dtype, [rows, cols], "x_ptr")
-    L.tensor("weight", "input", dtype, [cols], "w_ptr")
-    if op == "layernorm":
-        L.tensor("bias", "input", dtype, [cols], "b_ptr")
-    L.tensor("out", "output", dtype, [rows, cols], "out_ptr")
-    L.ints.update(n_rows=rows, n_cols=cols)
-    L.grid = _row_grid(rows, config)
-    return L
+    per_column = [("weight", "w_ptr")] + ([("bias", "b_ptr")] if op == "layernorm" else [])
+    return _row_kernel(dtype, config, per_column)
 
 
 def _reduce(lib, op, rank, dtype, params, config, target) -> Launch:
-    rows, cols = dims(2)
-    mod = lib.launch_module(op)
-    L = Launch()
-    L.tensor("x", "input", dtype, [rows, cols], "x_ptr")
-    L.tensor("out", "output", mod.out_dtype(op, dtype), [rows], "out_ptr")
-    L.ints.update(n_rows=rows, n_cols=cols)
-    L.grid = _row_grid(rows, config)
-    return L
+    return _row_kernel(dtype, config, out_dtype=lib.launch_module(op).out_dtype(op, dtype), reduced=True)
 
 
 def _gemm_grid(lib, M, N, config, target) -> list:

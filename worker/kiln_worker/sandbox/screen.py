@@ -496,34 +496,20 @@ class _Screen(ast.NodeVisitor):
                 self.flag(t, "monkeypatch", f"assigning attribute .{t.attr} of something other "
                           "than self")
 
-    def visit_Assign(self, node: ast.Assign) -> None:
+    def _visit_targets(self, node) -> None:
+        """Assign, Delete: each of node.targets."""
         for t in node.targets:
             self._check_target(t)
         self.generic_visit(node)
 
-    def visit_AugAssign(self, node) -> None:
+    def _visit_target(self, node) -> None:
+        """AugAssign, AnnAssign, For and comprehensions (`for torch.Tensor.tolist
+        in [f]: ...` assigns an attribute too): node.target."""
         self._check_target(node.target)
         self.generic_visit(node)
 
-    def visit_AnnAssign(self, node) -> None:
-        self._check_target(node.target)
-        self.generic_visit(node)
-
-    def visit_Delete(self, node) -> None:
-        for t in node.targets:
-            self._check_target(t)
-        self.generic_visit(node)
-
-    def visit_For(self, node) -> None:
-        # `for torch.Tensor.tolist in [f]: ...` assigns an attribute too
-        self._check_target(node.target)
-        self.generic_visit(node)
-
-    visit_AsyncFor = visit_For
-
-    def visit_comprehension(self, node: ast.comprehension) -> None:
-        self._check_target(node.target)
-        self.generic_visit(node)
+    visit_Assign = visit_Delete = _visit_targets
+    visit_AugAssign = visit_AnnAssign = visit_For = visit_AsyncFor = visit_comprehension = _visit_target
 
     def visit_withitem(self, node: ast.withitem) -> None:
         if node.optional_vars is not None:
