@@ -138,12 +138,16 @@ class Explorer {
     const auto t0 = Clock::now();
     start_epoch_ = epoch_now();
     if (opts_.metrics) opts_.metrics->run_started(start_epoch_, std::max(1, opts_.workers));
-    start_workers();
+    // The signal handlers go in before any worker starts: a SIGTERM while the
+    // workers (or the fork server) are still starting is then a drain (exit
+    // 130, jobs back in the queue), not the default action. The hooks run
+    // inside io_.run(), once start_workers() has made the pool.
     RunSupervisor::Hooks hooks;
     hooks.progress = [this] { return progress_line(false); };
     if (opts_.metrics) hooks.metrics = [this] { publish_metrics(epoch_now()); };
     hooks.signal = [this](int sig) { on_signal(sig); };
     supervisor_->start(std::move(hooks));
+    start_workers();
     io_.run();
     pool_->stop();
     if (opts_.metrics) {  // the final values: what --metrics-file keeps

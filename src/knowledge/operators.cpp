@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "knowledge/expr_grammar.h"
 #include "knowledge/yaml_util.h"
 
 namespace kiln {
@@ -31,12 +32,12 @@ nlohmann::json param_value(const yamlu::Checker& ck, const ParamSpec& p, const Y
 }
 
 ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op, const YAML::Node& key,
-                      const YAML::Node& n) {
+                      const YAML::Node& n, const std::filesystem::path& dir) {
   ParamSpec p;
   p.name = key.Scalar();
   const std::string where = "operator '" + op + "' param '" + p.name + "'";
   ck.need_map(n, where);
-  check_keys(ck, n, {"type", "enum", "default", "min", "required", "description"}, where);
+  check_keys(ck, n, {"type", "enum", "default", "min", "required", "description", "grammar"}, where);
   if (!n["type"]) ck.fail(n, where + ": missing 'type'");
   p.type = ck.str(n["type"], "type");
   if (std::find(kParamTypes.begin(), kParamTypes.end(), p.type) == kParamTypes.end())
@@ -46,6 +47,16 @@ ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op, const YAM
   if (n["min"]) {
     if (p.type != "int" && p.type != "float") ck.fail(n["min"], where + ": min needs a numeric type");
     p.min = ck.number(n["min"], "min");
+  }
+  if (n["grammar"]) {
+    const std::string file = ck.str(n["grammar"], "grammar");
+    if (p.type != "string" || file.empty() || file.find('/') != std::string::npos)
+      ck.fail(n["grammar"], where + ": grammar needs a string param and a file name beside this registry");
+    try {
+      p.grammar = std::make_shared<const ExprGrammar>(ExprGrammar::load(dir / file));
+    } catch (const std::runtime_error& e) {
+      ck.fail(n["grammar"], where + ": " + e.what());
+    }
   }
   if (n["enum"]) {
     if (!n["enum"].IsSequence() || n["enum"].size() == 0)
@@ -61,7 +72,8 @@ ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op, const YAM
   return p;
 }
 
-OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, const YAML::Node& n) {
+OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, const YAML::Node& n,
+                            const std::filesystem::path& dir) {
   OperatorSpec op;
   op.name = key.Scalar();
   const std::string where = "operator '" + op.name + "'";
@@ -107,7 +119,7 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const YAML::Node& key, con
   if (YAML::Node params = n["params"]; params && !yamlu::is_null(params)) {
     ck.need_map(params, where + " params");
     ck.no_duplicates(params);
-    for (const auto& kv : params) op.params.push_back(parse_param(ck, op.name, kv.first, kv.second));
+    for (const auto& kv : params) op.params.push_back(parse_param(ck, op.name, kv.first, kv.second, dir));
   }
   return op;
 }
@@ -126,7 +138,7 @@ OperatorRegistry OperatorRegistry::load(const std::filesystem::path& yaml_file) 
   ck.need_map(ops, "operators");
   ck.no_duplicates(ops);
   OperatorRegistry reg;
-  for (const auto& kv : ops) reg.ops_.push_back(parse_operator(ck, kv.first, kv.second));
+  for (const auto& kv : ops) reg.ops_.push_back(parse_operator(ck, kv.first, kv.second, yaml_file.parent_path()));
   if (reg.ops_.empty()) ck.fail(ops, "no operators");
   return reg;
 }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/hash.h"
+#include "knowledge/expr_grammar.h"
 #include "knowledge/yaml_util.h"
 
 namespace kiln {
@@ -107,7 +108,8 @@ class Parser {
     if (docs.empty() || yu::is_null(docs[0]))
       fail(YAML::Mark::null_mark(), "empty manifest: it needs at least `operators:`");
     const YAML::Node root = docs[0];
-    if (!root.IsMap()) fail(root, "a manifest must be a mapping (name:, targets:, defaults:, operators:), got " + yu::describe(root));
+    // What the file holds is not quoted: a path may name any file (a link to a secret).
+    if (!root.IsMap()) fail(root, "a manifest must be a mapping (name:, targets:, defaults:, operators:), got " + yu::kind(root));
 
     std::optional<KV> operators;
     std::optional<std::vector<At<std::string>>> top_targets;
@@ -180,10 +182,10 @@ class Parser {
       const std::string k = kv.first.Scalar();
       for (const KV& prev : out)
         if (prev.name() == k)
-          fail(kv.first, "duplicate key '" + k + "' in " + context + " (first at line " +
+          fail(kv.first, "duplicate key " + yu::key_text(k) + " in " + context + " (first at line " +
                              std::to_string(prev.key.Mark().line + 1) + ")");
       if (known && std::find(known->begin(), known->end(), k) == known->end())
-        fail(kv.first, "unknown key '" + yu::excerpt(k) + "' in " + context + yu::did_you_mean(k, *known) +
+        fail(kv.first, "unknown key " + yu::key_text(k) + " in " + context + yu::did_you_mean(k, *known) +
                            "; known keys: " + yu::join(*known));
       out.push_back({kv.first, kv.second});
     }
@@ -549,6 +551,8 @@ class Parser {
       if (!kv.val.IsScalar() || yu::is_null(kv.val))
         fail(mark_of(kv), what + " must be a string, got " + yu::describe(kv.val));
       v = kv.val.Scalar();
+      if (spec.grammar)  // the worker's grammar (knowledge/expr_grammar.h), checked now
+        if (auto why = spec.grammar->check(kv.val.Scalar())) fail(kv.val, what + ": " + *why);
     }
     if (!spec.choices.empty()) {
       bool ok = std::any_of(spec.choices.begin(), spec.choices.end(), [&](const json& c) {

@@ -69,8 +69,9 @@ MissManifest load_misses(const std::filesystem::path& file, const Knowledge& kno
     json m;
     try {
       m = json::parse(line);
-    } catch (const json::exception& e) {
-      fail(std::string("not a JSON line: ") + e.what());
+    } catch (const json::parse_error& e) {
+      // The position only: the line is not quoted (the file may be anything).
+      fail("not a JSON line (syntax error at character " + std::to_string(e.byte) + ")");
     }
     if (!m.is_object()) fail("a miss must be a JSON object");
     for (const char* k : {"op", "dtype", "target"})

@@ -209,8 +209,9 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(KILN_E_FORMAT, what + ": not JSON: " + e.what());
+  } catch (const json::parse_error& e) {
+    // The position only: the content is not quoted (a link could name any file).
+    throw Error(KILN_E_FORMAT, what + ": not JSON (syntax error at byte " + std::to_string(e.byte) + ")");
   }
   if (!j.is_object()) c.fail("$", "expected an object");
   Manifest m;
