@@ -407,6 +407,12 @@ Catalog Catalog::open(const fs::path& path, bool read_only) {
 
 Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migrations_dir) {
   std::error_code ec;
+  // SQLite would open "" as a private temporary database and lose everything.
+  if (path.empty()) throw CatalogError("the catalog path is empty: name a catalog file (--catalog PATH)");
+  if (fs::is_symlink(path, ec) && !fs::exists(path, ec))
+    throw CatalogError("catalog " + path.string() + " is a symbolic link to " +
+                       fs::read_symlink(path, ec).string() +
+                       ", which does not exist: name the catalog file itself");
   if (read_only && !fs::exists(path, ec))
     throw CatalogError("no catalog at " + path.string() + "; run `kiln submit` first");
   if (fs::is_directory(path, ec))

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/hash.h"
+#include "common/terminal_text.h"
 #include "knowledge/expr_grammar.h"
 #include "knowledge/yaml_util.h"
 
@@ -813,7 +814,8 @@ class Parser {
 }  // namespace
 
 ManifestError::ManifestError(std::string file, int line, int column, const std::string& message)
-    : std::runtime_error(format_error(file, line, column, message)),
+    // Escaped here (a NUL would cut what() short; ESC would reach the terminal).
+    : std::runtime_error(terminal_safe(format_error(file, line, column, message), true)),
       file_(std::move(file)),
       line_(line),
       column_(column),

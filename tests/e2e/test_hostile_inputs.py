@@ -85,12 +85,14 @@ def test_escape_sequences_from_the_catalog_are_not_sent_to_the_terminal(tmp_path
     assert "evil\\x1b]0;owned\\x07\\x1b[2J" in st and "\\x0d\\x0ahidden" in st, st
 
 
-def test_escape_sequences_in_a_manifest_are_escaped_in_its_error(tmp_path):
-    (tmp_path / "m.yaml").write_text(MANIFEST.replace("op: add", 'op: "add\\e[8m\\u009b"'))
+@pytest.mark.parametrize("op,shown", [("add\\e[8m\\u009b", "add\\x1b[8m\\u009b"),
+                                      ("add\\0x", "add\\x00x'")])  # a NUL once cut the message short
+def test_escape_sequences_in_a_manifest_are_escaped_in_its_error(tmp_path, op, shown):
+    (tmp_path / "m.yaml").write_text(MANIFEST.replace("op: add", f'op: "{op}"'))
     r = kiln("submit", tmp_path / "m.yaml", catalog=tmp_path / "kiln.db", check=False)
     assert r.returncode == 2, r.stderr
-    assert "\x1b" not in r.stderr and "\u009b" not in r.stderr, r.stderr
-    assert "add\\x1b[8m\\u009b" in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr and "\u009b" not in r.stderr and "\0" not in r.stderr, r.stderr
+    assert shown in r.stderr and "known operators" in r.stderr, r.stderr
     assert not (tmp_path / "kiln.db").exists()
 
 
@@ -196,3 +198,51 @@ def test_sigterm_while_workers_start_stops_cleanly(tmp_path, fork_server):
     con = sqlite3.connect(f"file:{cat}?mode=ro", uri=True)
     assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     con.close()
+
+
+# -- held-out trial: catalog paths ------------------------------------------------
+
+def test_empty_and_dangling_catalog_paths_are_clear_errors(tmp_path):
+    (tmp_path / "m.yaml").write_text(MANIFEST)
+    r = kiln("submit", tmp_path / "m.yaml", "--catalog", "", check=False)
+    assert r.returncode != 0 and "catalog path is empty" in r.stderr, r.stderr
+    link = tmp_path / "k.db"
+    link.symlink_to(tmp_path / "missing" / "x.db")
+    r = kiln("submit", tmp_path / "m.yaml", "--catalog", link, check=False)
+    assert r.returncode != 0 and "symbolic link" in r.stderr and "does not exist" in r.stderr, r.stderr
+    assert not (tmp_path / "missing").exists() and link.is_symlink()
+
+
+# -- held-out trial: crafted packages for kiln-rt ------------------------------------
+
+def kiln_rt(*args):
+    rt = KILN.parent / "kiln-rt"
+    if not rt.exists():
+        pytest.fail(f"{rt} is missing: build the kiln-rt target")
+    return subprocess.run([str(rt), *map(str, args)], capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("line,why", [
+    ("0" * 64 + "  " + "a" * 5_000_000, b"longer than 1024 bytes"),   # was a 5 MB filesystem error
+    ("0" * 64 + "  manifest.json\r", b"carriage return"),              # was "not listed in SHA256SUMS"
+    ("0" * 64 + "  obj\x1b[2J", b"control character"),
+], ids=["5MB-path", "CRLF", "ESC"])
+def test_kiln_rt_refuses_odd_sha256sums_lines_briefly(tmp_path, line, why):
+    (tmp_path / "SHA256SUMS").write_text(line + "\n")
+    r = kiln_rt("verify", tmp_path, "--target", "H200")
+    assert r.returncode == 1, r.stderr[:300]
+    assert why in r.stderr and len(r.stderr) < 1000 and b"\x1b" not in r.stderr, r.stderr[:300]
+
+
+@pytest.mark.parametrize("doc,why", [
+    ({"format": "\x1b]0;owned\x07"}, b"(not a format name)"),
+    ({"format": "kiln-package/2", "targets": [{"name": "H200\x1b[2J", "arch": "sm_90"}], "kernels": []},
+     b"control character"),
+])
+def test_kiln_rt_refuses_control_characters_in_a_package_manifest(tmp_path, doc, why):
+    m = json.dumps(doc)
+    (tmp_path / "manifest.json").write_text(m)
+    (tmp_path / "SHA256SUMS").write_text(hashlib.sha256(m.encode()).hexdigest() + "  manifest.json\n")
+    r = kiln_rt("info", tmp_path, "--target", "H200")
+    assert r.returncode != 0 and b"\x1b" not in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert why in r.stderr, r.stderr
