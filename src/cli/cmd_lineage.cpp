@@ -131,8 +131,11 @@ int cmd_lineage(const Args& args) {
       else roots.push_back(cid);
     }
     const json best = job["best_candidate_id"];
+    std::set<long long> shown;
     std::function<void(long long, const std::string&, bool, bool)> show = [&](long long cid, const std::string& indent,
                                                                               bool last, bool root) {
+      // A merged catalog may carry a parent cycle: each candidate once.
+      if (!shown.insert(cid).second) return void(out << indent << "#" << cid << " (a parent cycle)\n");
       const json& c = cands.at(cid);
       out << indent << (root ? "" : (last ? "`- " : "|- ")) << "#" << cid << " round " << c["round"]
                 << " instance " << c["instance"] << " " << c["generator"].get<std::string>();
@@ -156,6 +159,8 @@ int cmd_lineage(const Args& args) {
         show(kids[k], indent + (root ? "  " : (last ? "   " : "|  ")), k + 1 == kids.size(), false);
     };
     for (long long r : roots) show(r, "  ", true, true);
+    for (const auto& [cid, c] : cands)  // in a parent cycle: no root reaches them
+      if (!shown.count(cid)) show(cid, "  ", true, true);
     std::cout << terminal_safe(out.str(), true);
     return 0;
   });

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import db_rows
+from conftest import db_rows, submitted
 from test_e2e import FAKE_EVALUATOR, KILN, kiln, worker_pids_with
 
 MANIFEST = ("targets: [H200]\ndefaults:\n  dtypes: [fp32]\n  exploration: {strategy: exhaustive, max_candidates: 2}\n"
@@ -246,3 +246,21 @@ def test_kiln_rt_refuses_control_characters_in_a_package_manifest(tmp_path, doc,
     r = kiln_rt("info", tmp_path, "--target", "H200")
     assert r.returncode != 0 and b"\x1b" not in r.stdout + r.stderr, (r.stdout, r.stderr)
     assert why in r.stderr, r.stderr
+
+
+# -- held-out trial: a parent cycle in a merged catalog -------------------------------
+
+def test_lineage_shows_candidates_in_a_parent_cycle(tmp_path):
+    cat, env = submitted(tmp_path, MANIFEST, KILN_PYTHON=str(FAKE_EVALUATOR),
+                         FAKE_EVALUATOR_LOG=str(tmp_path / "log.jsonl"))
+    kiln("run", "--device", "gpu", "--scratch", tmp_path / "s", base_env=env)
+    ids = [r[0] for r in db_rows(cat, "SELECT id FROM candidates ORDER BY id")]
+    assert len(ids) == 2
+    con = sqlite3.connect(cat)
+    con.execute("UPDATE candidates SET parent_id = ? WHERE id = ?", (ids[1], ids[0]))
+    con.execute("UPDATE candidates SET parent_id = ? WHERE id = ?", (ids[0], ids[1]))
+    con.commit()
+    con.close()
+    r = kiln("lineage", "--job", "1", base_env=env, timeout=30)
+    assert f"#{ids[0]} round" in r.stdout and f"#{ids[1]} round" in r.stdout, r.stdout
+    assert "(a parent cycle)" in r.stdout, r.stdout
