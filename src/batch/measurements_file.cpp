@@ -36,6 +36,8 @@ MeasurementsIn read_measurements(const std::filesystem::path& file, const Knowle
   } catch (const json::parse_error& e) {
     // The position only: the content is not quoted (the file may be anything).
     throw bad("not JSON (syntax error at byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception&) {  // 1e400: out of range
+    throw bad("not JSON (a number out of range)");
   }
   if (!j.is_object()) throw bad("expected a JSON object {device, driver, uuid, versions, kernels}");
   MeasurementsIn m;

@@ -616,6 +616,9 @@ class Parser {
     std::error_code ec;
     std::filesystem::path abs = std::filesystem::weakly_canonical(std::filesystem::absolute(p), ec);
     if (ec) abs = std::filesystem::absolute(p);
+    if (std::filesystem::exists(abs, ec) && !std::filesystem::is_regular_file(abs, ec))
+      fail(ref.val, "reference '" + yu::excerpt(rel) + "' is not a regular file (a directory, FIFO or device); "
+                    "give a Python file");
     if (!std::filesystem::is_regular_file(abs, ec))
       fail(ref.val, "reference file '" + rel + "' does not exist (looked for " + abs.string() +
                         "; a relative path is relative to the manifest's directory)");

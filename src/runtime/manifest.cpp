@@ -220,6 +220,8 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
   } catch (const json::parse_error& e) {
     // The position only: the content is not quoted (a link could name any file).
     throw Error(KILN_E_FORMAT, what + ": not JSON (syntax error at byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception&) {  // 1e400: out of range
+    throw Error(KILN_E_FORMAT, what + ": not JSON (a number out of range)");
   }
   if (!j.is_object()) c.fail("$", "expected an object");
   Manifest m;

@@ -264,3 +264,33 @@ def test_lineage_shows_candidates_in_a_parent_cycle(tmp_path):
     r = kiln("lineage", "--job", "1", base_env=env, timeout=30)
     assert f"#{ids[0]} round" in r.stdout and f"#{ids[1]} round" in r.stdout, r.stdout
     assert "(a parent cycle)" in r.stdout, r.stdout
+
+
+# -- held-out trial: JSON numbers out of range, a reference that is a device -----------
+
+def test_json_number_out_of_range_names_the_file(tmp_path):
+    f = tmp_path / "tune.json"
+    f.write_text('{"format": "kiln-measurements/1", "device": "d", "kernels": [{"job_key": "k", '
+                 '"candidate_id": 1e400, "median_ms": 1, "samples": [1]}]}')
+    r = kiln("import-measurements", f, catalog=tmp_path / "kiln.db", check=False)
+    assert r.returncode == 2 and str(f) in r.stderr and "out of range" in r.stderr, r.stderr
+    m = tmp_path / "misses.jsonl"
+    m.write_text('{"op": "add", "shape": [1e400], "dtype": "fp32", "target": "H200"}\n')
+    r = kiln("submit", "--misses", m, catalog=tmp_path / "kiln.db", check=False)
+    assert r.returncode == 2 and f"{m}:1:" in r.stderr and "out of range" in r.stderr, r.stderr
+    assert not (tmp_path / "kiln.db").exists()
+
+
+@pytest.mark.parametrize("ref", ["/dev/zero", "."])
+def test_reference_that_is_not_a_file_is_named_so(tmp_path, ref):
+    (tmp_path / "m.yaml").write_text(f"targets: [H200]\noperators:\n  - reference: {ref}\n")
+    r = kiln("submit", tmp_path / "m.yaml", catalog=tmp_path / "kiln.db", check=False)
+    assert r.returncode == 2 and "not a regular file" in r.stderr, r.stderr
+
+
+def test_kiln_rt_manifest_number_out_of_range_is_a_format_error(tmp_path):
+    m = '{"format": "kiln-package/2", "targets": [], "kernels": [], "x": 1e400}'
+    (tmp_path / "manifest.json").write_text(m)
+    (tmp_path / "SHA256SUMS").write_text(hashlib.sha256(m.encode()).hexdigest() + "  manifest.json\n")
+    r = kiln_rt("info", tmp_path, "--target", "H200")
+    assert r.returncode == 1 and b"manifest.json: not JSON (a number out of range)" in r.stderr, r.stderr
