@@ -84,7 +84,11 @@ WorkerOptions evaluator_options(const std::string& device, const std::filesystem
   w.env = {{"PYTHONPATH", pythonpath},
            {"KILN_HOME", home.string()},
            {"KILN_DEVICE", device},
-           {"PYTHONUNBUFFERED", "1"}};
+           {"PYTHONUNBUFFERED", "1"},
+           // `python3 -m` would put the user's working directory first on
+           // sys.path: an http.py or random.py there would replace the
+           // standard module inside torch (Python 3.11+ reads this; -P).
+           {"PYTHONSAFEPATH", "1"}};
   if (!triton_cache.empty()) w.env["TRITON_CACHE_DIR"] = triton_cache.string();
   w.echo_stderr = echo_stderr;
   return w;

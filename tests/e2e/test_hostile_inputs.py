@@ -294,3 +294,18 @@ def test_kiln_rt_manifest_number_out_of_range_is_a_format_error(tmp_path):
     (tmp_path / "SHA256SUMS").write_text(hashlib.sha256(m.encode()).hexdigest() + "  manifest.json\n")
     r = kiln_rt("info", tmp_path, "--target", "H200")
     assert r.returncode == 1 and b"manifest.json: not JSON (a number out of range)" in r.stderr, r.stderr
+
+
+# -- held-out trial: a stdlib module's name in the working directory --------------------
+
+def test_files_in_the_working_directory_do_not_replace_the_workers_modules(tmp_path):
+    """A user's http.py beside their manifest was imported by torch inside the
+    worker (`python3 -m` puts the working directory first on sys.path): kiln
+    submit said "Python package 'torch' is missing or broken"."""
+    (tmp_path / "m.yaml").write_text(MANIFEST)
+    (tmp_path / "http.py").write_text("raise SystemExit('the user http.py was imported')\n")
+    (tmp_path / "random.py").write_text("raise SystemExit('the user random.py was imported')\n")
+    r = subprocess.run([str(KILN), "submit", "m.yaml", "--catalog", "kiln.db"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert db_rows(tmp_path / "kiln.db", "SELECT COUNT(*) FROM jobs") == [(1,)]
