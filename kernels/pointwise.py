@@ -31,6 +31,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -41,7 +42,6 @@ import triton
 from . import common
 
 OPERATORS = ("pointwise",)
-MAX_INPUTS = 8
 MODES = ("full", "row", "col")
 _lock = threading.Lock()
 _kernels: dict = {}
@@ -49,40 +49,79 @@ _kernels: dict = {}
 
 # -- the expression -----------------------------------------------------------
 
+def _load_grammar() -> dict:
+    import json
+    from pathlib import Path
+    with open(Path(__file__).with_name("pointwise_grammar.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+# The grammar both sides check (kernels/pointwise_grammar.json; the engine
+# refuses an expr outside it at `kiln submit`, src/knowledge/expr_grammar.cpp).
+GRAMMAR = _load_grammar()
+MAX_INPUTS = int(GRAMMAR["max_inputs"])
+_ARITY = {op: (int(lo), int(hi)) for op, (lo, hi) in GRAMMAR["operations"].items()}
+_INPUT = re.compile(GRAMMAR["input"], re.ASCII)
+_NUMBER = re.compile(GRAMMAR["number"], re.ASCII)
+_WS = GRAMMAR["whitespace"]
+
+
+def _tokens(text: str) -> list:
+    out, cur = [], []
+    for ch in text:
+        if ch in "()" or ch in _WS:
+            if cur:
+                out.append("".join(cur))
+                cur = []
+            if ch in "()":
+                out.append(ch)
+        else:
+            cur.append(ch)
+    if cur:
+        out.append("".join(cur))
+    return out
+
+
 def parse(text: str):
-    """The S-expression as nested tuples: ("op", args...), ("x", i), floats, None."""
-    tokens = text.replace("(", " ( ").replace(")", " ) ").split()
+    """The S-expression as nested tuples: ("op", args...), ("x", i), floats, None.
+    Raises ValueError for anything outside kernels/pointwise_grammar.json."""
+    if len(text) > int(GRAMMAR["max_length"]):
+        raise ValueError(f"pointwise: expr longer than {GRAMMAR['max_length']} characters")
+    tokens = _tokens(text)
     pos = 0
 
     def atom(tok):
-        if tok.startswith("x") and tok[1:].isdigit():
+        if len(tok) > int(GRAMMAR["max_token"]):
+            raise ValueError(f"pointwise: unknown atom {tok[:40]!r} in expr")
+        if _INPUT.fullmatch(tok):
             i = int(tok[1:])
             if i >= MAX_INPUTS:
                 raise ValueError(f"pointwise: input {tok} out of range (at most {MAX_INPUTS})")
             return ("x", i)
         if tok == "none":
             return None
-        try:
+        if _NUMBER.fullmatch(tok):
             return float(tok)
-        except ValueError:
-            raise ValueError(f"pointwise: unknown atom {tok!r} in expr") from None
+        raise ValueError(f"pointwise: unknown atom {tok[:40]!r} in expr")
 
-    def read():
+    def read(depth):
         nonlocal pos
         if pos >= len(tokens):
             raise ValueError("pointwise: expr ends early")
         tok = tokens[pos]
         pos += 1
         if tok == "(":
+            if depth >= int(GRAMMAR["max_depth"]):
+                raise ValueError(f"pointwise: expr nested deeper than {GRAMMAR['max_depth']}")
             if pos >= len(tokens):
                 raise ValueError("pointwise: expr ends early")
             op = tokens[pos]
             pos += 1
             if op not in _ARITY:
-                raise ValueError(f"pointwise: unknown operation {op!r}")
+                raise ValueError(f"pointwise: unknown operation {op[:40]!r}")
             args = []
             while pos < len(tokens) and tokens[pos] != ")":
-                args.append(read())
+                args.append(read(depth + 1))
             if pos >= len(tokens):
                 raise ValueError("pointwise: missing ')'")
             pos += 1
@@ -94,17 +133,10 @@ def parse(text: str):
             raise ValueError("pointwise: unexpected ')'")
         return atom(tok)
 
-    tree = read()
+    tree = read(0)
     if pos != len(tokens):
         raise ValueError("pointwise: trailing text after the expression")
     return tree
-
-
-_ARITY = {"add": (2, 64), "mul": (2, 64), "relu": (1, 1), "sigmoid": (1, 1), "tanh": (1, 1), "gelu": (1, 1),
-          "gelu_tanh": (1, 1), "silu": (1, 1), "exp": (1, 1), "log": (1, 1), "abs": (1, 1), "sqrt": (1, 1),
-          "rsqrt": (1, 1), "reciprocal": (1, 1), "sin": (1, 1), "cos": (1, 1), "pow": (2, 2),
-          "leaky_relu": (2, 2), "elu": (4, 4), "clamp": (3, 3), "softplus": (3, 3), "hardsigmoid": (1, 1),
-          "hardswish": (1, 1), "maximum": (2, 2), "minimum": (2, 2)}
 
 
 def inputs_used(tree) -> set:

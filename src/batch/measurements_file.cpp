@@ -17,6 +17,10 @@ namespace kiln::batch {
 
 using nlohmann::json;
 
+namespace {
+constexpr size_t kMaxSamplesPerKernel = 100000;
+}  // namespace
+
 MeasurementsIn read_measurements(const std::filesystem::path& file, const Knowledge& knowledge) {
   const std::string name = file.string();
   auto bad = [&](const std::string& why) { return InputError(name + ": " + why); };
@@ -29,8 +33,11 @@ MeasurementsIn read_measurements(const std::filesystem::path& file, const Knowle
   json j;
   try {
     j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    throw bad(std::string("not JSON: ") + e.what());
+  } catch (const json::parse_error& e) {
+    // The position only: the content is not quoted (the file may be anything).
+    throw bad("not JSON (syntax error at byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception&) {  // 1e400: out of range
+    throw bad("not JSON (a number out of range)");
   }
   if (!j.is_object()) throw bad("expected a JSON object {device, driver, uuid, versions, kernels}");
   MeasurementsIn m;
@@ -86,8 +93,12 @@ MeasurementsIn read_measurements(const std::filesystem::path& file, const Knowle
     if (!k.contains("median_ms") || !positive(k["median_ms"]))
       throw bad(at + ".median_ms must be a positive number of milliseconds");
     ik.median_ms = k["median_ms"];
-    if (!k.contains("samples") || !k["samples"].is_array() || k["samples"].empty() || k["samples"].size() > 100000)
+    if (!k.contains("samples") || !k["samples"].is_array() || k["samples"].empty())
       throw bad(at + ".samples must be a non-empty list of milliseconds");
+    if (k["samples"].size() > kMaxSamplesPerKernel)
+      throw bad(at + ".samples holds " + std::to_string(k["samples"].size()) +
+                " samples; at most " + std::to_string(kMaxSamplesPerKernel) +
+                " per kernel are imported (time fewer runs, or keep a subsample)");
     for (const auto& s : k["samples"]) {
       if (!positive(s)) throw bad(at + ".samples must hold positive numbers of milliseconds");
       ik.samples.push_back(s);

@@ -166,6 +166,27 @@ constexpr int kBusyTimeoutMs = 10000;
   fail(db, path, what);
 }
 
+// A file that holds other tables but no Kiln schema is somebody else's
+// database: refuse it rather than add Kiln's tables to it. Only an empty
+// database (user_version 0, no schema objects) is a new catalog.
+void check_kiln_schema(sqlite3* db, const fs::path& path) {
+  // One statement, so one snapshot: another process may be migrating a new
+  // catalog right now.
+  Stmt st(db, path,
+          "SELECT (SELECT user_version FROM pragma_user_version), "
+          "(SELECT COUNT(*) FROM sqlite_master), "
+          "(SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('batches', 'jobs'))",
+          "read schema");
+  st.step();
+  const long long version = st.i64(0), objects = st.i64(1), kiln_tables = st.i64(2);
+  if ((version == 0 && objects > 0) || (version > 0 && kiln_tables != 2))
+    throw CatalogError("catalog " + path.string() +
+                       " is not a Kiln catalog: an SQLite database with " +
+                       std::to_string(objects) +
+                       " schema object(s) and no Kiln schema; Kiln leaves it unchanged (name a "
+                       "new file or an existing Kiln catalog with --catalog)");
+}
+
 // PRAGMA user_version as the first access, with explained failures.
 int probe_version(sqlite3* db, const fs::path& path, bool read_only) {
   sqlite3_stmt* st = nullptr;
@@ -389,6 +410,12 @@ Catalog Catalog::open(const fs::path& path, bool read_only) {
 
 Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migrations_dir) {
   std::error_code ec;
+  // SQLite would open "" as a private temporary database and lose everything.
+  if (path.empty()) throw CatalogError("the catalog path is empty: name a catalog file (--catalog PATH)");
+  if (fs::is_symlink(path, ec) && !fs::exists(path, ec))
+    throw CatalogError("catalog " + path.string() + " is a symbolic link to " +
+                       fs::read_symlink(path, ec).string() +
+                       ", which does not exist: name the catalog file itself");
   if (read_only && !fs::exists(path, ec))
     throw CatalogError("no catalog at " + path.string() + "; run `kiln submit` first");
   if (fs::is_directory(path, ec))
@@ -405,6 +432,7 @@ Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migr
   if (read_only) {
     Catalog cat(connect_read_only(path), path, true);
     const int version = user_version(cat.db_, path);
+    check_kiln_schema(cat.db_, path);
     if (version > latest)
       throw CatalogError("catalog " + path.string() + " has schema version " +
                          std::to_string(version) + ", newer than this kiln knows (" +
@@ -442,6 +470,7 @@ Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migr
 
   // Reading the header is the first real access; it detects non-database files.
   const int version = probe_version(raw, path, false);
+  check_kiln_schema(raw, path);
   if (version > latest)
     throw CatalogError("catalog " + path.string() + " has schema version " +
                        std::to_string(version) + ", newer than this kiln knows (" +

@@ -25,6 +25,7 @@
 #include "cli/table.h"
 #include "common/home.h"
 #include "common/shape_text.h"
+#include "common/terminal_text.h"
 #include "manifest/manifest.h"
 
 namespace kiln::cli {
@@ -111,19 +112,19 @@ inline int guarded(const char* cmd, Fn fn) {
   try {
     return fn();
   } catch (const UsageError& e) {
-    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    std::cerr << "kiln " << cmd << ": " << terminal_safe(e.what(), true) << "\n";
     return 2;
   } catch (const batch::InputError& e) {
-    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    std::cerr << "kiln " << cmd << ": " << terminal_safe(e.what(), true) << "\n";
     return 2;
   } catch (const ManifestError& e) {
-    std::cerr << e.what() << "\n";
+    std::cerr << terminal_safe(e.what(), true) << "\n";
     return 2;
   } catch (const batch::EvaluatorUnavailable& e) {
-    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    std::cerr << "kiln " << cmd << ": " << terminal_safe(e.what(), true) << "\n";
     return 3;
   } catch (const std::exception& e) {
-    std::cerr << "kiln " << cmd << ": " << e.what() << "\n";
+    std::cerr << "kiln " << cmd << ": " << terminal_safe(e.what(), true) << "\n";
     return 1;
   }
 }

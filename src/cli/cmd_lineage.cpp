@@ -105,17 +105,20 @@ int cmd_lineage(const Args& args) {
       return 0;
     }
 
-    std::cout << "job " << job["id"] << ": " << job["op"].get<std::string>() << " " << shape_text(job["shape"])
+    // Catalog text (ops, messages) may hold control characters: escaped on output.
+    std::ostringstream out;
+    out << "job " << job["id"] << ": " << job["op"].get<std::string>() << " " << shape_text(job["shape"])
               << " " << job["dtype"].get<std::string>() << " " << job["target"].get<std::string>() << " ("
               << job["state"].get<std::string>() << ")";
     if (job["best_candidate_id"].is_number())
-      std::cout << ", best candidate " << job["best_candidate_id"] << " " << ms_text(job["best_ms"]) << " ("
+      out << ", best candidate " << job["best_candidate_id"] << " " << ms_text(job["best_ms"]) << " ("
                 << job["best_basis"].get<std::string>() << ")";
-    std::cout << "\n";
+    out << "\n";
     if (job["message"].is_string() && !job["message"].get<std::string>().empty())
-      std::cout << "  " << first_line(job["message"].get<std::string>(), 200) << "\n";
+      out << "  " << first_line(job["message"].get<std::string>(), 200) << "\n";
     if (cands.empty()) {
-      std::cout << "  no candidates\n";
+      out << "  no candidates\n";
+      std::cout << terminal_safe(out.str(), true);
       return 0;
     }
     std::map<long long, std::vector<long long>> children;
@@ -126,31 +129,37 @@ int cmd_lineage(const Args& args) {
       else roots.push_back(cid);
     }
     const json best = job["best_candidate_id"];
+    std::set<long long> shown;
     std::function<void(long long, const std::string&, bool, bool)> show = [&](long long cid, const std::string& indent,
                                                                               bool last, bool root) {
+      // A merged catalog may carry a parent cycle: each candidate once.
+      if (!shown.insert(cid).second) return void(out << indent << "#" << cid << " (a parent cycle)\n");
       const json& c = cands.at(cid);
-      std::cout << indent << (root ? "" : (last ? "`- " : "|- ")) << "#" << cid << " round " << c["round"]
+      out << indent << (root ? "" : (last ? "`- " : "|- ")) << "#" << cid << " round " << c["round"]
                 << " instance " << c["instance"] << " " << c["generator"].get<std::string>();
-      if (c["template"].is_string()) std::cout << " " << c["template"].get<std::string>() << " " << config_text(c["config"]);
-      std::cout << ": " << (c["status"].is_string() ? c["status"].get<std::string>() : "not evaluated");
+      if (c["template"].is_string()) out << " " << c["template"].get<std::string>() << " " << config_text(c["config"]);
+      out << ": " << (c["status"].is_string() ? c["status"].get<std::string>() : "not evaluated");
       if (c["status"] == "ok") {
         const std::string m = ms_text(c["median_ms"]);
-        std::cout << " " << (m.empty() ? ms_text(c["estimate_ms"]) + " (estimated)" : m);
+        out << " " << (m.empty() ? ms_text(c["estimate_ms"]) + " (estimated)" : m);
       } else if (c["message"].is_string() && !c["message"].get<std::string>().empty()) {
-        std::cout << " — " << first_line(c["message"].get<std::string>());
+        out << " — " << first_line(c["message"].get<std::string>());
       }
       if (c["llm_call"].is_object()) {
         const json& l = c["llm_call"];
-        std::cout << " [llm call " << l["id"] << ": " << cell_text(l["prompt_tokens"]) << "+"
+        out << " [llm call " << l["id"] << ": " << cell_text(l["prompt_tokens"]) << "+"
                   << cell_text(l["completion_tokens"]) << " tokens, " << cell_text(l["latency_s"]) << " s]";
       }
-      if (best.is_number() && best.get<long long>() == cid) std::cout << "  * best";
-      std::cout << "\n";
+      if (best.is_number() && best.get<long long>() == cid) out << "  * best";
+      out << "\n";
       const auto& kids = children[cid];
       for (size_t k = 0; k < kids.size(); ++k)
         show(kids[k], indent + (root ? "  " : (last ? "   " : "|  ")), k + 1 == kids.size(), false);
     };
     for (long long r : roots) show(r, "  ", true, true);
+    for (const auto& [cid, c] : cands)  // in a parent cycle: no root reaches them
+      if (!shown.count(cid)) show(cid, "  ", true, true);
+    std::cout << terminal_safe(out.str(), true);
     return 0;
   });
 }

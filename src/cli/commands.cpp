@@ -232,9 +232,11 @@ int cmd_status(const Args& args) {
     if (!failed.empty()) {
       std::cout << "\nfailed jobs:\n";
       for (const auto& f : failed)
-        std::cout << "  " << f["op"].get<std::string>() << " " << shape_text(f["shape"]) << " "
-                  << f["dtype"].get<std::string>() << " " << f["target"].get<std::string>() << ": "
-                  << cell_text(f["message"]) << "\n";
+        std::cout << "  "
+                  << terminal_safe(f["op"].get<std::string>() + " " + shape_text(f["shape"]) + " " +
+                                   f["dtype"].get<std::string>() + " " +
+                                   f["target"].get<std::string>() + ": " + cell_text(f["message"]))
+                  << "\n";
     }
     return 0;
   });

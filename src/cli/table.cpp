@@ -4,6 +4,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/terminal_text.h"
+
 namespace kiln {
 
 std::string cell_text(const nlohmann::json& v) {
@@ -18,11 +20,13 @@ std::string cell_text(const nlohmann::json& v) {
 }
 
 void Table::print_text(std::ostream& out) const {
+  // Cells come from the catalog: control characters are escaped (terminal_text.h).
+  const auto shown = [](const nlohmann::json& v) { return terminal_safe(cell_text(v)); };
   std::vector<size_t> width(columns.size());
   for (size_t c = 0; c < columns.size(); ++c) width[c] = columns[c].size();
   for (const auto& r : rows)
     for (size_t c = 0; c < r.size() && c < width.size(); ++c)
-      width[c] = std::max(width[c], cell_text(r[c]).size());
+      width[c] = std::max(width[c], shown(r[c]).size());
   auto line = [&](auto cell) {
     std::string s;
     for (size_t c = 0; c < columns.size(); ++c) {
@@ -34,7 +38,7 @@ void Table::print_text(std::ostream& out) const {
     out << s << "\n";
   };
   line([&](size_t c) { return columns[c]; });
-  for (const auto& r : rows) line([&](size_t c) { return c < r.size() ? cell_text(r[c]) : std::string(); });
+  for (const auto& r : rows) line([&](size_t c) { return c < r.size() ? shown(r[c]) : std::string(); });
 }
 
 void Table::print_csv(std::ostream& out) const {

@@ -84,7 +84,11 @@ WorkerOptions evaluator_options(const std::string& device, const std::filesystem
   w.env = {{"PYTHONPATH", pythonpath},
            {"KILN_HOME", home.string()},
            {"KILN_DEVICE", device},
-           {"PYTHONUNBUFFERED", "1"}};
+           {"PYTHONUNBUFFERED", "1"},
+           // `python3 -m` would put the user's working directory first on
+           // sys.path: an http.py or random.py there would replace the
+           // standard module inside torch (Python 3.11+ reads this; -P).
+           {"PYTHONSAFEPATH", "1"}};
   if (!triton_cache.empty()) w.env["TRITON_CACHE_DIR"] = triton_cache.string();
   w.echo_stderr = echo_stderr;
   return w;
@@ -138,12 +142,16 @@ class Explorer {
     const auto t0 = Clock::now();
     start_epoch_ = epoch_now();
     if (opts_.metrics) opts_.metrics->run_started(start_epoch_, std::max(1, opts_.workers));
-    start_workers();
+    // The signal handlers go in before any worker starts: a SIGTERM while the
+    // workers (or the fork server) are still starting is then a drain (exit
+    // 130, jobs back in the queue), not the default action. The hooks run
+    // inside io_.run(), once start_workers() has made the pool.
     RunSupervisor::Hooks hooks;
     hooks.progress = [this] { return progress_line(false); };
     if (opts_.metrics) hooks.metrics = [this] { publish_metrics(epoch_now()); };
     hooks.signal = [this](int sig) { on_signal(sig); };
     supervisor_->start(std::move(hooks));
+    start_workers();
     io_.run();
     pool_->stop();
     if (opts_.metrics) {  // the final values: what --metrics-file keeps

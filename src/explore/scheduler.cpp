@@ -14,6 +14,7 @@
 #include "common/hash.h"
 #include "evaluate/artifact_file.h"
 #include "search/estimate.h"
+#include "common/terminal_text.h"
 #include "evaluate/reply.h"
 #include "explore/confirm.h"
 #include "explore/select.h"
@@ -528,7 +529,7 @@ void Scheduler::finish(Job& job, bool ok, const std::string& message) {
     if (!job.ctx.space.empty() && static_cast<size_t>(sel.evaluated) < job.ctx.space.size())
       log_ << ", " << sel.evaluated << " of " << job.ctx.space.size() << " configs evaluated";
   } else {
-    log_ << ": " << message;
+    log_ << ": " << terminal_safe(message);
   }
   log_ << std::endl;
   affinity_.forget(id);

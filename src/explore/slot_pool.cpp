@@ -5,6 +5,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include "common/terminal_text.h"
 #include "evaluate/reply.h"
 #include "explore/run_supervisor.h"
 
@@ -101,7 +102,7 @@ void SlotPool::failed_start(size_t i, const std::string& why, bool retry) {
   ++s.failures;
   if (retry && s.failures < std::max(1, opts_.start_attempts)) {
     const double wait = opts_.retry_backoff_s * std::pow(2.0, s.failures - 1);
-    log_ << stamp() << opts_.label << ": evaluator slot " << i << ": " << why << "; starting it again in "
+    log_ << stamp() << opts_.label << ": evaluator slot " << i << ": " << terminal_safe(why, true) << "; starting it again in "
          << wait << " s (attempt " << s.failures + 1 << " of " << opts_.start_attempts << ")" << std::endl;
     s.busy = true;  // its start is pending
     after_while_alive(*s.retry, std::chrono::milliseconds(static_cast<long long>(wait * 1000)), alive_, [this, i] {
@@ -110,7 +111,7 @@ void SlotPool::failed_start(size_t i, const std::string& why, bool retry) {
     return;
   }
   s.dropped = true;
-  log_ << stamp() << opts_.label << ": evaluator slot " << i << " dropped: " << why << std::endl;
+  log_ << stamp() << opts_.label << ": evaluator slot " << i << " dropped: " << terminal_safe(why, true) << std::endl;
   if (hooks_.dropped) hooks_.dropped(i, why);
   if (stopped_) return;
   if (dropped() == static_cast<int>(slots_.size())) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "knowledge/expr_grammar.h"
 #include "knowledge/yaml_util.h"
 
 namespace kiln {
@@ -22,12 +23,12 @@ nlohmann::json param_value(const yamlu::Checker& ck, const ParamSpec& p, const Y
 
 // `op_where`: "operator 'name'", the operator's part of messages.
 ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op_where, const YAML::Node& key,
-                      const YAML::Node& n) {
+                      const YAML::Node& n, const std::filesystem::path& dir) {
   ParamSpec p;
   p.name = key.Scalar();
   const std::string where = op_where + " param '" + p.name + "'";
   ck.need_map(n, where);
-  ck.known_keys(n, {"type", "enum", "default", "min", "required", "description"}, where);
+  ck.known_keys(n, {"type", "enum", "default", "min", "required", "description", "grammar"}, where);
   p.type = ck.str(ck.need(n, "type", where), "type");
   if (std::find(kParamTypes.begin(), kParamTypes.end(), p.type) == kParamTypes.end())
     ck.fail(n["type"], where + ": type must be one of " + yamlu::join(kParamTypes) + ", got '" +
@@ -36,6 +37,16 @@ ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op_where, con
   if (n["min"]) {
     if (p.type != "int" && p.type != "float") ck.fail(n["min"], where + ": min needs a numeric type");
     p.min = ck.number(n["min"], "min");
+  }
+  if (n["grammar"]) {
+    const std::string file = ck.str(n["grammar"], "grammar");
+    if (p.type != "string" || file.empty() || file.find('/') != std::string::npos)
+      ck.fail(n["grammar"], where + ": grammar needs a string param and a file name beside this registry");
+    try {
+      p.grammar = std::make_shared<const ExprGrammar>(ExprGrammar::load(dir / file));
+    } catch (const std::runtime_error& e) {
+      ck.fail(n["grammar"], where + ": " + e.what());
+    }
   }
   if (n["enum"]) {
     if (!n["enum"].IsSequence() || n["enum"].size() == 0)
@@ -51,7 +62,8 @@ ParamSpec parse_param(const yamlu::Checker& ck, const std::string& op_where, con
   return p;
 }
 
-OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& where, const YAML::Node& n) {
+OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& where, const YAML::Node& n,
+                            const std::filesystem::path& dir) {
   OperatorSpec op;
   op.module = ck.str(ck.need(n, "module", where), "module");
   if (n["description"]) op.description = ck.str(n["description"], "description");
@@ -90,7 +102,7 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& where, 
   if (YAML::Node params = n["params"]; params && !yamlu::is_null(params)) {
     ck.need_map(params, where + " params");
     ck.no_duplicates(params);
-    for (const auto& kv : params) op.params.push_back(parse_param(ck, where, kv.first, kv.second));
+    for (const auto& kv : params) op.params.push_back(parse_param(ck, where, kv.first, kv.second, dir));
   }
   return op;
 }
@@ -98,10 +110,12 @@ OperatorSpec parse_operator(const yamlu::Checker& ck, const std::string& where, 
 }  // namespace
 
 OperatorRegistry OperatorRegistry::load(const std::filesystem::path& yaml_file) {
+  const std::filesystem::path dir = yaml_file.parent_path();
   OperatorRegistry reg;
   reg.entries_ = yamlu::load_registry(yaml_file, "operators", "the operator registry", "operator registry",
                                       "operator", {"module", "description", "shape", "dtypes", "params", "compile_s"},
-                                      parse_operator);
+                                      [&dir](const yamlu::Checker& ck, const std::string& where,
+                                             const YAML::Node& n) { return parse_operator(ck, where, n, dir); });
   return reg;
 }
 

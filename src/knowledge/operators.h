@@ -1,6 +1,7 @@
 // The operator registry: kernels/operators.yaml.
 #pragma once
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,8 @@
 
 namespace kiln {
 
+class ExprGrammar;  // knowledge/expr_grammar.h
+
 struct ParamSpec {
   std::string name;
   std::string type;                  // int | float | bool | string
@@ -18,6 +21,9 @@ struct ParamSpec {
   nlohmann::json default_value;      // null when required
   std::vector<nlohmann::json> choices;  // enum, empty if any
   std::optional<double> min;
+  // A string param whose values must be in a grammar (`grammar: FILE`, a JSON
+  // file beside operators.yaml that the worker reads too); null if none.
+  std::shared_ptr<const ExprGrammar> grammar;
 };
 
 struct OperatorSpec {

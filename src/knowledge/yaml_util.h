@@ -110,6 +110,14 @@ inline std::string describe(const YAML::Node& n) {
   return "the string \"" + text + "\"";
 }
 
+// What a node is, without quoting any of its text (for a whole file's content).
+inline std::string kind(const YAML::Node& n) {
+  if (!n.IsDefined() || is_null(n)) return "nothing (null)";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "a scalar of " + std::to_string(n.Scalar().size()) + " characters (not quoted)";
+}
+
 // YAML -> JSON with plain scalars typed (null, bool, int, float, string);
 // quoted scalars stay strings.
 inline nlohmann::json to_json(const YAML::Node& n) {
@@ -185,6 +193,18 @@ inline constexpr size_t kMaxNameChars = 256;
 inline std::string excerpt(const std::string& s, size_t keep = 40) {
   if (s.size() <= keep + 20) return s;
   return s.substr(0, keep) + "... (" + std::to_string(s.size()) + " characters)";
+}
+
+// A key for a message: quoted when it looks like a name (letters, digits,
+// '_', '-', '.', spaces; at most 64 characters), else described by its length
+// only. A path can name any file, and the first line of a secret parses as an
+// unknown key ("root:$y$...:::"): it is not echoed.
+inline std::string key_text(const std::string& k) {
+  bool name = !k.empty() && k.size() <= 64;
+  for (unsigned char c : k)
+    name = name && (std::isalnum(c) || c == '_' || c == '-' || c == '.' || c == ' ');
+  if (name) return "'" + k + "'";
+  return "of " + std::to_string(k.size()) + " characters that is not a plain name (not quoted)";
 }
 
 inline std::string did_you_mean(const std::string& word, const std::vector<std::string>& c) {

@@ -9,6 +9,8 @@
 #include <set>
 
 #include "common/hash.h"
+#include "common/terminal_text.h"
+#include "knowledge/expr_grammar.h"
 #include "knowledge/yaml_util.h"
 
 namespace kiln {
@@ -108,7 +110,8 @@ class Parser {
     if (docs.empty() || yu::is_null(docs[0]))
       fail(YAML::Mark::null_mark(), "empty manifest: it needs at least `operators:`");
     const YAML::Node root = docs[0];
-    if (!root.IsMap()) fail(root, "a manifest must be a mapping (name:, targets:, defaults:, operators:), got " + yu::describe(root));
+    // What the file holds is not quoted: a path may name any file (a link to a secret).
+    if (!root.IsMap()) fail(root, "a manifest must be a mapping (name:, targets:, defaults:, operators:), got " + yu::kind(root));
 
     std::optional<KV> operators;
     std::optional<std::vector<At<std::string>>> top_targets;
@@ -181,10 +184,10 @@ class Parser {
       const std::string k = kv.first.Scalar();
       for (const KV& prev : out)
         if (prev.name() == k)
-          fail(kv.first, "duplicate key '" + k + "' in " + context + " (first at line " +
+          fail(kv.first, "duplicate key " + yu::key_text(k) + " in " + context + " (first at line " +
                              std::to_string(prev.key.Mark().line + 1) + ")");
       if (known && std::find(known->begin(), known->end(), k) == known->end())
-        fail(kv.first, "unknown key '" + yu::excerpt(k) + "' in " + context + yu::did_you_mean(k, *known) +
+        fail(kv.first, "unknown key " + yu::key_text(k) + " in " + context + yu::did_you_mean(k, *known) +
                            "; known keys: " + yu::join(*known));
       out.push_back({kv.first, kv.second});
     }
@@ -548,6 +551,8 @@ class Parser {
       if (!kv.val.IsScalar() || yu::is_null(kv.val))
         fail(mark_of(kv), what + " must be a string, got " + yu::describe(kv.val));
       v = kv.val.Scalar();
+      if (spec.grammar)  // the worker's grammar (knowledge/expr_grammar.h), checked now
+        if (auto why = spec.grammar->check(kv.val.Scalar())) fail(kv.val, what + ": " + *why);
     }
     if (!spec.choices.empty()) {
       bool ok = std::any_of(spec.choices.begin(), spec.choices.end(), [&](const json& c) {
@@ -631,6 +636,9 @@ class Parser {
     std::error_code ec;
     std::filesystem::path abs = std::filesystem::weakly_canonical(std::filesystem::absolute(p), ec);
     if (ec) abs = std::filesystem::absolute(p);
+    if (std::filesystem::exists(abs, ec) && !std::filesystem::is_regular_file(abs, ec))
+      fail(ref.val, "reference '" + yu::excerpt(rel) + "' is not a regular file (a directory, FIFO or device); "
+                    "give a Python file");
     if (!std::filesystem::is_regular_file(abs, ec))
       fail(ref.val, "reference file '" + rel + "' does not exist (looked for " + abs.string() +
                         "; a relative path is relative to the manifest's directory)");
@@ -788,7 +796,8 @@ class Parser {
 }  // namespace
 
 ManifestError::ManifestError(std::string file, int line, int column, const std::string& message)
-    : std::runtime_error(format_error(file, line, column, message)),
+    // Escaped here (a NUL would cut what() short; ESC would reach the terminal).
+    : std::runtime_error(terminal_safe(format_error(file, line, column, message), true)),
       file_(std::move(file)),
       line_(line),
       column_(column),

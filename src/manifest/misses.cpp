@@ -69,8 +69,11 @@ MissManifest load_misses(const std::filesystem::path& file, const Knowledge& kno
     json m;
     try {
       m = json::parse(line);
-    } catch (const json::exception& e) {
-      fail(std::string("not a JSON line: ") + e.what());
+    } catch (const json::parse_error& e) {
+      // The position only: the line is not quoted (the file may be anything).
+      fail("not a JSON line (syntax error at character " + std::to_string(e.byte) + ")");
+    } catch (const json::exception&) {  // 1e400: out of range
+      fail("not a JSON line (a number out of range)");
     }
     if (!m.is_object()) fail("a miss must be a JSON object");
     for (const char* k : {"op", "dtype", "target"})

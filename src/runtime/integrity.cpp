@@ -25,11 +25,19 @@ std::string read_file(const fs::path& p) {
 }
 
 void check_relpath(const std::string& rel, const std::string& what) {
+  // Quoted printable and short: the path comes from a file anyone may have written.
+  std::string shown;
+  for (unsigned char ch : rel.substr(0, 80)) shown += (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+  if (rel.size() > 80) shown += "... (" + std::to_string(rel.size()) + " bytes)";
   auto bad = [&](const std::string& why) {
-    return Error(KILN_E_INTEGRITY, what + ": path '" + rel + "' " + why +
+    return Error(KILN_E_INTEGRITY, what + ": path '" + shown + "' " + why +
                                        ": a package may only name relative paths inside itself; refused");
   };
   if (rel.empty()) throw bad("is empty");
+  if (rel.size() > 1024) throw bad("is longer than 1024 bytes");
+  if (!rel.empty() && rel.back() == '\r') throw bad("ends with a carriage return (line ends converted to CRLF?)");
+  for (unsigned char ch : rel)
+    if ((ch < 0x20 && ch != 0) || ch == 0x7f) throw bad("contains a control character");
   if (rel[0] == '/') throw bad("is absolute");
   if (rel.find('\0') != std::string::npos) throw bad("contains a NUL byte");
   size_t start = 0;

@@ -1,5 +1,7 @@
 #include "manifest.h"
 
+#include <algorithm>
+
 #include "error.h"
 
 namespace kiln::rt {
@@ -23,7 +25,13 @@ struct Ctx {
       return {};
     }
     if (!o.at(key).is_string()) fail(path + "." + key, "expected a string");
-    return o.at(key).get<std::string>();
+    std::string s = o.at(key).get<std::string>();
+    // Names, files and labels only: a control character (ESC...) would reach
+    // the terminal through kiln-rt's output, and a huge value its messages.
+    if (s.size() > 4096) fail(path + "." + key, "longer than 4096 bytes");
+    for (unsigned char ch : s)
+      if (ch < 0x20 || ch == 0x7f) fail(path + "." + key, "contains a control character");
+    return s;
   }
   int64_t integer(const json& o, const char* key, const std::string& path, int64_t dflt,
                   bool required = false) const {
@@ -205,16 +213,25 @@ Manifest Manifest::parse(const std::string& text, const std::string& what) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(KILN_E_FORMAT, what + ": not JSON: " + e.what());
+  } catch (const json::parse_error& e) {
+    // The position only: the content is not quoted (a link could name any file).
+    throw Error(KILN_E_FORMAT, what + ": not JSON (syntax error at byte " + std::to_string(e.byte) + ")");
+  } catch (const json::exception&) {  // 1e400: out of range
+    throw Error(KILN_E_FORMAT, what + ": not JSON (a number out of range)");
   }
   if (!j.is_object()) c.fail("$", "expected an object");
   Manifest m;
   m.format = j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
-  if (m.format != kPackageFormat)
+  if (m.format != kPackageFormat) {
+    // Quoted only when it looks like a format name (no control characters, short).
+    const bool name = m.format.size() <= 40 && std::all_of(m.format.begin(), m.format.end(), [](char ch) {
+                        return (unsigned char)ch >= 0x20 && ch != 0x7f;
+                      });
+    if (!name) m.format = "(not a format name)";
     throw Error(KILN_E_FORMAT, what + ": format is \"" + (m.format.empty() ? "(none)" : m.format) +
                                    "\", this runtime reads \"" + kPackageFormat +
                                    "\": re-package with a kiln that writes " + kPackageFormat);
+  }
   if (j.contains("toolchain")) m.toolchain = j["toolchain"];
   c.each(c.need(j, "targets", "$"), "targets", [&](const json& t, const std::string& p) {
     TargetSpec s;

@@ -135,6 +135,9 @@ VerifySpec VerifySpec::parse(const std::string& text, const std::string& what) {
     return v;
   } catch (const Error&) {
     throw;
+  } catch (const nlohmann::json::parse_error& e) {
+    // The position only: the content is not quoted (a link could name any file).
+    throw Error(KILN_E_FORMAT, what + ": not JSON (syntax error at byte " + std::to_string(e.byte) + ")");
   } catch (const std::exception& e) {
     throw Error(KILN_E_FORMAT, what + ": " + e.what());
   }

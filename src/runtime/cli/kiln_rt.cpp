@@ -2,7 +2,9 @@
 // Exit codes (docs/runtime.md): 0 ok; 1 a check failed (integrity, signature,
 // compatibility, wrong output, slower than recorded); 2 usage; 3 verified
 // statically only, because no GPU device (or runtime) is present or --target was given.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -20,6 +22,9 @@ using namespace kiln::rt;
 namespace {
 
 constexpr int kOk = 0, kFail = 1, kUsage = 2, kStaticOnly = 3;
+// The most timed runs per kernel: `kiln import-measurements` refuses more
+// samples than this per kernel (src/batch/measurements_file.cpp).
+constexpr long kMaxReps = 100000;
 
 const char* kUsageText =
     "usage: kiln-rt info   PKG [--target ID] [--device N]\n"
@@ -48,7 +53,19 @@ bool parse(int argc, char** argv, Args& a) {
     else if (s == "--pubkey") { if (!value(a.pubkey)) return false; }
     else if (s == "--out") { if (!value(a.out)) return false; }
     else if (s == "--device") { if (!value(v)) return false; a.device = std::atoi(v.c_str()); }
-    else if (s == "--reps") { if (!value(v)) return false; a.reps = std::max(1, std::atoi(v.c_str())); }
+    else if (s == "--reps") {
+      if (!value(v)) return false;
+      char* end = nullptr;
+      errno = 0;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end || errno || n < 1 || n > kMaxReps) {
+        std::fprintf(stderr, "kiln-rt: --reps %s: must be an integer from 1 to %ld (kiln import-measurements "
+                             "takes at most that many samples per kernel)\n",
+                     v.substr(0, 32).c_str(), kMaxReps);
+        return false;
+      }
+      a.reps = (int)n;
+    }
     else if (!s.empty() && s[0] == '-') return false;
     else if (a.pkg.empty()) a.pkg = s;
     else return false;
