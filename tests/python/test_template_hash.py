@@ -128,3 +128,21 @@ def test_kernels_modules_import_no_circle():
             assert mod not in top.get(dep, set()), f"{mod} <-> {dep}"
     # and no circle through lazy imports either, for attention
     assert "attention" not in lib.imported_modules("attention_wgmma")
+
+
+def test_a_data_file_a_module_reads_is_part_of_the_hash(tmp_path):
+    """A template (or a module it imports) that reads a file of the kernels
+    directory by name -- pointwise.py its pointwise_grammar.json -- hashes
+    that file too: a grammar change changes what the template accepts and
+    compiles. Templates that name no such file keep their digest."""
+    lib = _library(tmp_path)
+    (lib.dir / "deep.py").write_text('import json\nG = json.load(open("grammar.json"))\nNOT_A_FILE = "x.json"\n')
+    (lib.dir / "grammar.json").write_text('{"ops": ["add"]}')
+    before = lib.template_hashes()
+    assert lib.data_files(["alpha", "deep"]) == ["grammar.json"]
+    (lib.dir / "grammar.json").write_text('{"ops": ["add", "mul"]}')
+    after = lib.template_hashes()
+    assert after["alpha"] != before["alpha"]
+    assert after["beta"] == before["beta"] and after["gamma"] == before["gamma"]
+    real = Library(HOME / "kernels")
+    assert real.data_files(["pointwise"]) == ["pointwise_grammar.json"]

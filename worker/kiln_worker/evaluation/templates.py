@@ -126,10 +126,30 @@ class Library:
             if path.is_file():
                 h = hashlib.sha256(path.read_bytes())
                 h.update(b"\0common.py\0" + shared)
-                for dep in sorted(self.imported_modules(mod) - {mod, "common"}):
+                deps = sorted(self.imported_modules(mod) - {mod, "common"})
+                for dep in deps:
                     h.update(b"\0" + f"{dep}.py".encode() + b"\0" + (self.dir / f"{dep}.py").read_bytes())
+                for data in self.data_files([mod, "common", *deps]):
+                    h.update(b"\0" + data.encode() + b"\0" + (self.dir / data).read_bytes())
                 out[mod] = h.hexdigest()
         return out
+
+    def data_files(self, mods: list[str]) -> list[str]:
+        """Files of the kernels directory, other than modules, that these
+        modules name in a string literal (pointwise.py reads its grammar from
+        pointwise_grammar.json): what they read changes what they compile, so
+        it is part of the template's version. Sorted names."""
+        found: set[str] = set()
+        for name in mods:
+            path = self.dir / f"{name}.py"
+            if not path.is_file():
+                continue
+            for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        "/" not in node.value and not node.value.endswith(".py") and \
+                        0 < len(node.value) < 256 and (self.dir / node.value).is_file():
+                    found.add(node.value)
+        return sorted(found)
 
     def imported_modules(self, mod: str) -> set[str]:
         """The modules of the kernels directory that <mod>.py imports, directly or
