@@ -11,9 +11,10 @@
 # confirmed best over PyTorch eager. Details in $OUT (default /tmp/kb-h200).
 #   KILN (default build/kiln)   EXPLORE (the manifest's exploration mapping)
 #   RUN_TIMEOUT (seconds, default none: a TERM then stops the run cleanly)
-#   WORKERS (default 4): KernelBench's inputs are GiBs each and every worker
-#   caches its job's inputs and checks in float64 at full size: with the
-#   default one worker per core, 12 workers ran an H200 out of memory.
+#   WORKERS (default 2): KernelBench's inputs are GiBs each (up to 16 GiB),
+#   every worker caches its job's seeds and checks in float64 at full size:
+#   12 workers, then 4, then 2 ran an H200 out of memory on some jobs (the
+#   worker now bounds its cache to its share of the GPU: not yet re-measured).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KB=${1:?usage: $0 /path/to/KernelBench}
@@ -28,34 +29,13 @@ $K submit "$OUT/kb1.yaml" --catalog "$DB"
 set +e
 t0=$(date +%s)
 if [[ -n ${RUN_TIMEOUT:-} ]]; then
-  timeout -s TERM "$RUN_TIMEOUT" $K run --device gpu --workers "${WORKERS:-4}" --catalog "$DB" > "$OUT/run.log" 2>&1
+  timeout -s TERM "$RUN_TIMEOUT" $K run --device gpu --workers "${WORKERS:-2}" --catalog "$DB" > "$OUT/run.log" 2>&1
 else
-  $K run --device gpu --workers "${WORKERS:-4}" --catalog "$DB" > "$OUT/run.log" 2>&1
+  $K run --device gpu --workers "${WORKERS:-2}" --catalog "$DB" > "$OUT/run.log" 2>&1
 fi
 echo "kiln run exit $? in $(( $(date +%s) - t0 )) s (4: the LLM's jobs failed, as expected without one; 124/143: stopped by RUN_TIMEOUT)"
 tail -1 "$OUT/run.log"
 set -e
-$K best --catalog "$DB" --json > "$OUT/best.json"
-$K query --catalog "$DB" --csv \
-  "SELECT op, state, json_extract(spec, '$.oracle.name') AS problem, message FROM jobs
-   WHERE json_extract(spec, '$.oracle') IS NOT NULL ORDER BY id" > "$OUT/served_jobs.csv"
-python3 - "$OUT" <<'PY'
-import csv, json, math, sys
-out = sys.argv[1]
-jobs = list(csv.DictReader(open(f"{out}/served_jobs.csv")))
-best = json.load(open(f"{out}/best.json"))
-rows = best if isinstance(best, list) else best.get("jobs", best.get("rows", []))
-speedups = []
-for r in rows:
-    sp = (((r.get("confirmed") or {}).get("baselines") or {}).get("eager") or {}).get("speedup")
-    if sp:
-        speedups.append(sp)
-done = sum(1 for j in jobs if j["state"] == "done")
-print(f"served by templates: {len(jobs)}; correct (done): {done}; failed: {len(jobs) - done}")
-if speedups:
-    g = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-    print(f"geometric-mean speedup over eager (confirmed, {len(speedups)} jobs): {g:.3f}x")
-for j in jobs:
-    if j["state"] != "done":
-        print(f"  {j['problem']} ({j['op']}): {j['state']}: {j['message'][:160]}")
-PY
+# the result, from the catalog (kernelbench_table.py: served, correct, incorrect
+# candidates, failures by cause, geometric-mean speedup over eager, one row per problem)
+python3 bench/retrieval/kernelbench_table.py --catalog "$DB" --kiln "$K" --out "$OUT/table.md" | head -4
