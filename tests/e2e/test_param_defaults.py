@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "worker"))
 from kiln_worker.evaluation.templates import Library  # noqa: E402
 
 REGISTRY = yaml.safe_load((ROOT / "kernels" / "operators.yaml").read_text())["operators"]
-REQUIRED = {"pointwise": {"expr": "(neg x0)"}}  # params with no default: the entry gives them
+REQUIRED = {"pointwise": {"expr": "(relu x0)"}}  # params with no default: the entry gives them
 
 
 def entries():
