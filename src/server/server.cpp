@@ -125,6 +125,13 @@ struct Server::Impl {
   Facts facts;
   RateLimiter limiter;
   std::atomic<int> live{0};
+  // /metrics rendered at most once per kMetricsMaxAge: every job's gauges cost
+  // milliseconds of CPU, and a burst of scrapes would each pay it. Requests
+  // that arrive while one renders wait for it (one render serves them all).
+  static constexpr std::chrono::milliseconds kMetricsMaxAge{1000};
+  std::mutex metrics_mu;  // guards the two below
+  std::chrono::steady_clock::time_point metrics_at{};
+  std::string metrics_body;
   std::mutex build_mu;  // one package build at a time; guards `built`
   // The package tars this process built, by target. Only these are served
   // from the cache and only these are evicted: a file of the same name in the
@@ -305,7 +312,13 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
       r.body = render_dashboard(*cat, *opts.targets, facts, d);
     } else if (path == "/metrics") {
       r.content_type = metrics::kContentType;
-      r.body = render_catalog_metrics(*cat, facts);
+      std::lock_guard<std::mutex> lock(metrics_mu);
+      const auto now = std::chrono::steady_clock::now();
+      if (metrics_body.empty() || now - metrics_at >= kMetricsMaxAge) {
+        metrics_body = render_catalog_metrics(*cat, facts);
+        metrics_at = std::chrono::steady_clock::now();
+      }
+      r.body = metrics_body;
     } else if (path == "/api/best") {
       r = api_best(*cat, *opts.targets, facts, q);
     } else if (path == "/api/jobs" || path == "/api/jobs/") {

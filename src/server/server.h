@@ -6,7 +6,7 @@
 //   GET /api/code-objects/{sha256} a code object's bytes
 //   GET /api/packages/{target}     a kiln-package/2 of the target as a tar,
 //                                  built on request and cached by the target's set of best kernels (one per target: a new set evicts the old)
-//   GET /metrics                   catalog-level gauges (catalog_metrics.h)
+//   GET /metrics                   catalog-level gauges (catalog_metrics.h), rendered at most once a second
 //
 // Security: loopback unless a bearer token is configured (the constructor
 // refuses another address without one); with a token every request needs
