@@ -82,6 +82,36 @@ def test_wrong_kernel_fails_its_recheck(op):
         assert w.close() == 0, w.stderr[-3000:]
 
 
+@pytest.mark.parametrize("budget,sets,shared", [(None, 3, False), (3 * N * 16 + 2 * N * 4, 3, False),
+                                                (3 * N * 16 + 2 * N * 4 - 1, 2, False),
+                                                (N * 16 + N * 4, 1, True)])
+def test_input_sets_and_outputs_fit_the_memory_bound(budget, sets, shared):
+    """An input set of an fp32 add of N elements holds 16 N bytes (x, y and the
+    float64 reference), an output 4 N: the round draws as many sets as fit the
+    worker's bound beside one output per finalist, and where one set and two
+    outputs do not fit, the finalists share one output, each checked right
+    after its own calls -- the wrong kernel still fails, the honest one passes."""
+    env = worker_env()
+    if budget is not None:
+        env["KILN_WORKER_INPUT_BYTES"] = str(budget)
+    w = Worker(env=env)  # the fixture library: add, add_wrong
+    try:
+        ok = w.call("space", job=job())["result"]["configs"][0]
+        bad = w.call("space", job=job(op="add_wrong"))["result"]["configs"][0]
+        ans = w.call("confirm", job=job(), entries=[{"id": 1, "config": ok}, {"id": 2, "config": ok},
+                                                    {"baseline": "eager"}], rounds=4, reps=2)
+        assert ans["ok"], ans
+        cond = ans["result"]["conditions"]
+        assert (cond["input_sets"], cond["shared_output"]) == (sets, shared)
+        assert len({rc["input_seed"] for rc in cond["rounds"]}) == sets
+        assert all(e["check"]["passed"] and e["check"]["rounds"] == 4 for e in ans["result"]["entries"][:2])
+        ans = w.call("confirm", job=job(op="add_wrong"), entries=[{"id": 1, "config": bad}, {"id": 2, "config": bad}],
+                     rounds=2, reps=2)
+        assert [e["check"]["passed"] for e in ans["result"]["entries"]] == [False, False]
+    finally:
+        assert w.close() == 0, w.stderr[-3000:]
+
+
 def test_bad_requests_are_refused(worker):
     ans = worker.call("confirm", job=job(), entries=[{"config": {}}], rounds=1, reps=1)
     assert ans["ok"] is False and "integer 'id'" in ans["error"]

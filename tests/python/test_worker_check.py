@@ -232,6 +232,22 @@ def test_tolerance_resolution():
     assert check.resolve_tolerances(job, Reduction) == (pytest.approx(64e-4), 1e-4)
 
 
+def test_scan_tolerance_grows_with_the_row():
+    """cumsum's outputs are running sums: on an H200 the chunked kernel on a
+    32768-column fp32 row was 3.5e-4 off float64 at an element whose sum came
+    back near zero (3.5x the default atol): the atol scales by sqrt(cols), as
+    row_sum's; cumprod keeps the default."""
+    sys.path.insert(0, str(HOME))
+    from kernels import scan
+    job = {"op": "cumsum", "shape": [8, 32768], "dtype": "fp32"}
+    atol, rtol = check.resolve_tolerances(job, scan)
+    assert atol == pytest.approx(1e-4 * math.sqrt(32768)) and rtol == 1e-4
+    assert atol > 3.5e-4
+    assert check.resolve_tolerances({**job, "op": "cumprod"}, scan) == (1e-4, 1e-4)
+    short = {**job, "shape": [8, 1]}
+    assert check.resolve_tolerances(short, scan) == (1e-4, 1e-4)
+
+
 def test_seed_list():
     job = {"op": "x", "shape": [3], "dtype": "fp32"}
     job_seeds = check.seed_list(job)

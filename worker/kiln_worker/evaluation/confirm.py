@@ -2,7 +2,10 @@
 
 After a job's exploration the engine sends its finalists (the best and every
 candidate within the confirmation margin) and its baselines (the PyTorch eager
-reference; ``torch.compile(mode="max-autotune")`` of it where the manifest asks)
+reference; ``torch.compile(mode="max-autotune-no-cudagraphs")`` of it where the
+manifest asks -- without CUDA graphs: a graph replays from static input buffers,
+so each call on another input set first copies its inputs in, which on an H200
+read as 2.3-3.5x slower than the kernels themselves on the memory-bound anchors)
 in one request. Each entry is set up once (a template config launches as
 `evaluate` launches it; a baseline calls what a PyTorch user would: the template
 module's `eager` hook where it has one -- attention: SDPA -- else its `reference`,
@@ -13,7 +16,12 @@ and round:
 - every call starts cold: the L2 flush and the GPU spin of ``timing._benchmark``
   (the host's launch overhead stays out), device events around the call;
 - each round uses the next of a few input sets drawn for the job (rotating), so
-  no entry is timed on inputs it has seen in the previous round;
+  no entry is timed on inputs it has seen in the previous round; as many sets
+  as fit this worker's memory bound (``evaluate._input_budget``: half its share
+  of the GPU) beside one output per finalist, at least one; where even one set
+  and those outputs do not fit, the finalists share one output, each checked
+  right after its own timed calls (``conditions``: ``input_sets``,
+  ``shared_output``);
 - a candidate's output is filled with NaN before its round and checked against
   the reference after its timed calls: what was timed computed the right thing;
 - the device's clocks, temperature and power are read (NVML through torch, or
@@ -41,12 +49,16 @@ from typing import Any
 
 from . import check, timing
 from ..processes import gpulock
-from .evaluate import BadRequest, job_fields
+from .evaluate import BadRequest, _input_budget, _tensor_bytes, job_fields
 
+ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "i64": 8, "i32": 4}
 INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
 CLOCK_DROP = 0.05         # an SM clock that falls more than this share within a round
 MAX_ROUNDS, MAX_REPS = 1000, 100000
 SEED_BASE = 7919          # input sets' seeds: SEED_BASE + i (not the check's seeds)
+# The worker's cached check inputs are dropped before a confirmation when they
+# hold more than this (server.confirm): the round draws its own sets.
+KEEP_CACHED_BYTES = 1 << 30
 
 
 def parse_entries(entries: Any) -> list[dict]:
@@ -281,8 +293,12 @@ def run(lib, dev, req: dict) -> dict:
     gpulock.take_spans()
     t_setup = time.perf_counter()
 
-    # Input sets, each with its reference (upcast, as the check computes it).
+    # Input sets, each with its reference (upcast, as the check computes it):
+    # as many as fit the worker's bound beside the finalists' outputs.
+    budget = _input_budget(dev)
+    finalists = sum(1 for e in entries if "baseline" not in e)
     sets = []
+    shared_output = False
     with _lock(dev, True, "setup"):
         for i in range(min(INPUT_SETS, rounds)):
             seed = SEED_BASE + i
@@ -290,6 +306,13 @@ def run(lib, dev, req: dict) -> dict:
             inputs = mod.make_inputs(op, shape, dtype, params, seed, tdev)
             ref = mod.reference(op, check.upcast(inputs, updt), params)
             sets.append({"seed": seed, "inputs": inputs, "ref": ref, "memo": {}})
+            if budget is not None:
+                set_bytes = _tensor_bytes(sets[0]["inputs"]) + _tensor_bytes(sets[0]["ref"])
+                out_bytes = _numel(sets[0]["ref"]) * ELEMENT_BYTES.get(dtype, 4)
+                shared_output = set_bytes + finalists * out_bytes > budget
+                outputs = out_bytes if shared_output else finalists * out_bytes
+                if (len(sets) + 1) * set_bytes + outputs > budget:
+                    break
         if dev.is_gpu:
             torch.cuda.synchronize()
 
@@ -298,18 +321,25 @@ def run(lib, dev, req: dict) -> dict:
     # where it has one (attention: SDPA), else its reference.
     eager = getattr(mod, "eager", None) or mod.reference
     calls = []
+    shared_out = None
     for e in entries:
         if "baseline" in e:
             if e["baseline"] == "eager":
                 fns = [(lambda s=s: eager(op, s["inputs"], params)) for s in sets]
             else:
                 compiled = torch.compile(lambda inputs: eager(op, inputs, params),
-                                         mode="max-autotune")
+                                         mode="max-autotune-no-cudagraphs")
                 fns = [(lambda s=s: compiled(s["inputs"])) for s in sets]
             calls.append({"entry": e, "fns": fns, "out": None})
         else:
-            # One output per finalist: poisoned before each round, checked after it.
-            out = mod.output_like(op, sets[0]["inputs"], params)
+            # One output per finalist (or one for all, shared_output): poisoned
+            # before each round (before each finalist's calls), checked after it.
+            if shared_output:
+                if shared_out is None:
+                    shared_out = mod.output_like(op, sets[0]["inputs"], params)
+                out = shared_out
+            else:
+                out = mod.output_like(op, sets[0]["inputs"], params)
             fns = [(lambda s=s, cfg=e["config"], out=out: mod.launch(op, s["inputs"], out, cfg, params))
                    for s in sets]
             calls.append({"entry": e, "fns": fns, "out": out, "check": None})
@@ -341,6 +371,7 @@ def run(lib, dev, req: dict) -> dict:
     for r in range(rounds):
         s_idx = r % len(sets)
         order = [(r + k) % n for k in range(n)]
+        s = sets[s_idx]
         for c in calls:  # poison the candidates' outputs before the round
             if c["out"] is not None:
                 _poison(c["out"])
@@ -351,8 +382,12 @@ def run(lib, dev, req: dict) -> dict:
             t0 = time.time()
             for k in order:
                 c = calls[k]
+                if shared_output and c["out"] is not None:
+                    _poison(c["out"])
                 samples[k].extend(clock.time_calls(c["fns"][s_idx], reps, c["cycles"],
                                                    c["entry"].get("inject_ms")))
+                if shared_output and c["out"] is not None:
+                    _check_entry(c, s, r, atol, rtol)  # before the next finalist overwrites it
             end = read_sensors(dev)
             t1 = time.time()
         round_conditions.append({"round": r, "input_seed": sets[s_idx]["seed"],
@@ -360,26 +395,18 @@ def run(lib, dev, req: dict) -> dict:
                                  "start": start, "end": end, "wall_s": t1 - t0,
                                  "clock_drop": clock_dropped(start, end)})
         # The outputs of what was timed, checked against the reference.
-        for c in calls:
-            if c["out"] is None or (c["check"] is not None and not c["check"]["passed"]):
-                continue
-            s = sets[s_idx]
-            try:
-                st = check.compare(c["out"], s["ref"], atol, rtol, s["seed"], memo=s["memo"])
-                prev = c["check"] or {"passed": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "rounds": 0}
-                prev["rounds"] += 1
-                for k in ("max_abs_err", "max_rel_err"):
-                    prev[k] = max(prev[k], float(st.get(k, 0.0) or 0.0))
-                c["check"] = prev
-            except check.Incorrect as inc:
-                c["check"] = {"passed": False, "round": r, "message": inc.message}
+        if not shared_output:
+            for c in calls:
+                if c["out"] is not None:
+                    _check_entry(c, s, r, atol, rtol)
     time_s = time.perf_counter() - t_time
 
     spans = gpulock.take_spans()
     gpulock.take_lock_waits()
     conditions = {"identity": device_identity(dev), "rounds": round_conditions,
                   "clock_drop": any(rc["clock_drop"] for rc in round_conditions),
-                  "input_sets": len(sets), "order": "rotating", "reps": reps,
+                  "input_sets": len(sets), "shared_output": shared_output,
+                  "order": "rotating", "reps": reps,
                   "timer": "device events" if dev.is_gpu else "time.perf_counter",
                   "l2_flush_bytes": timing.flush_bytes(target) if dev.is_gpu else 0}
     out_entries = []
@@ -405,6 +432,30 @@ def run(lib, dev, req: dict) -> dict:
         torch.cuda.empty_cache()
     return {"basis": "device" if dev.is_gpu else "cpu", "device": dev.name, "rounds": rounds,
             "reps": reps, "entries": out_entries, "conditions": conditions, "timings": timings}
+
+
+def _check_entry(c: dict, s: dict, r: int, atol: float, rtol: float) -> None:
+    """A finalist's output of round r checked against input set s's reference;
+    its first failure stays its verdict."""
+    if c["check"] is not None and not c["check"]["passed"]:
+        return
+    try:
+        st = check.compare(c["out"], s["ref"], atol, rtol, s["seed"], memo=s["memo"])
+        prev = c["check"] or {"passed": True, "max_abs_err": 0.0, "max_rel_err": 0.0, "rounds": 0}
+        prev["rounds"] += 1
+        for k in ("max_abs_err", "max_rel_err"):
+            prev[k] = max(prev[k], float(st.get(k, 0.0) or 0.0))
+        c["check"] = prev
+    except check.Incorrect as inc:
+        c["check"] = {"passed": False, "round": r, "message": inc.message}
+
+
+def _numel(value) -> int:
+    """Elements of the tensors in value (a tensor, or a tuple / list of them)."""
+    if isinstance(value, (list, tuple)):
+        return sum(_numel(v) for v in value)
+    n = getattr(value, "numel", None)
+    return int(n()) if callable(n) else 0
 
 
 def _label(e: dict) -> str:

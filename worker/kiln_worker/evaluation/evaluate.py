@@ -285,6 +285,14 @@ class Evaluation:
         on the CPU nothing to hold."""
         return gpu_lock(shared=True, kind=kind) if self.dev.is_gpu else contextlib.nullcontext()
 
+    def release_inputs(self, above_bytes: int = 0) -> None:
+        """Drops the cached inputs when they hold more than above_bytes and
+        gives the freed blocks back (the confirmation round draws its own input
+        sets: a KernelBench-sized job's cached seeds beside them ran an H200
+        out of memory). Same thread as run()."""
+        if self.dev.is_gpu and _tensor_bytes(self.inputs.entries) > above_bytes:
+            self._free_gpu_memory()
+
     def _free_gpu_memory(self):
         self.inputs.clear()
         if self.dev.is_gpu:
@@ -594,13 +602,18 @@ class _SetUp:
 
 
 TRIM_BYTES = 1 << 30  # _trim_cached_gpu_memory's threshold
+BUDGET_ENV = "KILN_WORKER_INPUT_BYTES"  # overrides _input_budget (bytes)
 SHARERS_ENV = "KILN_GPU_SHARERS"  # how many workers share this worker's GPU (the engine sets it)
 
 
 def _input_budget(dev) -> int | None:
-    """_InputCache's bound on a GPU: half of this worker's share of the GPU's
-    memory (the rest for a candidate's copies, outputs and the checks'
-    temporaries). None on the CPU."""
+    """_InputCache's bound (and the confirmation's, confirm.py) on a GPU: half
+    of this worker's share of the GPU's memory (the rest for a candidate's
+    copies, outputs and the checks' temporaries). None on the CPU. BUDGET_ENV,
+    where set to a positive integer, is the bound in bytes on any device."""
+    raw = os.environ.get(BUDGET_ENV, "")
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
     if not getattr(dev, "is_gpu", False):
         return None
     try:

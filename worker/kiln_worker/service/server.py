@@ -206,6 +206,7 @@ class Server:
         self.require_device()
         self.wait_warm()
         from ..evaluation import confirm
+        self.evaluation.release_inputs(above_bytes=confirm.KEEP_CACHED_BYTES)
         return confirm.run(self.lib, self.dev, req)
 
     def reference_info(self, req: dict) -> dict:
