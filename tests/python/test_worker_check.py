@@ -415,7 +415,11 @@ def test_benchmark_control_flow_with_fake_device():
     assert r["runs"] == 4 and r["warmup"] == 3 and r["device"] == "Fake GPU"
     assert r["mean_ms"] == 2.5 and r["median_ms"] == 2.5 and r["min_ms"] == 1.0 and r["max_ms"] == 4.0
     assert log[0] == ("buffer", 520 * 2**20)
-    timed = log[log.index("sync", 1 + log.index("sync")) + 1:]
+    # the warm-up's second call timed with events (the probe of the time bound)
+    assert log[1:9] == ["sync", "flush", "launch", "flush", "event", "launch", "event", "sync"]
+    first_sleep = next(i for i, x in enumerate(log) if isinstance(x, tuple) and x[0] == "sleep")
+    timed = log[first_sleep - 1:]
+    assert log[first_sleep - 2] == "sync"
     # each timed run: flush, sleep, start event, launch, end event; one sync at the end
     per_run = timed[:5]
     assert per_run[0] == "flush" and per_run[1][0] == "sleep" and per_run[2:] == ["event", "launch", "event"]
@@ -441,6 +445,23 @@ def test_benchmark_cutoff_stops_a_slow_kernel_early(kernel_ms, cutoff, stops):
                                       "cutoff_ms": cutoff}
     else:
         assert r["runs"] == 100 and log.count("launch") == 105 and "stopped_early" not in r
+
+
+@pytest.mark.parametrize("kernel_ms,warmup,runs", [(1.0, 25, 100), (20.0, 25, 100), (40.0, 15, 50),
+                                                  (400.0, 4, 10), (5000.0, 3, 10)])
+def test_benchmark_counts_are_bounded_by_time(kernel_ms, warmup, runs):
+    """The manifest's warmup 25 / runs 100 are upper bounds: the probe call
+    (the second warm-up call, timed with events) bounds the further warm-up to
+    WARMUP_BUDGET_MS and the timed runs to TIMED_BUDGET_MS, never under MIN_RUNS."""
+    log, clock = [], [0.0]
+
+    def launch():
+        clock[0] += kernel_ms
+        log.append("launch")
+
+    r = timing._benchmark(launch, 25, 100, "Fake GPU", {}, api=FakeDeviceApi(log, clock))
+    assert (r["warmup"], r["runs"]) == (warmup, runs)
+    assert log.count("launch") == warmup + runs and r["median_ms"] == kernel_ms
 
 
 def test_the_binary_timed_is_the_binary_shipped():

@@ -6,6 +6,14 @@ queued the start event and the kernel before the GPU gets there -- this keeps th
 Python launch overhead out of the measurement -- then start event, launch, end
 event. All events are read after one synchronize. The same inputs are reused;
 the flush makes every run start cold.
+
+Counts are bounded by time, as `triton.testing.do_bench`'s are: the second
+warm-up call is timed with events, and a kernel that long gets at most
+WARMUP_BUDGET_MS of further warm-up and TIMED_BUDGET_MS of timed runs (never
+fewer than MIN_RUNS): the manifest's `warmup` / `runs` are upper bounds. A
+kernel under 20 ms gets them all; a 200 ms convolution of KernelBench size gets
+10 timed runs instead of 100 (its median moves by far less than its noise).
+The result's `runs` and `warmup` are the counts used.
 """
 from __future__ import annotations
 
@@ -15,6 +23,9 @@ from typing import Callable
 
 from ..processes.gpulock import device_identity, gpu_lock
 
+TIMED_BUDGET_MS = 2000.0   # timed runs of one benchmark, in kernel time (module docstring)
+WARMUP_BUDGET_MS = 500.0   # warm-up after the probe call
+MIN_RUNS = 10
 FLUSH_MIN_BYTES = 256 * 1024 * 1024
 FLUSH_MAX_BYTES = 1024 * 1024 * 1024
 
@@ -100,16 +111,34 @@ def _benchmark(fn: Callable[[], None], warmup: int, runs: int, device_name: str,
     runs = max(1, int(runs))
     cache = api.buffer(flush_bytes(target))
 
-    # warm-up (also JIT-compiles and loads the kernel), measuring host launch time
+    # warm-up (also JIT-compiles and loads the kernel), measuring host launch
+    # time; its second call (the first when there is one) timed with events
+    # bounds the counts by time (module docstring)
     api.synchronize()
     host = []
-    for _ in range(max(1, warmup)):
+    w_total = max(1, warmup)
+    probe_at = min(1, w_total - 1)
+    j = 0
+    while j < w_total:
         if before is not None:
             before()
         cache.zero_()
+        if j == probe_at:
+            e0 = api.event()
+            e0.record()
         t0 = time.perf_counter()
         fn()
         host.append(time.perf_counter() - t0)
+        if j == probe_at:
+            e1 = api.event()
+            e1.record()
+            api.synchronize()
+            est_ms = e0.elapsed_time(e1)
+            if est_ms > 0:
+                w_total = min(w_total, j + 1 + math.ceil(WARMUP_BUDGET_MS / est_ms))
+                runs = min(runs, max(MIN_RUNS, math.ceil(TIMED_BUDGET_MS / est_ms)))
+        j += 1
+    warmup = w_total if warmup > 0 else 0
     api.synchronize()
     host_s = sorted(host)[len(host) // 2]
     # GPU spin long enough to cover the host's enqueue of (start, kernel, end);
