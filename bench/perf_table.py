@@ -8,10 +8,11 @@ asked, from the job's minimum traffic (the evaluation's `traffic`) over the
 ceilings given on the command line. Nothing is copied by hand.
 
     python3 bench/perf_table.py --catalog kiln.db [--doc docs/performance.md]
-        [--copy-tbs 4.25 --matmul-tflops 671] [--kiln build/kiln]
+        [--copy-tbs 4.25 --matmul-tflops 671] [--kiln build/kiln] [--marker perf-table]
 
-Writes the table between the markers `<!-- perf-table:begin -->` and
-`<!-- perf-table:end -->` of --doc (the rest of the file is kept as it is), or
+Writes the table between the markers `<!-- MARKER:begin -->` and
+`<!-- MARKER:end -->` of --doc (MARKER: --marker, default perf-table; a doc may
+hold several tables, each from its catalog; the rest of the file is kept as it is), or
 prints it when --doc is not given. A doc without the markers is an error and
 is left unchanged.
 """
@@ -26,7 +27,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BEGIN, END = "<!-- perf-table:begin -->", "<!-- perf-table:end -->"
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
 def kiln_best(kiln: str, catalog: str) -> list[dict]:
@@ -125,7 +129,8 @@ def table(rows: list[dict], traffic: dict, copy_tbs: float | None, tflops: float
     return "\n".join(out) + "\n"
 
 
-def write_between_markers(doc: Path, text: str) -> None:
+def write_between_markers(doc: Path, text: str, marker: str = "perf-table") -> None:
+    BEGIN, END = markers(marker)
     old = doc.read_text()
     if BEGIN not in old or END not in old or old.index(BEGIN) > old.index(END):
         raise SystemExit(f"perf_table: {doc} has no '{BEGIN}' ... '{END}' markers; add them around the table")
@@ -143,12 +148,13 @@ def main() -> int:
     ap.add_argument("--kiln", default=str(ROOT / "build" / "kiln"))
     ap.add_argument("--copy-tbs", type=float, default=None, help="copy bandwidth for the floor column, TB/s")
     ap.add_argument("--matmul-tflops", type=float, default=None, help="matmul rate for the floor column")
+    ap.add_argument("--marker", default="perf-table", help="the doc's markers: <!-- MARKER:begin --> ... end")
     args = ap.parse_args()
     if not Path(args.catalog).exists():
         raise SystemExit(f"perf_table: no catalog at {args.catalog}")
     text = table(kiln_best(args.kiln, args.catalog), traffic_of(args.catalog), args.copy_tbs, args.matmul_tflops)
     if args.doc:
-        write_between_markers(Path(args.doc), text)
+        write_between_markers(Path(args.doc), text, args.marker)
         print(f"perf_table: wrote the table into {args.doc}", file=sys.stderr)
     else:
         sys.stdout.write(text)
