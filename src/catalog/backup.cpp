@@ -12,13 +12,13 @@ namespace kiln {
 namespace fs = std::filesystem;
 
 namespace {
-double now_s() {
+double steady_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
 CatalogBackup::CatalogBackup(const Catalog& source, fs::path path)
-    : path_(std::move(path)), tmp_(path_.string() + ".tmp"), t0_(now_s()) {
+    : path_(std::move(path)), tmp_(path_.string() + ".tmp"), t0_(steady_s()) {
   std::error_code ec;
   if (path_.has_parent_path()) fs::create_directories(path_.parent_path(), ec);
   for (const char* suffix : {"", "-journal", "-wal", "-shm"}) fs::remove(tmp_.string() + suffix, ec);
@@ -94,7 +94,7 @@ BackupResult CatalogBackup::commit() {
   BackupResult r;
   r.pages = pages_;
   r.bytes = static_cast<long long>(fs::file_size(path_, ec));
-  r.seconds = now_s() - t0_;
+  r.seconds = steady_s() - t0_;
   return r;
 }
 

@@ -119,13 +119,12 @@ struct ExecFailure {
   ::_exit(127);
 }
 
+}  // namespace
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
 }
-
-}  // namespace
 
 std::map<std::string, std::string> child_environment(const std::map<std::string, std::string>& overrides) {
   std::map<std::string, std::string> env;

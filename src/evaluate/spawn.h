@@ -38,6 +38,9 @@ bool has_exited(pid_t pid);
 // must not hang the engine). Its status, or nullopt if unavailable.
 std::optional<int> reap_bounded(pid_t pid, std::chrono::milliseconds limit);
 
+// Closes fd if it is open and sets it to -1.
+void close_fd(int& fd);
+
 // Sets SIGPIPE to SIG_IGN if it was SIG_DFL (once per process): a write to a
 // dead child must be an error, not the engine's death.
 void ignore_sigpipe_once();

@@ -80,11 +80,6 @@ void set_nonblocking(int fd) {
   if (fl >= 0) ::fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
 // One child's pipes. Handlers hold it by shared_ptr, so a stale handler of a
 // previous child never touches the current child's buffers.
 struct Channel {

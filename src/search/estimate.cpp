@@ -14,13 +14,6 @@ namespace {
 
 using namespace model_terms;
 
-double element_bytes(const std::string& dtype) {
-  if (dtype == "fp64" || dtype == "int64") return 8;
-  if (dtype == "fp16" || dtype == "bf16" || dtype == "int16") return 2;
-  if (dtype == "int8" || dtype == "fp8" || dtype == "fp8e4m3" || dtype == "fp8e5m2") return 1;
-  return 4;
-}
-
 }  // namespace
 
 KernelResources KernelResources::from_artifact(const ArtifactInfo& a) {

@@ -4,6 +4,7 @@
 // target or config number is read. Internal to src/search.
 #pragma once
 #include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,14 @@ inline std::optional<double> positive_number(const nlohmann::json& obj, const ch
   if (it == obj.end() || !it->is_number()) return std::nullopt;
   const double v = it->get<double>();
   return v > 0 ? std::optional<double>(v) : std::nullopt;
+}
+
+// Bytes per element of a dtype name (4 for one not listed).
+inline double element_bytes(const std::string& dtype) {
+  if (dtype == "fp64" || dtype == "int64") return 8;
+  if (dtype == "fp16" || dtype == "bf16" || dtype == "int16") return 2;
+  if (dtype == "int8" || dtype == "fp8" || dtype == "fp8e4m3" || dtype == "fp8e5m2") return 1;
+  return 4;
 }
 
 }  // namespace kiln::model_terms

@@ -32,12 +32,6 @@ constexpr size_t kPriorReach = 2;
 // Halving: the model's picks in a round 0 that has priors (at least, where `initial` allows).
 constexpr int kMinModelPicks = 2;
 
-double element_bytes(const std::string& dtype) {
-  if (dtype == "fp16" || dtype == "bf16") return 2;
-  if (dtype == "fp64") return 8;
-  return 4;
-}
-
 // obj[key] when obj is an object holding a number above 0 there: a config's
 // hint, or a figure a target file may carry (its raw YAML).
 int max_registers_per_thread(const Target& t) {

@@ -14,11 +14,13 @@ import pytest
 from test_e2e import KILN, ROOT, db_rows, kiln, worker_pids_with
 
 MANIFEST = ROOT / "tests" / "data" / "manifests" / "mpi_small.yaml"  # 2 jobs, 6 candidates, CPU
+# the tests of how workers start: one job, one candidate
+ONE = ROOT / "tests" / "data" / "manifests" / "one_candidate.yaml"
 
 
-def run(tmp_path, workers, fork_server):
+def run(tmp_path, workers, fork_server, manifest=MANIFEST):
     catalog = tmp_path / "k.db"
-    kiln("submit", MANIFEST, catalog=catalog)
+    kiln("submit", manifest, catalog=catalog)
     env = {} if fork_server is None else {"KILN_FORK_SERVER": fork_server}  # None: unset (auto)
     r = kiln("run", "--device", "cpu", "--workers", str(workers), "--scratch", tmp_path / "s", "--json",
              catalog=catalog, env=env)
@@ -42,19 +44,19 @@ def test_forked_workers_complete_the_batch(tmp_path):
 
 
 def test_without_the_server_workers_import_for_themselves(tmp_path):
-    _, summary, ready = run(tmp_path, 2, "0")
+    _, summary, ready = run(tmp_path, 2, "0", ONE)
     assert "preload" not in ready and "imports" in ready, ready
-    assert summary["jobs_done"] == 2, summary
+    assert summary["jobs_done"] == 1, summary
 
 
 @pytest.mark.skipif("KILN_FORK_SERVER" in os.environ, reason="the automatic choice needs KILN_FORK_SERVER unset")
 def test_unset_it_forks_only_when_the_workers_outnumber_the_cores(tmp_path):
     cores = os.cpu_count() or 1
-    _, _, ready = run(tmp_path / "few", cores, None)
+    _, _, ready = run(tmp_path / "few", cores, None, ONE)
     assert "preload" not in ready, ready
-    _, summary, ready = run(tmp_path / "many", cores + 1, None)
+    _, summary, ready = run(tmp_path / "many", cores + 1, None, ONE)
     assert "preload" in ready, ready
-    assert summary["jobs_done"] == 2, summary
+    assert summary["jobs_done"] == 1, summary
 
 
 def test_kill9_of_the_engine_leaves_no_server_and_no_worker(tmp_path):
