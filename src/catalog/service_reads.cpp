@@ -47,12 +47,15 @@ JobOverview read_job(const sql::Stmt& q) {
   return j;
 }
 
-// Best kernels: the job columns, then config, code object and traffic.
-std::string best_kernel_sql(const std::string& where) {
+// Best kernels: the job columns, then config, code object and traffic
+// (kBestKernelColumnsN in all), then `extra` columns if any.
+constexpr int kBestKernelColumnsN = kJobColumnsN + 6;
+std::string best_kernel_sql(const std::string& where, const std::string& extra = "") {
   return std::string("SELECT ") + kJobColumnsLight +
          ", c.config, COALESCE(a.kind, ''), COALESCE(a.sha256, ''), COALESCE(a.kernel_name, ''), "
-         "json_extract(e.result, '$.traffic.bytes'), json_extract(e.result, '$.traffic.flops') "
-         "FROM jobs j JOIN best b ON b.job_id = j.id JOIN candidates c ON c.id = b.candidate_id "
+         "json_extract(e.result, '$.traffic.bytes'), json_extract(e.result, '$.traffic.flops')" +
+         (extra.empty() ? "" : ", " + extra) +
+         " FROM jobs j JOIN best b ON b.job_id = j.id JOIN candidates c ON c.id = b.candidate_id "
          "LEFT JOIN evaluations e ON e.candidate_id = c.id "
          "LEFT JOIN artifacts a ON a.candidate_id = c.id AND a.target = j.target WHERE " +
          where;
@@ -142,6 +145,25 @@ std::vector<BestKernel> kernel_history(Reader& reader, const std::string& op, co
   std::vector<BestKernel> out;
   while (q.step()) out.push_back(read_best_kernel(q));
   return out;
+}
+
+std::map<KernelKey, std::vector<BestKernel>> kernel_histories(Reader& reader) {
+  // kernel_history's rows and order, all keys at once; the key columns are the
+  // jobs' own text, which kernel_history compares with what it is given
+  sql::Stmt q = query(reader, best_kernel_sql("j.state = 'done'", "j.shape, j.params") + " ORDER BY j.created_at, j.id");
+  std::map<KernelKey, std::vector<BestKernel>> out;
+  while (q.step()) {
+    BestKernel k = read_best_kernel(q);
+    KernelKey key{k.job.op, q.text(kBestKernelColumnsN), k.job.dtype, q.text(kBestKernelColumnsN + 1), k.job.target};
+    out[std::move(key)].push_back(std::move(k));
+  }
+  return out;
+}
+
+long long data_version(Reader& reader) {
+  sql::Stmt q = query(reader, "PRAGMA data_version");
+  if (!q.step()) throw CatalogError("catalog " + reader.catalog().path().string() + ": PRAGMA data_version gave no row");
+  return q.i64(0);
 }
 
 std::optional<std::string> code_object_bytes(Reader& reader, const std::string& sha256) {

@@ -107,6 +107,25 @@ std::vector<BestKernel> kernel_history(Reader& reader, const std::string& op, co
                                        const std::string& dtype, const std::string& params,
                                        const std::string& target);
 
+// A kernel's identity across nightly runs, as its jobs store it: shape and
+// params are the jobs' JSON text (canonical JSON, canonical_json), the form
+// kernel_history takes them in.
+struct KernelKey {
+  std::string op, shape, dtype, params, target;
+  auto operator<=>(const KernelKey&) const = default;
+};
+
+// Every kernel's history at once, in one query: for each key, what
+// kernel_history(reader, op, shape, dtype, params, target) returns (oldest
+// first). For a render over all kernels (GET /metrics), instead of one query per kernel.
+std::map<KernelKey, std::vector<BestKernel>> kernel_histories(Reader& reader);
+
+// PRAGMA data_version of the reader's connection: a number that changes
+// whenever another connection has committed to the catalog since this one
+// last asked, and only grows (numbers of different connections are not
+// comparable). Reads no page: what a cache of answers checks per request.
+long long data_version(Reader& reader);
+
 // A stored code object's bytes by its sha256; nullopt when there is none.
 std::optional<std::string> code_object_bytes(Reader& reader, const std::string& sha256);
 

@@ -33,6 +33,9 @@ std::string render_catalog_metrics(reports::Reader& reader, Facts& facts) {
   for (const char* s : {"queued", "running", "done", "failed"}) r.set("kiln_catalog_jobs", {s}, 0);
   for (const auto& [state, n] : reader.catalog().job_state_counts()) r.set("kiln_catalog_jobs", {state}, static_cast<double>(n));
 
+  // every kernel's runs in one read (not one per kernel)
+  const auto histories = reports::kernel_histories(reader);
+  const std::vector<reports::BestKernel> no_runs;
   std::set<std::vector<std::string>> seen;
   int kernels = 0;
   for (const auto& k : reports::best_kernels(reader, {})) {  // newest first: the first of a kernel wins
@@ -52,8 +55,9 @@ std::string render_catalog_metrics(reports::Reader& reader, Facts& facts) {
         r.set("kiln_catalog_kernel_speedup_ratio", {op, shape, dtype, target, b.name, "ci95_hi"}, b.speedup_ci.hi);
       }
     }
-    const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
-                                              canonical_json(k.job.params), k.job.target);
+    const auto found = histories.find(
+        {k.job.op, canonical_json(k.job.shape), k.job.dtype, canonical_json(k.job.params), k.job.target});
+    const auto& hist = found == histories.end() ? no_runs : found->second;
     const reports::BestKernel* prev = nullptr;
     for (size_t i = 1; i < hist.size(); ++i)
       if (hist[i].job.id == k.job.id) prev = &hist[i - 1];

@@ -7,8 +7,12 @@
 //
 // Threading: Facts is shared by the service's threads; every method may be
 // called from any thread (one mutex guards the cache; the bootstrap runs
-// outside it). The Catalog passed in belongs to the calling thread.
+// outside it). An entry is computed once: a thread that asks for one another
+// thread is computing waits for that computation (a burst of requests for a
+// new best pays its bootstrap once, not once per handler thread). The
+// Catalog passed in belongs to the calling thread.
 #pragma once
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -61,9 +65,11 @@ class Facts {
 
  private:
   using Key = std::tuple<long long, std::string, long long>;
+  using RegressionKey = std::tuple<long long, long long, long long, long long>;
   std::mutex mu_;
-  std::map<Key, std::shared_ptr<const Confirmed>> confirmed_;
-  std::map<std::tuple<long long, long long, long long, long long>, Regression> regressions_;
+  // an entry is set when its computation starts; get() waits for it
+  std::map<Key, std::shared_future<std::shared_ptr<const Confirmed>>> confirmed_;
+  std::map<RegressionKey, std::shared_future<Regression>> regressions_;
 };
 
 // The best kernel's latency as a deployment reads it: the confirmed median

@@ -24,6 +24,7 @@
 #include "catalog/catalog.h"
 #include "catalog/service_reads.h"
 #include "metrics/exposition.h"
+#include "server/answer_cache.h"
 #include "server/api.h"
 #include "server/catalog_metrics.h"
 #include "server/dashboard.h"
@@ -118,10 +119,18 @@ class CatalogPool {
 
 struct Server::Impl {
   explicit Impl(ServerOptions o)
-      : opts(std::move(o)), pool(opts.catalog), limiter(opts.rate_per_s), acceptor(io), signals(io), handlers(opts.threads) {}
+      : opts(std::move(o)),
+        pool(opts.catalog),
+        answers(opts.catalog),
+        limiter(opts.rate_per_s),
+        acceptor(io),
+        signals(io),
+        handlers(opts.threads) {}
 
   ServerOptions opts;
   CatalogPool pool;
+  // /api/best answers while the catalog is unchanged (a burst costs one query)
+  AnswerCache answers;
   Facts facts;
   RateLimiter limiter;
   std::atomic<int> live{0};
@@ -320,7 +329,19 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
       }
       r.body = metrics_body;
     } else if (path == "/api/best") {
-      r = api_best(*cat, *opts.targets, facts, q);
+      // the parameters api_best reads, each as absent or length:value
+      std::string key;
+      for (const char* p : {"op", "target", "shape", "dtype"}) {
+        const auto it = q.find(p);
+        key += it == q.end() ? "-;" : std::to_string(it->second.size()) + ":" + it->second + ";";
+      }
+      const long long version = answers.version();
+      if (auto hit = answers.find(key, version)) {
+        r = std::move(*hit);
+      } else {
+        r = api_best(*cat, *opts.targets, facts, q);
+        answers.put(key, version, r);
+      }
     } else if (path == "/api/jobs" || path == "/api/jobs/") {
       r = api_jobs(*cat, q);
     } else if (path.rfind("/api/jobs/", 0) == 0) {

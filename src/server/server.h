@@ -20,6 +20,8 @@
 // threads, each request answered with a read-only catalog connection of its
 // own (Catalog::open(path, true), from a pool): a WAL catalog that `kiln run`
 // writes is read without blocking it. One package build at a time.
+// /api/best answers are cached while the catalog is unchanged (answer_cache.h:
+// any commit invalidates them), so a burst of the same query costs one read.
 // Construct, run() and stop() from one thread (stop() may also come from
 // another thread, or from SIGINT/SIGTERM with stop_on_signals).
 #pragma once

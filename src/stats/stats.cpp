@@ -21,18 +21,47 @@ void require(const std::vector<double>& xs, const char* what) {
   if (xs.empty()) throw std::invalid_argument(std::string(what) + ": empty sample");
 }
 
-// The median of a resample of xs (scratch reused).
-double resampled_median(const std::vector<double>& xs, std::mt19937_64& rng, std::vector<double>& scratch) {
-  std::uniform_int_distribution<size_t> pick(0, xs.size() - 1);
-  scratch.resize(xs.size());
-  for (auto& v : scratch) v = xs[pick(rng)];
-  const size_t n = scratch.size(), mid = n / 2;
-  std::nth_element(scratch.begin(), scratch.begin() + mid, scratch.end());
-  const double upper = scratch[mid];
-  if (n % 2) return upper;
-  const double lower = *std::max_element(scratch.begin(), scratch.begin() + mid);
-  return 0.5 * (lower + upper);
-}
+// Medians of resamples of xs (with replacement, xs.size() draws each). A
+// resample is drawn as n uniform picks of an index; its median is read off
+// the picks' ranks in sorted xs by counting them, which gives the very value
+// sorting the resample (or nth_element) would, in O(n) and without moving a
+// double: the bootstrap's intervals stay bit for bit what they were.
+class MedianResampler {
+ public:
+  explicit MedianResampler(const std::vector<double>& xs) : sorted_(xs.size()), rank_(xs.size()), counts_(xs.size()) {
+    std::vector<size_t> order(xs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return xs[a] < xs[b]; });
+    for (size_t r = 0; r < order.size(); ++r) {
+      sorted_[r] = xs[order[r]];
+      rank_[order[r]] = r;
+    }
+  }
+
+  double draw(std::mt19937_64& rng) {
+    const size_t n = rank_.size();
+    std::uniform_int_distribution<size_t> pick(0, n - 1);
+    std::fill(counts_.begin(), counts_.end(), 0);
+    for (size_t i = 0; i < n; ++i) ++counts_[rank_[pick(rng)]];
+    const size_t mid = n / 2;
+    const double upper = order_statistic(mid);
+    if (n % 2) return upper;
+    const double lower = order_statistic(mid - 1);
+    return 0.5 * (lower + upper);
+  }
+
+ private:
+  // The k-th smallest (0-based) value of the current resample.
+  double order_statistic(size_t k) const {
+    size_t below = 0, r = 0;
+    while (below + counts_[r] <= k) below += counts_[r++];
+    return sorted_[r];
+  }
+
+  std::vector<double> sorted_;   // xs ascending
+  std::vector<size_t> rank_;     // xs[i] is sorted_[rank_[i]]
+  std::vector<size_t> counts_;   // picks of each rank in the current resample
+};
 
 Interval percentile_interval(std::vector<double> draws, double level) {
   std::sort(draws.begin(), draws.end());
@@ -52,9 +81,10 @@ double median(std::vector<double> xs) {
 Interval bootstrap_median_ci(const std::vector<double>& xs, int resamples, std::uint64_t seed, double level) {
   require(xs, "bootstrap_median_ci");
   std::mt19937_64 rng(seed);
-  std::vector<double> draws, scratch;
+  MedianResampler resample(xs);
+  std::vector<double> draws;
   draws.reserve(static_cast<size_t>(std::max(1, resamples)));
-  for (int i = 0; i < std::max(1, resamples); ++i) draws.push_back(resampled_median(xs, rng, scratch));
+  for (int i = 0; i < std::max(1, resamples); ++i) draws.push_back(resample.draw(rng));
   return percentile_interval(std::move(draws), level);
 }
 
@@ -63,10 +93,11 @@ Interval bootstrap_ratio_ci(const std::vector<double>& num, const std::vector<do
   require(num, "bootstrap_ratio_ci");
   require(den, "bootstrap_ratio_ci");
   std::mt19937_64 rng(seed);
-  std::vector<double> draws, scratch;
+  MedianResampler resample_num(num), resample_den(den);
+  std::vector<double> draws;
   for (int i = 0; i < std::max(1, resamples); ++i) {
-    const double a = resampled_median(num, rng, scratch);
-    const double b = resampled_median(den, rng, scratch);
+    const double a = resample_num.draw(rng);
+    const double b = resample_den.draw(rng);
     draws.push_back(b != 0 ? a / b : INFINITY);
   }
   return percentile_interval(std::move(draws), level);
