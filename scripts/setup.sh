@@ -8,6 +8,7 @@
 #   KILN_BUILD_DIR    build directory (default: build)
 #   KILN_BUILD_TYPE   CMake build type of a new build directory (default: Release at -O2)
 #   KILN_SETUP_LOG    the log (default: $KILN_BUILD_DIR/setup.log)
+#   KILN_UNITY=0      build file by file (default: a unity build, faster on few cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -83,11 +84,17 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
   say "cmake: configuring $BUILD/ and building (the first build takes minutes)"
   # -O2 without debug info: a third less compile time than RelWithDebInfo on
   # the heavy translation units. KILN_BUILD_TYPE=RelWithDebInfo for a debugger.
+  # A unity build (16 sources per translation unit): a clean build on 2 cores
+  # took 8.4 min against 11.1 min (2026-12-02; a precompiled json.hpp saved
+  # 3%). Two .cpp files of one library can then not both define a helper of
+  # the same name in an anonymous namespace. KILN_UNITY=0 builds file by file.
+  unity=()
+  [[ ${KILN_UNITY:-1} == 1 ]] && unity=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16)
   if [[ ${KILN_BUILD_TYPE:-Release} == Release ]]; then
-    run "cmake configure" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+    run "cmake configure" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${unity[@]}" \
       -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-O2 -DNDEBUG"
   else
-    run "cmake configure" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$KILN_BUILD_TYPE"
+    run "cmake configure" cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$KILN_BUILD_TYPE" "${unity[@]}"
   fi
 fi
 before=$(wc -l <"$LOG")
