@@ -51,7 +51,6 @@ from . import check, timing
 from ..processes import gpulock
 from .evaluate import BadRequest, _input_budget, _tensor_bytes, job_fields
 
-ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "i64": 8, "i32": 4}
 INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
 CLOCK_DROP = 0.05         # an SM clock that falls more than this share within a round
 MAX_ROUNDS, MAX_REPS = 1000, 100000
@@ -306,13 +305,16 @@ def run(lib, dev, req: dict) -> dict:
             inputs = mod.make_inputs(op, shape, dtype, params, seed, tdev)
             ref = mod.reference(op, check.upcast(inputs, updt), params)
             sets.append({"seed": seed, "inputs": inputs, "ref": ref, "memo": {}})
-            if budget is not None:
-                set_bytes = _tensor_bytes(sets[0]["inputs"]) + _tensor_bytes(sets[0]["ref"])
-                out_bytes = _numel(sets[0]["ref"]) * ELEMENT_BYTES.get(dtype, 4)
+            if budget is None:
+                continue
+            if i == 0:  # every set is the size of the first: how many fit
+                set_bytes = max(1, _tensor_bytes(inputs) + _tensor_bytes(ref))
+                out_bytes = _numel(ref) * _native_element_bytes(inputs)
                 shared_output = set_bytes + finalists * out_bytes > budget
                 outputs = out_bytes if shared_output else finalists * out_bytes
-                if (len(sets) + 1) * set_bytes + outputs > budget:
-                    break
+                fit = max(1, (budget - outputs) // set_bytes)
+            if len(sets) >= fit:
+                break
         if dev.is_gpu:
             torch.cuda.synchronize()
 
@@ -372,9 +374,10 @@ def run(lib, dev, req: dict) -> dict:
         s_idx = r % len(sets)
         order = [(r + k) % n for k in range(n)]
         s = sets[s_idx]
-        for c in calls:  # poison the candidates' outputs before the round
-            if c["out"] is not None:
-                _poison(c["out"])
+        if not shared_output:  # poison the candidates' outputs before the round
+            for c in calls:
+                if c["out"] is not None:
+                    _poison(c["out"])
         with _lock(dev, False, "bench"):
             if dev.is_gpu:
                 torch.cuda.synchronize()
@@ -456,6 +459,12 @@ def _numel(value) -> int:
         return sum(_numel(v) for v in value)
     n = getattr(value, "numel", None)
     return int(n()) if callable(n) else 0
+
+
+def _native_element_bytes(inputs: dict) -> int:
+    """Bytes per element of the job's dtype: its floating inputs' (4 if none)."""
+    return next((t.element_size() for t in inputs.values()
+                 if hasattr(t, "is_floating_point") and t.is_floating_point()), 4)
 
 
 def _label(e: dict) -> str:
