@@ -568,7 +568,7 @@ SubmitResult Catalog::submit(const std::string& name, const std::string& manifes
 
 std::optional<JobRow> Catalog::claim_job(const std::string& owner, double lease_s,
                                          const std::optional<std::string>& batch_id,
-                                         const std::optional<JobShard>& shard) {
+                                         const std::optional<JobShard>& shard, ClaimOrder order) {
   if (owner.empty()) throw CatalogError("claim_job: empty owner");
   if (shard && (shard->count < 1 || shard->index < 0 || shard->index >= shard->count))
     throw CatalogError("claim_job: bad shard " + std::to_string(shard->index) + "/" +
@@ -581,11 +581,13 @@ std::optional<JobRow> Catalog::claim_job(const std::string& owner, double lease_
       "WHERE state IN ('queued', 'running')";
   if (batch_id) sql += " AND id IN (SELECT job_id FROM batch_jobs WHERE batch_id = ?1)";
   if (shard) sql += " AND id % ?2 = ?3";
-  // The most compiling first (jobs.compile_est_s), so the run ends on GPU
-  // work rather than on compiles that leave the GPUs idle; then the most
-  // expensive (jobs.priority: the roofline ms), so the cheap jobs fill the
-  // last slots instead of a big one running alone. Both are set at submit.
-  sql += " ORDER BY compile_est_s DESC, priority DESC, id";
+  // kLongestFirst: the most compiling first (jobs.compile_est_s), so the run
+  // ends on GPU work rather than on compiles that leave the GPUs idle; then
+  // the most expensive (jobs.priority: the roofline ms), so the cheap jobs
+  // fill the last slots instead of a big one running alone. kCheapestFirst:
+  // the reverse, for a run with a time limit. Both keys are set at submit.
+  sql += order == ClaimOrder::kCheapestFirst ? " ORDER BY compile_est_s ASC, priority ASC, id"
+                                             : " ORDER BY compile_est_s DESC, priority DESC, id";
   Stmt st(db_, path_, sql.c_str());
   if (batch_id) st.bind(1, *batch_id);
   if (shard) st.bind(2, (long long)shard->count).bind(3, (long long)shard->index);

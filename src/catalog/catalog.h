@@ -168,6 +168,17 @@ struct JobShard {
   int count = 1;
 };
 
+// The order in which claim_job hands out queued jobs.
+enum class ClaimOrder {
+  // The most compiling first (jobs.compile_est_s), then the most expensive
+  // (jobs.priority, the roofline ms): a run that finishes everything ends on
+  // GPU work, and cheap jobs fill the last slots (the shortest makespan).
+  kLongestFirst,
+  // The cheapest first (the same two keys, ascending): a run that stops at a
+  // time limit finishes as many jobs as it can (kiln run --time-limit).
+  kCheapestFirst,
+};
+
 // One migration file, db/migrations/NNNN_name.sql; version = NNNN.
 struct Migration {
   int version = 0;
@@ -212,9 +223,11 @@ class Catalog {
   // lease expired or whose owner process on this host is gone. Sets state
   // running, lease, attempts+1. Optionally restricted to one batch, and to one
   // shard: only jobs with id % shard.count == shard.index (kiln run --shard I/N).
+  // Among queued jobs, `order` picks which (ties by id).
   std::optional<JobRow> claim_job(const std::string& owner, double lease_s,
                                   const std::optional<std::string>& batch_id = std::nullopt,
-                                  const std::optional<JobShard>& shard = std::nullopt);
+                                  const std::optional<JobShard>& shard = std::nullopt,
+                                  ClaimOrder order = ClaimOrder::kLongestFirst);
   // Extends every lease held by owner; returns how many running jobs it holds
   // (fewer than expected means a job was reclaimed by another run).
   int renew_leases(const std::string& owner, double lease_s);

@@ -123,13 +123,18 @@ int cmd_run(const Args& args) {
         "scratch", po::value<std::string>(), "node-local scratch dir (default: $TMPDIR/kiln)")(
         "shard", po::value<std::string>(),
         "I/N: only jobs whose id % N == I (0 <= I < N), e.g. one Slurm array task each")(
+        "time-limit", po::value<double>(),
+        "SECONDS: claim the cheapest jobs first and stop after SECONDS (unfinished jobs back to the "
+        "queue; exit 5)")(
         "verbose,v", "copy the workers' stderr to ours");
     add_scheduling_flags(d);
     metrics::add_metrics_flags(d);
     auto vm = parse(args, d,
                     "usage: kiln run [--batch ID] [--workers N] [--device auto|cpu|gpu] [--shard I/N]\n"
-                    "                [--metrics HOST:PORT] [--metrics-file PATH]\n"
-                    "Processes queued jobs until none remain. Progress goes to stderr.");
+                    "                [--time-limit SECONDS] [--metrics HOST:PORT] [--metrics-file PATH]\n"
+                    "Processes queued jobs until none remain (or --time-limit passes). Progress goes to stderr.\n"
+                    "Exit: 0 done, 1 error, 2 usage, 3 no evaluator, 4 jobs need an LLM, 5 time limit\n"
+                    "reached with jobs left, 130 stopped by a signal.");
     if (!vm) return 0;
     RunOptions o;
     o.device = (*vm)["device"].as<std::string>();
@@ -149,6 +154,11 @@ int cmd_run(const Args& args) {
     if (vm->count("batch")) o.batch = (*vm)["batch"].as<std::string>();
     if (vm->count("scratch")) o.scratch_dir = (*vm)["scratch"].as<std::string>();
     if (vm->count("shard")) o.shard = parse_shard((*vm)["shard"].as<std::string>());
+    if (vm->count("time-limit")) {
+      o.time_limit_s = (*vm)["time-limit"].as<double>();
+      if (!(o.time_limit_s > 0 && o.time_limit_s <= 30 * 86400))
+        throw UsageError("--time-limit must be in (0, 2592000] seconds");
+    }
     o.echo_worker_stderr = vm->count("verbose") > 0;
     const Knowledge knowledge = load_knowledge();
     Catalog catalog = open_catalog(*vm, false);
@@ -166,7 +176,7 @@ int cmd_run(const Args& args) {
     if (vm->count("json"))
       std::cout << json{{"jobs_done", s.jobs_done}, {"jobs_failed", s.jobs_failed},
                         {"candidates", s.candidates}, {"candidate_failures", s.candidate_failures},
-                        {"interrupted", s.interrupted}, {"wall_s", s.wall_s}, {"workers_ready_s", s.workers_ready_s}, {"device", s.device},
+                        {"interrupted", s.interrupted}, {"time_limited", s.time_limited}, {"wall_s", s.wall_s}, {"workers_ready_s", s.workers_ready_s}, {"device", s.device},
                         {"gpu_busy_s", s.gpu_busy_s}, {"gpu_bench_s", s.gpu_bench_s},
                         {"gpu_busy_fraction", s.gpu_busy_fraction ? json(*s.gpu_busy_fraction) : json(nullptr)},
                         {"gpus", s.gpu_ids}, {"gpu_busy_each_s", s.gpu_busy_each_s},
@@ -177,6 +187,11 @@ int cmd_run(const Args& args) {
                         {"jobs_need_llm", s.jobs_need_llm}}.dump()
                 << "\n";
     if (s.interrupted) return 130;
+    if (s.time_limited) {
+      std::cerr << "kiln run: time limit reached (" << o.time_limit_s
+                << " s); unfinished jobs are back in the queue: `kiln run` again goes on\n";
+      return 5;
+    }
     if (s.jobs_need_llm > 0) {  // the others ran; these need an endpoint
       std::cerr << "kiln run: " << s.jobs_need_llm << " job(s) failed because they need an LLM (no template "
                 << "serves them): set KILN_LLM_BASE_URL and KILN_LLM_MODEL to a reachable OpenAI-compatible "

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "catalog/job_key.h"
 #include "evaluate/fork_server.h"
@@ -125,6 +126,7 @@ class Explorer {
     so.lookahead = std::max(1, options.workers);
     so.batch = options.batch;
     if (options.shard) so.shard = JobShard{options.shard->first, options.shard->second};
+    if (options.time_limit_s > 0) so.claim_order = ClaimOrder::kCheapestFirst;
     so.artifact_dir = artifact_dir_;
     so.metrics = options.metrics;
     scheduler_ = std::make_unique<Scheduler>(catalog, knowledge, io_, so, out_);
@@ -151,6 +153,14 @@ class Explorer {
     if (opts_.metrics) hooks.metrics = [this] { publish_metrics(epoch_now()); };
     hooks.signal = [this](int sig) { on_signal(sig); };
     supervisor_->start(std::move(hooks));
+    boost::asio::steady_timer limit(io_);
+    if (opts_.time_limit_s > 0) {
+      limit.expires_after(std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(opts_.time_limit_s)));
+      limit.async_wait([this](const boost::system::error_code& ec) {
+        if (!ec) on_time_limit();
+      });
+    }
     start_workers();
     io_.run();
     pool_->stop();
@@ -385,6 +395,16 @@ class Explorer {
     // them, once) and their jobs released at once: a drain must finish well
     // inside the warning a scheduler gives before the wall time.
     pool_->stop();
+    scheduler_->drain();
+    stop("");
+  }
+
+  void on_time_limit() {
+    if (stopping_) return;
+    out_ << stamp() << "time limit (" << opts_.time_limit_s
+         << " s): stopping; unfinished jobs go back to the queue" << std::endl;
+    summary_.time_limited = true;
+    pool_->stop();  // as on a signal: in-flight candidates abandoned unrecorded
     scheduler_->drain();
     stop("");
   }

@@ -50,12 +50,19 @@ struct RunOptions {
   // none. Not owned; the registry is read by another thread (the exporter).
   metrics::RunMetrics* metrics = nullptr;
   double metrics_interval_s = 2;
+  // > 0: a run with a time limit (kiln run --time-limit). It claims the
+  // cheapest jobs first (ClaimOrder::kCheapestFirst), so it finishes as many
+  // as it can, and time_limit_s after it starts it drains as on a signal:
+  // in-flight candidates are abandoned unrecorded and unfinished jobs go back
+  // to the queue, for the next run. 0: no limit, the longest jobs first.
+  double time_limit_s = 0;
 };
 
 // The counts (jobs done / failed / needing an LLM, candidates, confirmation
 // rounds) are the scheduler's (RunCounts, scheduler.h).
 struct RunSummary : RunCounts {
   bool interrupted = false;                 // stopped by SIGINT/SIGTERM/SIGUSR1
+  bool time_limited = false;                // stopped by RunOptions::time_limit_s (not a signal)
   double wall_s = 0;
   double workers_ready_s = 0;               // the slowest worker's start to its hello (first starts)
   std::string device;                       // the executing device the workers reported

@@ -187,7 +187,7 @@ bool Scheduler::planning() const {
 bool Scheduler::claim() {
   std::optional<JobRow> row;
   try {
-    row = catalog_.claim_job(opts_.owner, opts_.scheduling.lease_s, opts_.batch, opts_.shard);
+    row = catalog_.claim_job(opts_.owner, opts_.scheduling.lease_s, opts_.batch, opts_.shard, opts_.claim_order);
   } catch (const std::exception& e) {
     fail(std::string("catalog: ") + e.what());
     return false;

@@ -47,6 +47,7 @@ struct SchedulerOptions {
   SchedulingSettings scheduling;   // lease, bench cutoff, ready candidates per slot
   std::optional<std::string> batch;
   std::optional<JobShard> shard;   // only jobs with id % count == index
+  ClaimOrder claim_order = ClaimOrder::kLongestFirst;  // Catalog::claim_job's
   std::filesystem::path artifact_dir;  // the worker writes code objects here (per slot subdirs)
   // > 1: evaluations are buffered and written up to this many per transaction
   // (Catalog::record_evaluations), and a round's candidates in one transaction;

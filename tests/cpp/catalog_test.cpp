@@ -140,9 +140,10 @@ class CatalogTest : public ::testing::Test {
   }
 
   // Claims every job in turn: their spec tags in claim order.
-  static std::vector<std::string> claim_all(Catalog& cat) {
+  static std::vector<std::string> claim_all(Catalog& cat, ClaimOrder how = ClaimOrder::kLongestFirst) {
     std::vector<std::string> order;
-    while (auto j = cat.claim_job("h:1", 60)) order.push_back(j->spec["tag"].get<std::string>());
+    while (auto j = cat.claim_job("h:1", 60, std::nullopt, std::nullopt, how))
+      order.push_back(j->spec["tag"].get<std::string>());
     return order;
   }
 
@@ -170,6 +171,18 @@ TEST_F(CatalogTest, ClaimsTheMostCompilingJobFirstThenTheMostExpensive) {
                                          });
   EXPECT_EQ(cat.query("SELECT compile_est_s FROM jobs ORDER BY id").rows[4][0], 1.0);
   EXPECT_EQ(claim_all(cat), (std::vector<std::string>{"c2", "c1", "c4", "c0", "c3"}));
+}
+
+TEST_F(CatalogTest, ClaimsTheCheapestJobFirstForATimeLimitedRun) {
+  Catalog cat = open();
+  submit_each<std::pair<double, double>>(cat, "c", {{0, 9}, {3, 0.1}, {3, 1}, {0, 0}, {1, 5}, {0, 0}},
+                                         [](NewJob& j, std::pair<double, double> compile_priority) {
+                                           j.compile_est_s = compile_priority.first;
+                                           j.priority = compile_priority.second;
+                                         });
+  // Least compiling first, then the cheapest; equal keys in id order.
+  EXPECT_EQ(claim_all(cat, ClaimOrder::kCheapestFirst),
+            (std::vector<std::string>{"c3", "c5", "c0", "c4", "c1", "c2"}));
 }
 
 TEST_F(CatalogTest, CompileSecondsAreMeansPerOperatorAndArchOfRecentEvaluations) {
