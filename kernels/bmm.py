@@ -46,7 +46,7 @@ key and compile to the same code).
 
 config_space: for N == 1 or M == 1 the GEMV configs first; then, for fp32
 where the output tiles are few (tiles x batch under two per SM) and K long,
-each tile with the SPLIT_K that brings the programs to about two per SM; then
+each tile with the SPLIT_K that brings the programs to about eight per SM; then
 the plain tiles.
 AMD knobs: waves_per_eu; for half inputs also matrix_instr_nonkdim and kpack.
 """
@@ -250,14 +250,25 @@ _TILES = [  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
 # Matrix-vector tiles (BLOCK_M outputs, BLOCK_K, num_warps): 4096 elements of
 # the matrix per step, 32 per thread on 4 warps (as many fp32 accumulators).
 # The matrix stored [R, K] (K contiguous): few rows, a long K chunk; stored
-# [K, R] (R contiguous): the transpose.
-_GEMV_ROWS = [(8, 512, 4), (16, 256, 4), (4, 1024, 4), (32, 128, 4), (16, 512, 8)]
-_GEMV_COLS = [(128, 32, 4), (256, 16, 4), (64, 64, 4), (512, 8, 4), (256, 32, 8)]
+# [K, R] (R contiguous): the transpose, rows of 2-4 KiB. On an H200 (fp32,
+# 2048 x 1048576, 8.6 GB read) every _GEMV_ROWS tile ran in 1.90-1.93 ms
+# (4.5 TB/s; torch 2.31 ms); of the [K, R] tiles 512 x 8 and 1024 x 8 ran in
+# 1.91 ms with 1024-2048 programs, 256 x 16 in 1.98, 128 x 32 in 2.3 (torch
+# 2.06 ms).
+_GEMV_ROWS = [(8, 512, 4), (16, 512, 8), (16, 256, 4), (4, 1024, 4), (32, 128, 4)]
+_GEMV_COLS = [(512, 8, 4), (1024, 8, 8), (1024, 4, 4), (256, 16, 4), (128, 32, 4)]
 
-# Programs per SM split-K aims at: two (a second resident program hides the
-# first's latency; GEMM tiles hold about two per SM), GEMV programs lighter, four.
-_SPLIT_PER_SM = 2
-_GEMV_PER_SM = 4
+# Split-K applies where the output blocks x batch are fewer than
+# _SPLIT_BELOW_PER_SM per SM, and splits to about _PROGRAMS_PER_SM programs per
+# SM. On an H200, 256 x 256 x 524288 fp32: 128 x 64 tiles split 128 ways
+# (1024 programs) 1.55 ms, 32 ways 1.60, 16 ways (256 programs) 2.65; 64 x 64
+# split 64 ways 1.60 (torch 1.30 ms, the unsplit kernel 97 ms); the GEMV
+# [K, R] tiles wanted 1024 programs or more (512: 2.27 ms against 1.91).
+_SPLIT_BELOW_PER_SM = 2
+_PROGRAMS_PER_SM = 8
+# The split-K tiles that measured best there, first (128 x 128 on 4 warps,
+# 128 accumulators a thread, 1.95 ms at best).
+_SPLIT_PREFERRED = [(128, 64), (64, 128), (64, 64)]
 # Fewest K steps one split-K run takes (a run shorter than this spends more on
 # its prologue, epilogue and atomics than it saves).
 _MIN_STEPS_PER_RUN = 8
@@ -285,21 +296,21 @@ def _pow2_near(x: float) -> int:
     return lo * 2 if x * x > lo * lo * 2 else lo
 
 
-def split_k_for(programs: int, steps: int, per_sm: int, sms: int) -> int:
-    """SPLIT_K bringing `programs` (output blocks x batch) to about per_sm x sms,
-    each run at least _MIN_STEPS_PER_RUN of the `steps` K steps; 1 when the
-    blocks alone are that many or K too short."""
-    want = per_sm * sms
-    if programs * 2 > want:
+def split_k_for(programs: int, steps: int, sms: int) -> int:
+    """SPLIT_K for `programs` output blocks (x batch) over `steps` K steps: 1
+    when they are _SPLIT_BELOW_PER_SM per SM or more, else the power of two
+    bringing them nearest _PROGRAMS_PER_SM per SM, each run at least
+    _MIN_STEPS_PER_RUN steps (1 when K is too short for two such runs)."""
+    if programs >= _SPLIT_BELOW_PER_SM * sms:
         return 1
-    split = min(_pow2_near(want / programs), max(1, steps // _MIN_STEPS_PER_RUN))
+    split = min(_pow2_near(_PROGRAMS_PER_SM * sms / programs), max(1, steps // _MIN_STEPS_PER_RUN))
     return 1 << (split.bit_length() - 1)
 
 
 def _gemv_space(shape, dtype, params, target):
     """The matrix-vector configs: each tile of the matrix's layout shrunk to
-    the problem, fp32 with the split that gives about _GEMV_PER_SM programs
-    per SM (and twice that split), half dtypes without split."""
+    the problem; fp32 with its split_k_for (and twice that split), half
+    dtypes without split."""
     bt, M, N, K = shape
     R = M * N
     _, mat_t = _mat_flags(shape, params)
@@ -313,7 +324,7 @@ def _gemv_space(shape, dtype, params, target):
         w = 1 << (w.bit_length() - 1)
         split = 1
         if dtype == "fp32":
-            split = split_k_for(common.cdiv(R, bm) * bt, common.cdiv(K, bk), _GEMV_PER_SM, sms)
+            split = split_k_for(common.cdiv(R, bm) * bt, common.cdiv(K, bk), sms)
         splits = [split] + ([split * 2] if split > 1 and common.cdiv(K, bk) // (split * 2) >= _MIN_STEPS_PER_RUN
                             else [])
         for s in splits:
@@ -328,8 +339,9 @@ def config_space(op, shape, dtype, params, target):
     ((BLOCK_M + BLOCK_N) x BLOCK_K x stages) exceed the target's shared
     memory; GROUP_M 8. In front of them: for N == 1 or M == 1 the
     matrix-vector configs (_gemv_space); else, for fp32 with fewer output
-    tiles x batch than _SPLIT_PER_SM per SM, each tile with its split-K
-    (split_k_for; only where K has at least 2 x _MIN_STEPS_PER_RUN steps).
+    tiles x batch than _SPLIT_BELOW_PER_SM per SM, each tile with its
+    split-K (split_k_for; only where K has at least 2 x _MIN_STEPS_PER_RUN
+    steps), _SPLIT_PREFERRED's tiles first.
     Then the AMD knobs (matrix-core knobs for half inputs)."""
     _check(op)
     bt, M, N, K = shape
@@ -349,9 +361,11 @@ def config_space(op, shape, dtype, params, target):
         base.append(c)
         if dtype == "fp32" and not _gemv_side(shape):
             tiles = common.cdiv(M, bm) * common.cdiv(N, bn) * bt
-            sk = split_k_for(tiles, common.cdiv(K, bk), _SPLIT_PER_SM, sms)
+            sk = split_k_for(tiles, common.cdiv(K, bk), sms)
             if sk > 1:
                 split.append(dict(c, SPLIT_K=sk))
+    rank = {t: i for i, t in enumerate(_SPLIT_PREFERRED)}
+    split.sort(key=lambda c: rank.get((c["BLOCK_M"], c["BLOCK_N"]), len(rank)))
     lead = _gemv_space(shape, dtype, params, target) if _gemv_side(shape) else []
     return common.expand(common.dedupe(lead + split + base), common.amd_knobs(target, dot=dtype != "fp32"))
 
