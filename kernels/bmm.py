@@ -253,10 +253,11 @@ _TILES = [  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
 # [K, R] (R contiguous): the transpose, rows of 2-4 KiB. On an H200 (fp32,
 # 2048 x 1048576, 8.6 GB read) every _GEMV_ROWS tile ran in 1.90-1.93 ms
 # (4.5 TB/s; torch 2.31 ms); of the [K, R] tiles 512 x 8 and 1024 x 8 ran in
-# 1.91 ms with 1024-2048 programs, 256 x 16 in 1.98, 128 x 32 in 2.3 (torch
-# 2.06 ms).
+# 1.91 ms with 1024-2048 programs, 1024 x 4 in 1.97 (torch 2.06 ms); 256 x 16
+# (1.98-2.56 ms) and 128 x 32 (2.3-2.6) are left out: the config model cannot
+# tell them from the others.
 _GEMV_ROWS = [(8, 512, 4), (16, 512, 8), (16, 256, 4), (4, 1024, 4), (32, 128, 4)]
-_GEMV_COLS = [(512, 8, 4), (1024, 8, 8), (1024, 4, 4), (256, 16, 4), (128, 32, 4)]
+_GEMV_COLS = [(512, 8, 4), (1024, 8, 8), (1024, 4, 4)]
 
 # Split-K applies where the output blocks x batch are fewer than
 # _SPLIT_BELOW_PER_SM per SM, and splits to about _PROGRAMS_PER_SM programs per
@@ -267,8 +268,11 @@ _GEMV_COLS = [(512, 8, 4), (1024, 8, 8), (1024, 4, 4), (256, 16, 4), (128, 32, 4
 _SPLIT_BELOW_PER_SM = 2
 _PROGRAMS_PER_SM = 8
 # The split-K tiles that measured best there, first (128 x 128 on 4 warps,
-# 128 accumulators a thread, 1.95 ms at best).
+# 128 accumulators a thread, 1.95 ms at best). Tiles under 64 x 64 (or the
+# largest the shape takes) get no split: they re-read the operands more and
+# feed fewer FMAs per loaded value, yet the config model ranks them first.
 _SPLIT_PREFERRED = [(128, 64), (64, 128), (64, 64)]
+_SPLIT_MIN_TILE = 64 * 64
 # Fewest K steps one split-K run takes (a run shorter than this spends more on
 # its prologue, epilogue and atomics than it saves).
 _MIN_STEPS_PER_RUN = 8
@@ -339,7 +343,8 @@ def config_space(op, shape, dtype, params, target):
     ((BLOCK_M + BLOCK_N) x BLOCK_K x stages) exceed the target's shared
     memory; GROUP_M 8. In front of them: for N == 1 or M == 1 the
     matrix-vector configs (_gemv_space); else, for fp32 with fewer output
-    tiles x batch than _SPLIT_BELOW_PER_SM per SM, each tile with its
+    tiles x batch than _SPLIT_BELOW_PER_SM per SM, each tile of at least
+    _SPLIT_MIN_TILE outputs (or the largest the shape takes) with its
     split-K (split_k_for; only where K has at least 2 x _MIN_STEPS_PER_RUN
     steps), _SPLIT_PREFERRED's tiles first.
     Then the AMD knobs (matrix-core knobs for half inputs)."""
@@ -359,7 +364,7 @@ def config_space(op, shape, dtype, params, target):
         w = 1 << (w.bit_length() - 1)
         c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s}
         base.append(c)
-        if dtype == "fp32" and not _gemv_side(shape):
+        if dtype == "fp32" and not _gemv_side(shape) and bm * bn >= min(_SPLIT_MIN_TILE, cap(M) * cap(N)):
             tiles = common.cdiv(M, bm) * common.cdiv(N, bn) * bt
             sk = split_k_for(tiles, common.cdiv(K, bk), sms)
             if sk > 1:

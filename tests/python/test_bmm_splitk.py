@@ -130,6 +130,10 @@ def test_space_leads_with_split_k_and_gemv_where_they_pay():
     assert len(split) >= 4 and space[:len(split)] == split
     for c in split:
         assert 4 * sms <= _programs(shape, c) <= 16 * sms, c
+        assert c["BLOCK_M"] * c["BLOCK_N"] >= 64 * 64, c  # small tiles: no split
+    # a shape too small for 64 x 64 tiles: its largest tile splits
+    small = [c for c in bmm.config_space("bmm", [1, 32, 32, 1048576], "fp32", {}, H200) if c.get("SPLIT_K", 1) > 1]
+    assert small and {(c["BLOCK_M"], c["BLOCK_N"]) for c in small} == {(32, 32)}
     assert len(space) <= 2 * len([c for c in space if "SPLIT_K" not in c])
     assert not [c for c in bmm.config_space("bmm", shape, "fp16", {}, H200) if c.get("SPLIT_K", 1) > 1]
     # matrix-vector (KernelBench's 2048 x 1048576): GEMV configs first, both layouts
