@@ -44,10 +44,11 @@ partials rounded to 8 / 11 bits. SPLIT_K absent or 1 is the plain kernel with
 a plain store (the configs of spaces before split-K existed have no SPLIT_K
 key and compile to the same code).
 
-config_space: for N == 1 or M == 1 the GEMV configs first; then, for fp32
+config_space: for N == 1 or M == 1 the GEMV configs first; else, for fp32
 where the output tiles are few (tiles x batch under two per SM) and K long,
-each tile with the SPLIT_K that brings the programs to about eight per SM; then
-the plain tiles.
+each tile of at least 64 x 64 (or the largest the shape takes) with the
+SPLIT_K that brings the programs to about eight per SM; then the plain tiles
+(the spaces of other shapes are as before).
 AMD knobs: waves_per_eu; for half inputs also matrix_instr_nonkdim and kpack.
 """
 
