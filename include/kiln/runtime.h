@@ -112,14 +112,17 @@ const char* kiln_kernel_describe(const kiln_kernel* kernel);
  * driver will receive (works in static mode, without a device):
  * {"kernel", "file", "grid": [x,y,z], "block": [x,y,z], "shared", "numel": [...],
  *  "args": [{"name", "type", then "tensor": i | "value": v | "scratch":
- *  "global"|"profile" with "bytes" | "tma": {"tensor","dims","strides_bytes"}}]}.
+ *  "global"|"profile" with "bytes" | "tma": {"tensor","dims","strides_bytes"}}],
+ *  "zero_before_launch": [{"tensor": i, "bytes": n}] (cleared before each launch)}.
  * Owned by kernel; "" on failure (kiln_last_error). */
 const char* kiln_kernel_plan(const kiln_kernel* kernel);
 
 /* Launches on `stream` (hipStream_t / CUstream; NULL: the default stream).
  * tensors: device pointers in the manifest's tensor order, each 16-byte
  * aligned. Encodes TMA descriptors, passes hidden scratch, sets the dynamic
- * shared memory attribute. Asynchronous: returns once queued. */
+ * shared memory attribute. A variant with "zero_before_launch" (a split-K
+ * kernel adding into its output) has those tensors cleared first, by a
+ * memset queued on the same stream. Asynchronous: returns once queued. */
 kiln_status kiln_launch(kiln_kernel* kernel, void* const* tensors, int ntensors, void* stream);
 
 /* Device memory on the package's device, for callers with no other GPU

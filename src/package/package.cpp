@@ -60,6 +60,12 @@ void check_info(const json& r, const std::string& what) {
   for (const auto& a : r["args"])
     if (!a.is_object() || !a.contains("bind") || !a["bind"].is_object()) bad("an argument without bind");
   if (!r.contains("verify") || !r["verify"].is_object()) bad("no verify data");
+  if (r.contains("zero_before_launch")) {
+    const json& z = r["zero_before_launch"];
+    if (!z.is_array()) bad("zero_before_launch is not an array");
+    for (const auto& name : z)
+      if (!name.is_string()) bad("a zero_before_launch entry is not an argument name");
+  }
 }
 
 std::string target_id_of(const std::string& bytes, const Target& t, const json& metadata) {
@@ -229,6 +235,9 @@ PackageResult write_package(const Catalog& catalog, const std::vector<const Targ
         for (const char* f : {"global_scratch_align", "profile_scratch_align"}) v[f] = tmd.value(f, 1);
         v["grid"] = res["grid"];
         v["args"] = res["args"];
+        // tensors the kernel needs cleared before each launch (split-K outputs)
+        if (res.contains("zero_before_launch") && !res["zero_before_launch"].empty())
+          v["zero_before_launch"] = res["zero_before_launch"];
         v["assume"] = res.value("assume", json::array());
         v["range"] = res.contains("range") ? res["range"] : json{{"exact", true}};
         v["config"] = c.config;

@@ -41,6 +41,9 @@ class Backend {
   virtual void to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill(void* dst, unsigned char byte, size_t bytes) = 0;
+  // `bytes` bytes at dst set to `byte`, queued on `stream` (null: the default
+  // stream) ahead of what is launched on it next: cuMemsetD8Async / hipMemsetAsync.
+  virtual void fill_async(void* dst, unsigned char byte, size_t bytes, void* stream) = 0;
   virtual void synchronize() = 0;
   virtual void* event_create() = 0;
   virtual void event_record(void* ev, void* stream) = 0;

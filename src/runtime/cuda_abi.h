@@ -77,6 +77,7 @@ using PFN_cuMemFree = CUresult (*)(CUdeviceptr);
 using PFN_cuMemcpyHtoD = CUresult (*)(CUdeviceptr, const void*, size_t);
 using PFN_cuMemcpyDtoH = CUresult (*)(void*, CUdeviceptr, size_t);
 using PFN_cuMemsetD8 = CUresult (*)(CUdeviceptr, unsigned char, size_t);
+using PFN_cuMemsetD8Async = CUresult (*)(CUdeviceptr, unsigned char, size_t, CUstream);
 using PFN_cuEventCreate = CUresult (*)(CUevent*, unsigned);
 using PFN_cuEventRecord = CUresult (*)(CUevent, CUstream);
 using PFN_cuEventSynchronize = CUresult (*)(CUevent);

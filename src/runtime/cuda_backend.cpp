@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
     KILN_SYM(cuMemcpyHtoD, "cuMemcpyHtoD_v2");
     KILN_SYM(cuMemcpyDtoH, "cuMemcpyDtoH_v2");
     KILN_SYM(cuMemsetD8, "cuMemsetD8_v2");
+    KILN_SYM(cuMemsetD8Async, "cuMemsetD8Async");
     KILN_SYM(cuEventCreate, "cuEventCreate");
     KILN_SYM(cuEventRecord, "cuEventRecord");
     KILN_SYM(cuEventSynchronize, "cuEventSynchronize");
@@ -186,6 +187,11 @@ class CudaBackend final : public Backend {
     current();
     check(cuMemsetD8(reinterpret_cast<CUdeviceptr>(d), v, n), "cuMemsetD8");
   }
+  void fill_async(void* d, unsigned char v, size_t n, void* stream) override {
+    current();
+    check(cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(d), v, n, static_cast<CUstream>(stream)),
+          "cuMemsetD8Async");
+  }
   void synchronize() override {
     current();
     check(cuCtxSynchronize(), "cuCtxSynchronize (a kernel faulted?)");
@@ -267,6 +273,7 @@ class CudaBackend final : public Backend {
   PFN_cuMemcpyHtoD cuMemcpyHtoD = nullptr;
   PFN_cuMemcpyDtoH cuMemcpyDtoH = nullptr;
   PFN_cuMemsetD8 cuMemsetD8 = nullptr;
+  PFN_cuMemsetD8Async cuMemsetD8Async = nullptr;
   PFN_cuEventCreate cuEventCreate = nullptr;
   PFN_cuEventRecord cuEventRecord = nullptr;
   PFN_cuEventSynchronize cuEventSynchronize = nullptr;

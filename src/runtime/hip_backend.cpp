@@ -61,6 +61,7 @@ class HipBackend final : public Backend {
     KILN_SYM(hipFree);
     KILN_SYM(hipMemcpy);
     KILN_SYM(hipMemset);
+    KILN_SYM(hipMemsetAsync);
     KILN_SYM(hipDeviceSynchronize);
     KILN_SYM(hipEventCreate);
     KILN_SYM(hipEventRecord);
@@ -168,6 +169,9 @@ class HipBackend final : public Backend {
     check(hipMemcpy_(h, d, n, hipMemcpyDeviceToHost), "hipMemcpy(device to host)");
   }
   void fill(void* d, unsigned char v, size_t n) override { check(hipMemset_(d, v, n), "hipMemset"); }
+  void fill_async(void* d, unsigned char v, size_t n, void* stream) override {
+    check(hipMemsetAsync_(d, v, n, static_cast<hipStream_t>(stream)), "hipMemsetAsync");
+  }
   void synchronize() override { check(hipDeviceSynchronize_(), "hipDeviceSynchronize (a kernel faulted?)"); }
   void* event_create() override {
     hipEvent_t e;
@@ -213,6 +217,7 @@ class HipBackend final : public Backend {
   decltype(&::hipFree) hipFree_ = nullptr;
   decltype(&::hipMemcpy) hipMemcpy_ = nullptr;
   decltype(&::hipMemset) hipMemset_ = nullptr;
+  decltype(&::hipMemsetAsync) hipMemsetAsync_ = nullptr;
   decltype(&::hipDeviceSynchronize) hipDeviceSynchronize_ = nullptr;
   hipError_t (*hipEventCreate_)(hipEvent_t*) = nullptr;
   hipError_t (*hipEventRecord_)(hipEvent_t, hipStream_t) = nullptr;  // overloaded in C++

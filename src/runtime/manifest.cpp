@@ -159,6 +159,19 @@ Variant parse_variant(const Ctx& c, const json& v, const std::string& p) {
     a.bind = parse_bind(c, c.need(arg, "bind", ap), ap + ".bind");
     r.args.push_back(std::move(a));
   });
+  if (v.contains("zero_before_launch") && !v.at("zero_before_launch").is_null())
+    c.each(v.at("zero_before_launch"), p + ".zero_before_launch", [&](const json& z, const std::string& zp) {
+      if (!z.is_string()) c.fail(zp, "expected an argument name");
+      const std::string name = z.get<std::string>();
+      auto a = std::find_if(r.args.begin(), r.args.end(), [&](const ArgSpec& x) { return x.name == name; });
+      if (a == r.args.end() || a->bind.kind != Bind::Tensor)
+        c.fail(zp, "\"" + (name.size() <= 64 ? name : name.substr(0, 64) + "...") +
+                       "\" is not a pointer argument bound to a tensor");
+      if (std::find(r.zero_tensors.begin(), r.zero_tensors.end(), a->bind.tensor) != r.zero_tensors.end())
+        c.fail(zp, "names tensor " + std::to_string(a->bind.tensor) + " twice");
+      r.zero_before_launch.push_back(name);
+      r.zero_tensors.push_back(a->bind.tensor);
+    });
   if (v.contains("assume"))
     c.each(v.at("assume"), p + ".assume", [&](const json& as, const std::string& ap) {
       Assume a{c.expr(c.need(as, "expr", ap), ap + ".expr"), c.integer(as, "multiple_of", ap, 1)};

@@ -70,6 +70,11 @@ struct Variant {
   std::array<int64_t, 3> block{1, 1, 1};
   std::vector<Expr> grid;  // 3
   std::vector<ArgSpec> args;
+  // "zero_before_launch": tensors that must hold zeros when the kernel starts
+  // (a split-K kernel adds into its output), as the tensor indices of the
+  // pointer arguments the manifest names; every launch clears them first.
+  std::vector<std::string> zero_before_launch;
+  std::vector<int> zero_tensors;
   std::vector<Assume> assumes;
   bool range_exact = true;
   std::vector<DimRange> dims;

@@ -316,6 +316,13 @@ Kernel::Kernel(Package& pkg, size_t k, size_t v, std::vector<int64_t> shape)
       programs *= g;
     }
     shared_ = static_cast<uint32_t>(var.shared_bytes);
+    for (int t : var.zero_tensors) {
+      const int64_t bytes = numel_[t] * dtype_size(ks.tensors[t].dtype);
+      if (bytes < 0 || dtype_size(ks.tensors[t].dtype) == 0)
+        throw Error(KILN_E_LAUNCH, label + ": tensor " + ks.tensors[t].name + " to clear before the launch has dtype " +
+                                       ks.tensors[t].dtype + " of unknown size");
+      zero_.emplace_back(t, static_cast<size_t>(bytes));
+    }
     // parameter storage: every argument at an offset aligned to its size (TMA to 64)
     size_t off = 0;
     std::vector<size_t> offsets;
@@ -431,10 +438,13 @@ const std::string& Kernel::plan() const {
     }
     args.push_back(std::move(j));
   }
+  nlohmann::json zero = nlohmann::json::array();
+  for (const auto& [t, bytes] : zero_) zero.push_back({{"tensor", t}, {"bytes", bytes}});
   nlohmann::json out = {{"kernel", var.kernel_name}, {"file", var.file},
                         {"grid", {grid_[0], grid_[1], grid_[2]}},
                         {"block", {block_[0], block_[1], block_[2]}},
-                        {"shared", shared_}, {"numel", numel_}, {"args", std::move(args)}};
+                        {"shared", shared_}, {"numel", numel_}, {"args", std::move(args)},
+                        {"zero_before_launch", std::move(zero)}};
   plan_ = out.dump();
   return plan_;
 }
@@ -470,6 +480,9 @@ void Kernel::launch(void* const* tensors, int ntensors, void* stream) {
       s.encoded_for = tensors[s.tensor];
     }
   }
+  // a split-K kernel adds into its output: zeros first, on the same stream
+  for (const auto& [t, bytes] : zero_)
+    if (bytes) pkg_.backend()->fill_async(tensors[t], 0, bytes, stream);
   pkg_.backend()->launch(fn_, grid_, block_, shared_, stream, params_.data());
 }
 

@@ -77,6 +77,8 @@ class Kernel {
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
+  // Queues, on `stream`: a memset to zero of each zero_before_launch tensor
+  // (its numel x dtype bytes), then the kernel.
   void launch(void* const* tensors, int ntensors, void* stream);
   const KernelSpec& spec() const { return pkg_.manifest().kernels[k_]; }
   const Variant& variant() const { return spec().variants[v_]; }
@@ -87,8 +89,10 @@ class Kernel {
   // The resolved launch as JSON, read back from the parameter buffer the
   // driver receives: {"kernel", "grid", "block", "shared", "args": [{"name",
   // "type", and "tensor": i | "value": v | "scratch": "global"|"profile" with
-  // "bytes" | "tma": {"tensor", "dims", "strides_bytes"}}]}. Tensor pointers
-  // are named by index (they are set at launch). Built on the first call.
+  // "bytes" | "tma": {"tensor", "dims", "strides_bytes"}}], "zero_before_launch":
+  // [{"tensor": i, "bytes": n}]} (the tensors launch() clears first; [] for
+  // most kernels). Tensor pointers are named by index (they are set at
+  // launch). Built on the first call.
   const std::string& plan() const;
 
  private:
@@ -105,6 +109,7 @@ class Kernel {
     void* encoded_for = nullptr;  // TMA: the base the descriptor holds (re-encoded when it changes)
   };
   std::vector<Slot> patches_;
+  std::vector<std::pair<int, size_t>> zero_;  // (tensor, bytes) cleared before each launch
   std::vector<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>> tma_dims_;  // per tma patch
   unsigned char* storage_ = nullptr;  // 64-byte aligned inside storage_buf_
   std::vector<unsigned char> storage_buf_;

@@ -448,3 +448,88 @@ TEST(RuntimePackage, DeclaredSizesAreBounded) {
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_NE(r.out.find("above the bound of 1099511627776 bytes"), std::string::npos) << r.out;
 }
+
+// A split-K kernel adds into its output: the variant's "zero_before_launch"
+// names the pointer arguments whose tensors every launch clears first. Up to
+// the device boundary: parsed and checked at open, resolved to (tensor, bytes)
+// at the launch's shape in the plan, shown by kiln-rt info.
+namespace {
+
+// The name of the variant's pointer argument bound to tensor `t`.
+std::string pointer_to(const nlohmann::json& var, int t) {
+  for (const auto& a : var["args"])
+    if (a["bind"].contains("tensor") && a["bind"]["tensor"] == t) return a["name"];
+  return "";
+}
+
+fs::path with_zero(const std::string& tag, const std::function<nlohmann::json(const nlohmann::json&)>& names) {
+  fs::path d = copy_pkg("full", tag);
+  auto m = nlohmann::json::parse(slurp(d / "manifest.json"));
+  for (auto& v : m["kernels"][0]["variants"])
+    if (v["target"] == "H200") v["zero_before_launch"] = names(v);
+  spit(d / "manifest.json", m.dump());
+  EXPECT_EQ(make_package("resum " + shell_quote(d.string())).rc, 0);
+  return d;
+}
+
+}  // namespace
+
+TEST(RuntimePackage, ZeroBeforeLaunchResolvesToTheOutputsBytes) {
+  std::string out_name;
+  fs::path d = with_zero("zero", [&](const nlohmann::json& v) {
+    out_name = pointer_to(v, 1);  // softmax: tensor 1 is the output
+    return nlohmann::json::array({out_name});
+  });
+  ASSERT_FALSE(out_name.empty());
+  Opened o = open_pkg(d, "H200");
+  ASSERT_EQ(o.st, KILN_OK) << o.err;
+  kiln_kernel* k = nullptr;
+  int64_t exact[2] = {64, 1000};
+  ASSERT_EQ(kiln_kernel_find(o.pkg, "softmax", exact, 2, "fp32", &k), KILN_OK) << kiln_last_error();
+  auto plan = nlohmann::json::parse(kiln_kernel_plan(k));
+  EXPECT_EQ(plan["zero_before_launch"], nlohmann::json::parse(R"([{"tensor": 1, "bytes": 256000}])")) << plan;
+  void* ptrs[2] = {nullptr, nullptr};
+  EXPECT_EQ(kiln_launch(k, ptrs, 2, nullptr), KILN_E_NO_DEVICE);  // static target: nothing queued
+  kiln_kernel_free(k);
+  int64_t in_range[2] = {300, 512};  // the bytes follow the launch's shape
+  ASSERT_EQ(kiln_kernel_find(o.pkg, "softmax", in_range, 2, "fp32", &k), KILN_OK) << kiln_last_error();
+  plan = nlohmann::json::parse(kiln_kernel_plan(k));
+  EXPECT_EQ(plan["zero_before_launch"], nlohmann::json::parse(R"([{"tensor": 1, "bytes": 614400}])")) << plan;
+  kiln_kernel_free(k);
+  kiln_package_close(o.pkg);
+
+  // a variant without the field clears nothing
+  o = open_pkg(pkgs() / "full", "H200");
+  ASSERT_EQ(o.st, KILN_OK) << o.err;
+  ASSERT_EQ(kiln_kernel_find(o.pkg, "softmax", exact, 2, "fp32", &k), KILN_OK) << kiln_last_error();
+  EXPECT_EQ(nlohmann::json::parse(kiln_kernel_plan(k))["zero_before_launch"], nlohmann::json::array());
+  kiln_kernel_free(k);
+  kiln_package_close(o.pkg);
+
+  CmdResult r = run(std::string(KILN_BINARY_DIR) + "/kiln-rt info " + shell_quote(d.string()) + " --target H200");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("zeroes " + out_name), std::string::npos) << r.out;
+}
+
+TEST(RuntimePackage, ZeroBeforeLaunchMustNameATensorArgument) {
+  auto refused = [](const std::string& tag, nlohmann::json names, const char* why) {
+    fs::path d = with_zero(tag, [&](const nlohmann::json&) { return names; });
+    expect_refused(open_pkg(d, "H200"), KILN_E_FORMAT, {"zero_before_launch", why});
+  };
+  refused("zero-unknown", {"no_such_arg"}, "\"no_such_arg\" is not a pointer argument bound to a tensor");
+  std::string scalar;  // an integer argument of the variant (bound to an expression)
+  fs::path s = with_zero("zero-scalar", [&](const nlohmann::json& v) {
+    for (const auto& a : v["args"])
+      if (a["bind"].contains("expr")) scalar = a["name"];
+    return nlohmann::json::array({scalar});
+  });
+  ASSERT_FALSE(scalar.empty());
+  expect_refused(open_pkg(s, "H200"), KILN_E_FORMAT,
+                 {"zero_before_launch", ("\"" + scalar + "\" is not a pointer argument bound to a tensor").c_str()});
+  refused("zero-type", {1}, "expected an argument name");
+  refused("zero-object", nlohmann::json::object(), "expected an array");
+  fs::path d = with_zero("zero-twice", [](const nlohmann::json& v) {
+    return nlohmann::json::array({pointer_to(v, 1), pointer_to(v, 1)});
+  });
+  expect_refused(open_pkg(d, "H200"), KILN_E_FORMAT, {"zero_before_launch", "twice"});
+}

@@ -8,7 +8,10 @@ the runtime admits, the launch the runtime resolves (kiln_kernel_plan: grid,
 tensor sizes, and every argument as the driver's parameter buffer holds it)
 equals what the family's own Python launcher passes at that shape
 (tests/python/launch_oracle.py). An operator packaged with two params sets at
-one shape is refused without params and found with them.
+one shape is refused without params and found with them. bmm's split-K
+kernel (few tiles, long K: the first config of its space) carries
+zero_before_launch into its variant and the runtime's plan; its
+matrix-vector kernel (N == 1) and the plain tiles carry none.
 
     KILN_BIN=$PWD/build/kiln python3 -m pytest -q tests/e2e/test_package_new_families.py
 """
@@ -34,6 +37,8 @@ defaults:
   benchmark: {warmup: 1, runs: 2}
 operators:
   - {op: bmm, input_shape: [2, 24, 20, 32], dtypes: [fp16], params: {trans_b: true}}
+  - {op: bmm, input_shape: [1, 16, 16, 512], dtypes: [fp32]}
+  - {op: bmm, input_shape: [1, 24, 1, 1024], dtypes: [fp32], params: {trans_a: true}}
   - {op: scaled_softmax, input_shape: [6, 40], dtypes: [fp32], params: {scale: 0.5}}
   - {op: log_softmax, input_shape: [4, 100], dtypes: [fp16]}
   - {op: cumsum, input_shape: [5, 90], dtypes: [fp32]}
@@ -173,6 +178,35 @@ def test_runtime_resolves_the_launchers_launch(packaged):
     assert {op for op, _ in checked} >= FAMILIES
     # the neighbours the package verified are launched too, not only the job shapes
     assert len(checked) > len(packaged["man"]["kernels"]), checked
+
+
+def test_split_k_output_is_cleared_before_every_launch(packaged):
+    """The split-K bmm adds into its output: its variant names c_ptr, and the
+    runtime's plan clears tensor 2 (the output) at the launch's own shape,
+    the job's and every verified neighbour's; the other bmm kernels clear
+    nothing."""
+    by_shape = {tuple(k["shape"]): k for k in packaged["man"]["kernels"] if k["operator"] == "bmm"}
+    split = [v for v in by_shape[(1, 16, 16, 512)]["variants"] if v["rank"] == 0][0]
+    assert split["config"].get("SPLIT_K", 1) > 1, split["config"]
+    assert split["zero_before_launch"] == ["c_ptr"], split
+    assert [a["bind"] for a in split["args"] if a["name"] == "c_ptr"] == [{"tensor": 2}]
+    gemv = [v for v in by_shape[(1, 24, 1, 1024)]["variants"] if v["rank"] == 0][0]
+    assert gemv["config"].get("gemv") == 1 and gemv["kernel_name"] == "bmv_kernel", gemv["config"]
+    for k in by_shape.values():
+        for v in k["variants"]:
+            assert ("zero_before_launch" in v) == (v["config"].get("SPLIT_K", 1) > 1), (k["shape"], v["config"])
+    rt = Runtime(packaged["out"])
+    try:
+        shapes = [[1, 16, 16, 512]] + split["range"].get("verified_shapes", [])
+        for shape in shapes:
+            rc, plan, nbytes = rt.find("bmm", shape, "fp32")
+            assert rc == 0, (shape, plan)
+            assert plan["zero_before_launch"] == [{"tensor": 2, "bytes": nbytes[2]}], (shape, plan)
+            assert nbytes[2] == shape[0] * shape[1] * shape[2] * 4
+        rc, plan, _ = rt.find("bmm", [1, 24, 1, 1024], "fp32", {"trans_a": True})
+        assert rc == 0 and plan["zero_before_launch"] == [] and plan["kernel"] == "bmv_kernel", plan
+    finally:
+        rt.close()
 
 
 def test_params_pick_the_kernel_and_ambiguity_is_refused(packaged):

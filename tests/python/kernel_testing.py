@@ -78,7 +78,8 @@ def checked_space(mod, op, shape, dtype, params, tg, target):
     """The template's space for (op, shape, dtype) on target `tg` (named
     `target`), after checking the rules all templates keep: not empty,
     deterministic, no repeats; num_warps and num_stages in every config, warps a
-    power of two within 1024 threads; BLOCK_* / GROUP_* knobs powers of two;
+    power of two within 1024 threads; BLOCK_* / GROUP_* / SPLIT_* knobs powers
+    of two;
     the AMD knobs only on hip targets, waves_per_eu always there, only it on
     gfx1100 (no matrix-core knobs on RDNA), no kpack but 1 on gfx950."""
     space = mod.config_space(op, shape, dtype, params, tg)
@@ -91,7 +92,7 @@ def checked_space(mod, op, shape, dtype, params, tg, target):
         assert is_pow2(c["num_warps"]) and c["num_warps"] * tg["warp_size"] <= 1024
         for k, v in c.items():
             if k.isupper():
-                assert k.startswith(("BLOCK", "GROUP")) and is_pow2(v), (k, v)
+                assert k.startswith(("BLOCK", "GROUP", "SPLIT")) and is_pow2(v), (k, v)
         knobs = AMD_KNOBS & c.keys()
         if tg["backend"] != "hip":
             assert not knobs

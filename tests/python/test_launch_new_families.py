@@ -49,6 +49,9 @@ CASES = [
     ("bmm", "fp16", {}, [[2, 40, 24, 33], [3, 64, 48, 32], [1, 16, 1, 64]]),
     ("bmm", "fp32", {"trans_a": True, "trans_b": True}, [[2, 17, 30, 40], [1, 64, 64, 16]]),
     ("bmm", "bf16", {"trans_b": True}, [[4, 33, 8, 20]]),
+    # split-K (few tiles, long K) and the matrix-vector kernel (N == 1, M == 1)
+    ("bmm", "fp32", {"trans_a": True}, [[1, 32, 40, 4000], [2, 40, 1, 3000], [1, 1, 50, 2000]]),
+    ("bmm", "fp32", {"trans_b": True}, [[2, 24, 1, 2100], [1, 1, 33, 4096]]),
     ("scaled_softmax", "fp32", {"scale": 0.125}, [[6, 40], [3, 5000], [1, 33]]),
     ("log_softmax", "bf16", {"scale": 1.0}, [[7, 100], [2, 40000]]),
     ("cumsum", "fp32", {}, [[5, 100], [3, 9000], [1, 1]]),
@@ -164,6 +167,12 @@ def test_launch_expressions_equal_the_launcher(case):
 WORKER_CASES = [
     ("bmm", [2, 24, 20, 32], "fp16", {"trans_b": True},
      {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 2, "num_stages": 2}),
+    ("bmm", [2, 16, 24, 200], "fp32", {"trans_b": True},
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "SPLIT_K": 4, "num_warps": 2, "num_stages": 2}),
+    ("bmm", [2, 40, 1, 300], "fp32", {"trans_a": True},
+     {"gemv": 1, "BLOCK_M": 16, "BLOCK_K": 32, "SPLIT_K": 2, "num_warps": 2, "num_stages": 2}),
+    ("bmm", [1, 1, 48, 100], "fp16", {},
+     {"gemv": 1, "BLOCK_M": 32, "BLOCK_K": 16, "SPLIT_K": 1, "num_warps": 2, "num_stages": 2}),
     ("scaled_softmax", [6, 40], "fp32", {"scale": 0.5},
      {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}),
     ("log_softmax", [4, 100], "fp16", {"scale": 1.0},
@@ -240,6 +249,12 @@ def test_package_info_for_a_real_cubin_is_the_launchers(worker, op, shape, dtype
             want = launcher_call(LIB, op, shape, dtype, params, config)["args"][a["name"]]
             assert want[0] == "float" and np.float32(want[1]) == np.float32(a["bind"]["value"]), (a, want)
     out = [t for t in r["tensors"] if t["role"] == "output"]
+    # a split-K kernel adds into its output: the loader must clear it first
+    if config.get("SPLIT_K", 1) > 1:
+        assert r["zero_before_launch"] == ["c_ptr"], r.get("zero_before_launch")
+        assert r["args"][2]["name"] == "c_ptr" and r["args"][2]["bind"] == {"tensor": 2}
+    else:
+        assert "zero_before_launch" not in r
     if op == "reduce_dim":
         assert out[0]["dtype"] == "i64"
     v = r["verify"]

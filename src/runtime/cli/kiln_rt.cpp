@@ -100,9 +100,11 @@ void print_kernels(const Package& p) {
       const LoadedObject& lo = p.object(k, v);
       std::string here;
       if (!p.bound().backend.empty()) here = p.runs_here(k, v) ? "  [fits " + p.bound().arch() + "]" : "";
-      std::printf("  %-8s rank %d  %-44s %s  %s %.4f ms%s%s\n", var.target.c_str(), var.rank,
+      std::string zero;  // what every launch clears first
+      for (const auto& name : var.zero_before_launch) zero += (zero.empty() ? "  zeroes " : ",") + name;
+      std::printf("  %-8s rank %d  %-44s %s  %s %.4f ms%s%s%s\n", var.target.c_str(), var.rank,
                   (var.file + (lo.bundle_id.empty() ? "" : "[" + lo.bundle_id + "]")).c_str(), lo.co.summary().c_str(),
-                  var.basis.c_str(), var.confirmed_median_ms.value_or(var.value_ms), here.c_str(),
+                  var.basis.c_str(), var.confirmed_median_ms.value_or(var.value_ms), zero.c_str(), here.c_str(),
                   lo.problems.empty() ? "" : ("  PROBLEM: " + lo.problems.front()).c_str());
     }
   }

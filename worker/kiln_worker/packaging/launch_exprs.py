@@ -192,7 +192,9 @@ def _attention(lib, op, rank, dtype, params, config, target) -> Launch:
 
 def _bmm(lib, op, rank, dtype, params, config, target) -> Launch:
     """bmm: a transposed operand is the stored tensor ([bt, K, M] / [bt, N, K]),
-    read through its strides; grid (tiles, batch)."""
+    read through its strides; grid (tiles x SPLIT_K, batch), where a
+    matrix-vector config (`gemv`) has M * N outputs in BLOCK_M blocks for
+    tiles (one of M, N is 1)."""
     bt, M, N, K = dims(4)
     ta, tb = lib.launch_module(op)._flags(params)
     L = Launch()
@@ -200,7 +202,12 @@ def _bmm(lib, op, rank, dtype, params, config, target) -> Launch:
     L.tensor("b", "input", dtype, [bt, N, K] if tb else [bt, K, N], "b_ptr")
     L.tensor("out", "output", dtype, [bt, M, N], "c_ptr")
     L.ints.update(M=M, N=N, K=K)
-    L.grid = _grid(cdiv(M, int(config["BLOCK_M"])) * cdiv(N, int(config["BLOCK_N"])), bt)
+    split = int(config.get("SPLIT_K", 1))
+    if config.get("gemv"):
+        tiles = cdiv(M * N, int(config["BLOCK_M"]))
+    else:
+        tiles = cdiv(M, int(config["BLOCK_M"])) * cdiv(N, int(config["BLOCK_N"]))
+    L.grid = _grid(tiles * split if split > 1 else tiles, bt)
     return L
 
 

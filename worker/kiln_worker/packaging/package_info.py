@@ -9,6 +9,7 @@ assume / range, verify/<file>.json):
     {"tensors": [{"name", "role", "dtype", "shape": [E, ...]}, ...],
      "grid": [E, E, E],
      "args": [{"name", "type", "hidden"?, "bind": {...}}, ...],
+     "zero_before_launch": ["c_ptr", ...]?,
      "assume": [{"expr": E, "multiple_of": 16}, ...],
      "range": {"exact": true} | {"dims": [{"min", "max", "multiple_of"}, ...],
                                  "verified_shapes": [[...], ...]},
@@ -23,6 +24,10 @@ assume / range, verify/<file>.json):
    object's parameters: Triton's value-1 specialisations are not among them;
    the two hidden scratch pointers last). `assume`: the integer arguments
    Triton specialised as multiples of 16 (compile_spec's attrs).
+   `zero_before_launch` (only when compile_spec's spec names any): the
+   pointer arguments whose tensors the loader clears before every launch (a
+   split-K kernel adds into its output); each must be an argument bound to a
+   tensor.
 2. **Range** (with `neighbours`). Per dimension, neighbouring and boundary
    sizes (+-1, half, double, the multiples of the config's blocks and of 16
    around the size and one off them, 1), the other dimensions kept. Each is
@@ -173,8 +178,13 @@ def _arg_name(names, key):
 
 
 def _options_change(a: dict, b: dict) -> str | None:
+    """Options, or the tensors to clear before a launch, that differ (the
+    variant carries both)."""
     if dict(a.get("options") or {}) != dict(b.get("options") or {}):
         return f"options {a.get('options')} become {b.get('options')}"
+    za, zb = list(a.get("zero_before_launch") or []), list(b.get("zero_before_launch") or [])
+    if za != zb:
+        return f"zero_before_launch {za} becomes {zb}"
     return None
 
 
@@ -273,6 +283,18 @@ def bind_args(art_args: list, L: launch_exprs.Launch, spec: dict, values: dict) 
             raise PackageInfoError(f"argument {name} ({ty}): no binding")
         out.append(arg)
     return out
+
+
+def zero_before_launch(spec: dict, args: list[dict]) -> list[str]:
+    """compile_spec's "zero_before_launch" (pointer arguments whose tensors
+    must be zeros when the kernel starts), each checked to be an argument
+    bound to a tensor."""
+    names = list(spec.get("zero_before_launch") or [])
+    bound = {a["name"] for a in args if "tensor" in a.get("bind", {})}
+    for name in names:
+        if name not in bound:
+            raise PackageInfoError(f"zero_before_launch names {name!r}, not a pointer argument bound to a tensor")
+    return names
 
 
 def assumptions(L: launch_exprs.Launch, spec: dict) -> list[dict]:
@@ -569,6 +591,7 @@ def run(lib, evaluation, dev, req: dict) -> dict:
     if artifact.get("kernel_name") and kname and artifact["kernel_name"] != kname:
         raise PackageInfoError(f"the artifact's kernel {artifact['kernel_name']} is not this config's ({kname})")
     args = bind_args(art_args, L, ctx.spec, values)
+    zero = zero_before_launch(ctx.spec, args)
     ctx.assume = assumptions(L, ctx.spec)
     notes = pinned_ones(L, ctx.spec)
     t1 = time.perf_counter()
@@ -592,7 +615,7 @@ def run(lib, evaluation, dev, req: dict) -> dict:
                         lambda: verify_data.build(mod, op, shape, dtype, params, job, L.tensors, shapes, seed,
                                                   dev.torch_device if dev.is_gpu else "cpu", lock))
     t3 = time.perf_counter()
-    return {
+    out = {
         "tensors": [{"name": t["name"], "role": t["role"], "dtype": t["dtype"],
                      "shape": [str(e) for e in t["shape"]]} for t in L.tensors],
         "grid": [str(e) for e in L.grid],
@@ -603,3 +626,6 @@ def run(lib, evaluation, dev, req: dict) -> dict:
         "verify": verify,
         "timings": {"launch_s": t1 - t0, "range_s": t2 - t1, "verify_s": t3 - t2},
     }
+    if zero:
+        out["zero_before_launch"] = zero
+    return out
