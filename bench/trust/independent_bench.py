@@ -4,7 +4,8 @@ loader or checker is used.
 
 Each packaged cubin (rank-0 variant of every kernel, kiln-package/2) is loaded
 with the CUDA driver API through ctypes (cuModuleLoadData, cuModuleGetFunction,
-cuLaunchKernel; TMA descriptors encoded here with cuTensorMapEncodeTiled), its
+cuLaunchKernel; TMA descriptors encoded here with cuTensorMapEncodeTiled;
+the tensors a variant names in `zero_before_launch` cleared before each launch), its
 launch built from the manifest alone (grid and scalar expressions evaluated here
 by Python's own arithmetic), run on torch.randn inputs, compared with the
 operator's PyTorch reference, and timed with `triton.testing.do_bench` (its own
@@ -138,8 +139,14 @@ def make_launch(drv: Driver, pkg: str, k: dict, v: dict, tensors: list[torch.Ten
     params = (ctypes.c_void_p * len(ptrs))(*ptrs)
     block = v["block"]
     shared = int(v.get("shared_bytes") or 0)
+    # zero_before_launch: the tensors (by argument name) a split-K kernel adds
+    # into; cleared on the launch's stream before every launch (timed with it)
+    by_name = {a["name"]: a["bind"] for a in v["args"]}
+    zero = [tensors[by_name[n]["tensor"]] for n in v.get("zero_before_launch") or []]
 
     def launch():
+        for t in zero:
+            t.zero_()
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         drv.check(drv.cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                         shared, stream, params, None), "cuLaunchKernel")
