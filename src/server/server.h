@@ -16,9 +16,10 @@
 // (413), one request within request_timeout_s, at most max_connections open,
 // rate_per_s requests per second per client address (429).
 //
-// Threading: one network thread (accept, read, write) and `threads` handler
-// threads, each request answered with a read-only catalog connection of its
-// own (Catalog::open(path, true), from a pool): a WAL catalog that `kiln run`
+// Threading: one network thread (accept, read, write, and recent cached
+// /api/best answers, which read no catalog) and `threads` handler threads,
+// each request answered with a read-only catalog connection of its own
+// (Catalog::open(path, true), from a pool): a WAL catalog that `kiln run`
 // writes is read without blocking it. One package build at a time.
 // /api/best answers are cached with bounded staleness (answer_cache.h): an
 // answer reflects every commit made at least best_max_staleness before it is
