@@ -153,7 +153,7 @@ def main():
     host, port = m.group(1), int(m.group(2))
     paths = {"/api/best": best_path, "/api/jobs": "/api/jobs", "/metrics": "/metrics"}
     results = []
-    ab = {}  # ApacheBench: phase -> [failed, [ms], bursts, evaluations written during them]
+    ab = {}  # ApacheBench: phase -> [failed, [ms], bursts, evaluations written during them, [p99 of each]]
     cpu = {}  # (path, phase) -> [server CPU seconds, requests]
     run = None
     try:
@@ -177,11 +177,12 @@ def main():
                     ph = phase
                     if phase == "while kiln run writes":
                         ph = "after" if not writing else phase if run.poll() is None else "run ended during"
-                    acc = ab.setdefault("(ab) " + ph, [0, [], 0, 0])
+                    acc = ab.setdefault("(ab) " + ph, [0, [], 0, 0, []])
                     acc[0] += failed
                     acc[1] += ms
                     acc[2] += 1
                     acc[3] += evaluations(cat) - e0
+                    acc[4].append(pct(ms, 99) if ms else float("nan"))
                     if phase != "while kiln run writes" or run.poll() is not None or acc[2] >= 3:
                         break
             for name, path in paths.items():
@@ -217,14 +218,14 @@ def main():
     for name, phase, n, err, p50, p90, p99, mx, c in rows:
         print(f"{name:<11} {phase:<22} {n:>8} {err:>6} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f} {mx:>8.1f} {c:>18.3f}")
     ab_rows = []
-    for phase, (failed, ms, bursts, evals) in ab.items():
+    for phase, (failed, ms, bursts, evals, p99s) in ab.items():
         p99 = pct(ms, 99) if ms else float("nan")
         ab_rows.append((failed, p99))
         print(f"{'/api/best':<11} {phase:<22} {len(ms):>8} {failed:>6} {pct(ms, 50) if ms else 0:>8.1f} "
               f"{pct(ms, 90) if ms else 0:>8.1f} {p99:>8.1f} {max(ms, default=0):>8.1f} {'-':>18}")
         if "writes" in phase or "during" in phase:
-            print(f"{'':<11}   ({bursts} ab runs of {a.concurrency * a.rounds} requests; kiln run recorded "
-                  f"{evals} evaluations during them)")
+            print(f"{'':<11}   ({bursts} ab runs of {a.concurrency * a.rounds} requests, p99 "
+                  f"{', '.join(f'{x:.0f}' for x in p99s)} ms; kiln run recorded {evals} evaluations during them)")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
         Path(os.environ["OUT"], "serve_load.json").write_text(json.dumps(results))
