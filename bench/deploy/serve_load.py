@@ -24,7 +24,8 @@ bursts and the Python client's rounds; a burst during which it ended is
 reported apart ("run ended during"), and counts for the acceptance.
 
 The acceptance bound (issue 21): /api/best, 200 concurrent requests, no error,
-p99 under 50 ms on the 2-core CI machine.
+p99 under 50 ms on the 2-core CI machine; with --ab, in every ApacheBench run
+(not only over the phase's pooled requests), and the exit status is ApacheBench's.
 """
 import argparse
 import asyncio
@@ -217,10 +218,10 @@ def main():
           f"{'max ms':>8} {'server CPU ms/req':>18}")
     for name, phase, n, err, p50, p90, p99, mx, c in rows:
         print(f"{name:<11} {phase:<22} {n:>8} {err:>6} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f} {mx:>8.1f} {c:>18.3f}")
-    ab_rows = []
+    ab_rows = []  # (failed, the worst ApacheBench run's p99) per phase
     for phase, (failed, ms, bursts, evals, p99s) in ab.items():
         p99 = pct(ms, 99) if ms else float("nan")
-        ab_rows.append((failed, p99))
+        ab_rows.append((failed, max(p99s)))
         print(f"{'/api/best':<11} {phase:<22} {len(ms):>8} {failed:>6} {pct(ms, 50) if ms else 0:>8.1f} "
               f"{pct(ms, 90) if ms else 0:>8.1f} {p99:>8.1f} {max(ms, default=0):>8.1f} {'-':>18}")
         if "writes" in phase or "during" in phase:
@@ -234,7 +235,7 @@ def main():
     print("acceptance (/api/best: no error, p99 < 50 ms), Python client:", "pass" if ok else "FAIL")
     if ab_rows:
         ab_ok = all(f == 0 and p99 < 50 for f, p99 in ab_rows)
-        print("acceptance (/api/best: no error, p99 < 50 ms), ApacheBench:", "pass" if ab_ok else "FAIL")
+        print("acceptance (/api/best: no error, p99 < 50 ms in every run), ApacheBench:", "pass" if ab_ok else "FAIL")
         ok = ab_ok
     return 0 if ok else 1
 
