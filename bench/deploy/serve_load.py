@@ -15,11 +15,17 @@ sample to $OUT/serve_load.json when OUT is set.
 
 The Python client's own time on the same 2 CPUs is part of its latencies (200
 connections opened and read by one asyncio loop); with --ab, ApacheBench sends
-the same bursts (-c CONCURRENCY, one connection per request) to /api/best while
-kiln run writes and after, and its percentiles are printed as phase "(ab) ...".
+the same bursts (-c CONCURRENCY, one connection per request) to /api/best first
+in each phase -- while kiln run writes, up to 3 runs of ROUNDS x CONCURRENCY
+requests as long as it writes, with the evaluations it recorded meanwhile --
+and the percentiles over every request (ab -g) are printed as phase "(ab) ...".
+The run's manifest has 200 jobs, so that it writes through the ApacheBench
+bursts and the Python client's rounds; a burst during which it ended is
+reported apart ("run ended during"), and counts for the acceptance.
 
 The acceptance bound (issue 21): /api/best, 200 concurrent requests, no error,
-p99 under 50 ms on the 2-core CI machine.
+p99 under 50 ms on the 2-core CI machine; with --ab, in every ApacheBench run
+(not only over the phase's pooled requests), and the exit status is ApacheBench's.
 """
 import argparse
 import asyncio
@@ -27,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -80,21 +87,31 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
 
 
-def ab_burst(host, port, path, concurrency, rounds, phase):
+def ab_burst(host, port, path, concurrency, rounds, work):
     """ApacheBench: rounds x concurrency requests, concurrency at a time, one
-    connection each. (phase, requests, failed, p50, p90, p99, max) in ms."""
+    connection each. (failed, [ms of each request])."""
     n = concurrency * rounds
-    out = subprocess.run(["ab", "-q", "-n", str(n), "-c", str(concurrency), "-s", "30",
+    gnuplot = work / "ab.tsv"  # one line per request; ttime: its total time in ms
+    out = subprocess.run(["ab", "-q", "-n", str(n), "-c", str(concurrency), "-s", "30", "-g", str(gnuplot),
                           f"http://{host}:{port}{path}"], capture_output=True, text=True, timeout=300).stdout
-    pcts = {int(m.group(1)): float(m.group(2)) for m in re.finditer(r"^\s*(\d+)%\s+(\d+)", out, re.M)}
     # ab's "Length" failures are answers whose size differs from the first one:
     # while kiln run writes, the best answer changes; they are not errors.
     m = re.search(r"\(Connect: (\d+), Receive: (\d+), Length: \d+, Exceptions: (\d+)\)", out)
     failed = sum(int(g) for g in m.groups()) if m else 0
     non2xx = int(m.group(1)) if (m := re.search(r"^Non-2xx responses:\s+(\d+)", out, re.M)) else 0
     done = int(m.group(1)) if (m := re.search(r"^Complete requests:\s+(\d+)", out, re.M)) else 0
-    return (phase, done, failed + non2xx + (n - done), pcts.get(50, float("nan")), pcts.get(90, float("nan")),
-            pcts.get(99, float("nan")), pcts.get(100, float("nan")))
+    lines = gnuplot.read_text().splitlines()[1:] if gnuplot.exists() else []
+    ms = [float(line.split("\t")[4]) for line in lines if line.count("\t") >= 5]
+    return failed + non2xx + (n - done), ms
+
+
+def evaluations(cat):
+    """Evaluations in the catalog now (a read-only connection: WAL readers do not block the writer)."""
+    con = sqlite3.connect(f"file:{cat}?mode=ro", uri=True, timeout=30)
+    try:
+        return con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    finally:
+        con.close()
 
 
 def main():
@@ -137,13 +154,15 @@ def main():
     host, port = m.group(1), int(m.group(2))
     paths = {"/api/best": best_path, "/api/jobs": "/api/jobs", "/metrics": "/metrics"}
     results = []
-    ab_rows = []  # ApacheBench's (phase, requests, failed, p50, p90, p99, max)
+    ab = {}  # ApacheBench: phase -> [failed, [ms], bursts, evaluations written during them, [p99 of each]]
     cpu = {}  # (path, phase) -> [server CPU seconds, requests]
     run = None
     try:
         phases = ["idle"]
         if not a.catalog:
-            (work / "b.yaml").write_text(MANIFEST.format(name="b", runs=30, ops=ops([2 ** k for k in range(12, 40)])))
+            # enough jobs (200) that the run writes through the whole phase, a commit every few ms
+            (work / "b.yaml").write_text(MANIFEST.format(
+                name="b", runs=30, ops=ops([m * 2 ** k for m in range(1, 16, 2) for k in range(12, 37)])))
             subprocess.run([a.kiln, "submit", str(work / "b.yaml")], env=env, check=True, capture_output=True)
             run = subprocess.Popen([a.kiln, "run", "--device", "gpu", "--scratch", str(work / "s2")], env=env,
                                    stdout=subprocess.DEVNULL, stderr=open(work / "run.err", "w"))
@@ -151,11 +170,22 @@ def main():
         for phase in phases:
             if phase == "after" and run is not None:
                 run.wait(timeout=600)
-            if a.ab:  # first, while the run still writes
-                ab_rows.append(ab_burst(host, port, paths["/api/best"], a.concurrency, a.rounds,
-                                        "(ab) " + phase))
-                if phase != "after" and (run is None or run.poll() is not None):
-                    ab_rows[-1] = ab_rows[-1][:0] + ("(ab) run ended during",) + ab_rows[-1][1:]
+            if a.ab:  # first ApacheBench; while the run writes, up to 3 bursts (at least one)
+                while True:
+                    e0 = evaluations(cat)
+                    writing = run is not None and run.poll() is None
+                    failed, ms = ab_burst(host, port, paths["/api/best"], a.concurrency, a.rounds, work)
+                    ph = phase
+                    if phase == "while kiln run writes":
+                        ph = "after" if not writing else phase if run.poll() is None else "run ended during"
+                    acc = ab.setdefault("(ab) " + ph, [0, [], 0, 0, []])
+                    acc[0] += failed
+                    acc[1] += ms
+                    acc[2] += 1
+                    acc[3] += evaluations(cat) - e0
+                    acc[4].append(pct(ms, 99) if ms else float("nan"))
+                    if phase != "while kiln run writes" or run.poll() is not None or acc[2] >= 3:
+                        break
             for name, path in paths.items():
                 for _ in range(a.rounds if name == "/api/best" else max(1, a.rounds // 5)):
                     writing = run is not None and run.poll() is None
@@ -188,9 +218,15 @@ def main():
           f"{'max ms':>8} {'server CPU ms/req':>18}")
     for name, phase, n, err, p50, p90, p99, mx, c in rows:
         print(f"{name:<11} {phase:<22} {n:>8} {err:>6} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f} {mx:>8.1f} {c:>18.3f}")
-    for phase, n, failed, p50, p90, p99, mx in ab_rows:
-        print(f"{'/api/best':<11} {phase:<22} {n:>8} {failed:>6} {p50:>8.1f} {p90:>8.1f} {p99:>8.1f} {mx:>8.1f} "
-              f"{'-':>18}")
+    ab_rows = []  # (failed, the worst ApacheBench run's p99) per phase
+    for phase, (failed, ms, bursts, evals, p99s) in ab.items():
+        p99 = pct(ms, 99) if ms else float("nan")
+        ab_rows.append((failed, max(p99s)))
+        print(f"{'/api/best':<11} {phase:<22} {len(ms):>8} {failed:>6} {pct(ms, 50) if ms else 0:>8.1f} "
+              f"{pct(ms, 90) if ms else 0:>8.1f} {p99:>8.1f} {max(ms, default=0):>8.1f} {'-':>18}")
+        if "writes" in phase or "during" in phase:
+            print(f"{'':<11}   ({bursts} ab runs of {a.concurrency * a.rounds} requests, p99 "
+                  f"{', '.join(f'{x:.0f}' for x in p99s)} ms; kiln run recorded {evals} evaluations during them)")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
         Path(os.environ["OUT"], "serve_load.json").write_text(json.dumps(results))
@@ -198,8 +234,8 @@ def main():
     ok = all(r["status"] == 200 for r in best) and pct([r["ms"] for r in best], 99) < 50
     print("acceptance (/api/best: no error, p99 < 50 ms), Python client:", "pass" if ok else "FAIL")
     if ab_rows:
-        ab_ok = all(f == 0 and p99 < 50 for _, _, f, _, _, p99, _ in ab_rows)
-        print("acceptance (/api/best: no error, p99 < 50 ms), ApacheBench:", "pass" if ab_ok else "FAIL")
+        ab_ok = all(f == 0 and p99 < 50 for f, p99 in ab_rows)
+        print("acceptance (/api/best: no error, p99 < 50 ms in every run), ApacheBench:", "pass" if ab_ok else "FAIL")
         ok = ab_ok
     return 0 if ok else 1
 

@@ -44,6 +44,9 @@ int cmd_serve(const Args& args) {
         "threads", po::value<int>()->default_value(4), "request handler threads")(
         "rate", po::value<double>()->default_value(1000), "requests per second per client address (0: unlimited)")(
         "max-connections", po::value<int>()->default_value(512), "connections open at once")(
+        "max-staleness", po::value<double>()->default_value(1.0),
+        "seconds: an /api/best answer reflects every commit made at least this long before it is sent "
+        "(cached answers are revalidated in the background; 0: every request checks the catalog)")(
         "cache-dir", po::value<std::string>(), "where built packages are kept (default: a temporary directory)")(
         "package-device", po::value<std::string>()->default_value("cpu"),
         "where the evaluator that packages checks neighbouring shapes: cpu, gpu or auto");
@@ -69,6 +72,9 @@ int cmd_serve(const Args& args) {
     if (o.rate_per_s < 0) throw UsageError("--rate must be >= 0");
     o.max_connections = (*vm)["max-connections"].as<int>();
     if (o.max_connections < 1) throw UsageError("--max-connections must be >= 1");
+    const double staleness = (*vm)["max-staleness"].as<double>();
+    if (!(staleness >= 0 && staleness <= 60)) throw UsageError("--max-staleness must be 0..60 seconds");
+    o.best_max_staleness = std::chrono::milliseconds(static_cast<long long>(staleness * 1000 + 0.5));
     const std::string device = (*vm)["package-device"].as<std::string>();
     if (device != "cpu" && device != "gpu" && device != "auto") throw UsageError("--package-device must be cpu, gpu or auto");
     o.catalog = (*vm)["catalog"].as<std::string>();

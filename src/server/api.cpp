@@ -101,8 +101,20 @@ std::optional<json> parse_shape(const std::string& text) {
   return out;
 }
 
+// The parameters api_best reads (api_best_key covers exactly these).
+constexpr const char* kBestParams[] = {"op", "target", "shape", "dtype"};
+
+std::string api_best_key(const Params& q) {
+  std::string key;  // each parameter as absent ("-;") or length:value;
+  for (const char* p : kBestParams) {
+    const auto it = q.find(p);
+    key += it == q.end() ? "-;" : std::to_string(it->second.size()) + ":" + it->second + ";";
+  }
+  return key;
+}
+
 Reply api_best(reports::Reader& reader, const TargetRegistry& targets, Facts& facts, const Params& q) {
-  for (const char* p : {"op", "target", "shape", "dtype"})
+  for (const char* p : kBestParams)
     if (!q.count(p) || q.at(p).empty())
       return error_reply(400, std::string("missing parameter '") + p +
                                   "': GET /api/best?op=OP&target=TARGET&shape=AxB&dtype=DTYPE");

@@ -44,6 +44,10 @@ std::optional<nlohmann::json> parse_shape(const std::string& text);
 // config, code object (sha256 and a download link) and the package link.
 // 404 for a shape not in the catalog, naming the nearest tuned shapes.
 Reply api_best(reports::Reader& reader, const TargetRegistry& targets, Facts& facts, const Params& q);
+// What api_best's answer depends on in `q` (op, target, shape, dtype; each
+// absent or its exact text): requests with equal keys get equal answers from
+// one catalog state, so an answer may be cached under it (answer_cache.h).
+std::string api_best_key(const Params& q);
 // GET /api/jobs[?batch=ID][&state=S]: the jobs with their best.
 Reply api_jobs(reports::Reader& reader, const Params& q);
 // GET /api/jobs/{id}: the job, its candidates with their evaluations, its best

@@ -298,12 +298,21 @@ void failures_section(Page& p, const std::map<std::string, Failure>& by_status,
   }
 }
 
-void history_section(Page& p, const std::vector<BestKernel>& kernels, reports::Reader& reader, Facts& facts) {
+// Every kernel's runs, oldest first (reports::kernel_histories: one read for all kernels).
+using Histories = std::map<reports::KernelKey, std::vector<BestKernel>>;
+
+const std::vector<BestKernel>& history_of(const Histories& all, const BestKernel& k) {
+  static const std::vector<BestKernel> none;
+  const auto it = all.find({k.job.op, canonical_json(k.job.shape), k.job.dtype, canonical_json(k.job.params), k.job.target});
+  return it == all.end() ? none : it->second;
+}
+
+void history_section(Page& p, const std::vector<BestKernel>& kernels, const Histories& histories,
+                     reports::Reader& reader, Facts& facts) {
   p.o << "<h2 id=\"history\">History across nightly runs</h2>\n<div class=\"charts\">\n";
   int drawn = 0;
   for (const auto& k : kernels) {
-    const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
-                                              canonical_json(k.job.params), k.job.target);
+    const auto& hist = history_of(histories, k);
     if (hist.size() < 2) continue;
     Chart c = latency_chart("history-" + std::to_string(k.job.id), "History: " + kernel_label(k.job),
                             "run (job created)");
@@ -417,9 +426,9 @@ std::string render_dashboard(reports::Reader& reader, const TargetRegistry& targ
   for (const auto& j : jobs) ++states[j.state];
   // each kernel's regression status against its previous run
   std::map<long long, Regression> regressions;
+  const Histories histories = reports::kernel_histories(reader);
   for (const auto& k : kernels) {
-    const auto hist = reports::kernel_history(reader, k.job.op, canonical_json(k.job.shape), k.job.dtype,
-                                              canonical_json(k.job.params), k.job.target);
+    const auto& hist = history_of(histories, k);
     const BestKernel* prev = nullptr;
     for (size_t i = 0; i < hist.size(); ++i)
       if (hist[i].job.id == k.job.id && i > 0) prev = &hist[i - 1];
@@ -466,7 +475,7 @@ std::string render_dashboard(reports::Reader& reader, const TargetRegistry& targ
     per_job.push_back({&j, std::move(cands)});
   }
   failures_section(p, by_status, failed_jobs);
-  history_section(p, kernels, reader, facts);
+  history_section(p, kernels, histories, reader, facts);
 
   p.o << "<h2 id=\"jobs\">Jobs</h2>\n";
   if (per_job.empty()) p.o << "<p class=\"note\">No job.</p>\n";

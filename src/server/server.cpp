@@ -121,7 +121,7 @@ struct Server::Impl {
   explicit Impl(ServerOptions o)
       : opts(std::move(o)),
         pool(opts.catalog),
-        answers(opts.catalog),
+        answers(opts.catalog, opts.best_max_staleness),
         limiter(opts.rate_per_s),
         acceptor(io),
         signals(io),
@@ -129,7 +129,7 @@ struct Server::Impl {
 
   ServerOptions opts;
   CatalogPool pool;
-  // /api/best answers while the catalog is unchanged (a burst costs one query)
+  // /api/best answers with bounded staleness (a burst costs at most one query)
   AnswerCache answers;
   Facts facts;
   RateLimiter limiter;
@@ -171,6 +171,10 @@ struct Server::Impl {
 
   Reply package(reports::Reader& reader, const std::string& name);
   Reply route(const std::string& path, const Params& q);
+  // GET /api/best's reply with its staleness headers.
+  Reply best_reply(AnswerCache::Answer a) const;
+  // Revalidates the cached /api/best answer to `q` on a handler thread.
+  void refresh_best(std::string key, Params q);
   void accept();
 };
 
@@ -233,6 +237,13 @@ class Session : public std::enable_shared_from_this<Session> {
     const size_t qm = target.find('?');
     const std::string path = target.substr(0, qm);
     const Params q = qm == std::string::npos ? Params{} : parse_query(std::string_view(target).substr(qm + 1));
+    if (path == "/api/best") {  // a recent cached answer is sent from this thread, without a catalog read
+      std::string key = api_best_key(q);
+      if (auto hit = server_.answers.recent(key, AnswerCache::Clock::now())) {
+        if (hit->refresh) server_.refresh_best(std::move(key), q);
+        return write(server_.best_reply(std::move(*hit)));
+      }
+    }
     asio::post(server_.handlers, [self = shared_from_this(), path, q] {
       Reply r = self->server_.route(path, q);
       asio::post(self->stream_.get_executor(), [self, r = std::move(r)]() mutable { self->write(std::move(r)); });
@@ -329,19 +340,7 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
       }
       r.body = metrics_body;
     } else if (path == "/api/best") {
-      // the parameters api_best reads, each as absent or length:value
-      std::string key;
-      for (const char* p : {"op", "target", "shape", "dtype"}) {
-        const auto it = q.find(p);
-        key += it == q.end() ? "-;" : std::to_string(it->second.size()) + ":" + it->second + ";";
-      }
-      const long long version = answers.version();
-      if (auto hit = answers.find(key, version)) {
-        r = std::move(*hit);
-      } else {
-        r = api_best(*cat, *opts.targets, facts, q);
-        answers.put(key, version, r);
-      }
+      r = best_reply(answers.answer(api_best_key(q), [&] { return api_best(*cat, *opts.targets, facts, q); }));
     } else if (path == "/api/jobs" || path == "/api/jobs/") {
       r = api_jobs(*cat, q);
     } else if (path.rfind("/api/jobs/", 0) == 0) {
@@ -363,6 +362,31 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
     log(std::string("500 on ") + path + ": " + e.what());
     return error_reply(500, e.what());  // the connection is dropped with `cat`: a broken one is not reused
   }
+}
+
+Reply Server::Impl::best_reply(AnswerCache::Answer a) const {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  const auto age = AnswerCache::Clock::now() - a.as_of;
+  a.reply.headers.push_back({"X-Kiln-Staleness-Ms", std::to_string(duration_cast<milliseconds>(age).count())});
+  a.reply.headers.push_back(
+      {"X-Kiln-Max-Staleness-Ms", std::to_string(duration_cast<milliseconds>(answers.max_staleness()).count())});
+  return std::move(a.reply);
+}
+
+void Server::Impl::refresh_best(std::string key, Params q) {
+  asio::post(handlers, [this, key = std::move(key), q = std::move(q)] {
+    try {
+      answers.refresh(key, [&] {
+        auto cat = pool.take();
+        Reply r = api_best(*cat, *opts.targets, facts, q);
+        pool.put(std::move(cat));  // not on an exception: a broken connection is not reused
+        return r;
+      });
+    } catch (const std::exception& e) {
+      log(std::string("refreshing a cached /api/best answer: ") + e.what());
+    }
+  });
 }
 
 Reply Server::Impl::package(reports::Reader& reader, const std::string& name) {

@@ -16,15 +16,21 @@
 // (413), one request within request_timeout_s, at most max_connections open,
 // rate_per_s requests per second per client address (429).
 //
-// Threading: one network thread (accept, read, write) and `threads` handler
-// threads, each request answered with a read-only catalog connection of its
-// own (Catalog::open(path, true), from a pool): a WAL catalog that `kiln run`
+// Threading: one network thread (accept, read, write, and recent cached
+// /api/best answers, which read no catalog) and `threads` handler threads,
+// each request answered with a read-only catalog connection of its own
+// (Catalog::open(path, true), from a pool): a WAL catalog that `kiln run`
 // writes is read without blocking it. One package build at a time.
-// /api/best answers are cached while the catalog is unchanged (answer_cache.h:
-// any commit invalidates them), so a burst of the same query costs one read.
+// /api/best answers are cached with bounded staleness (answer_cache.h): an
+// answer reflects every commit made at least best_max_staleness before it is
+// sent (headers X-Kiln-Staleness-Ms, X-Kiln-Max-Staleness-Ms); a cached answer
+// is sent from the network thread without a catalog read, and revalidated on a
+// handler thread in the background. best_max_staleness 0: every /api/best
+// request checks the catalog's version on a handler thread.
 // Construct, run() and stop() from one thread (stop() may also come from
 // another thread, or from SIGINT/SIGTERM with stop_on_signals).
 #pragma once
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -43,6 +49,7 @@ struct ServerOptions {
   std::filesystem::path catalog;
   const TargetRegistry* targets = nullptr;  // outlives the server
   int threads = 4;
+  std::chrono::milliseconds best_max_staleness{1000};  // >= 0
   int max_connections = 512;
   double rate_per_s = 1000;                 // per client address; <= 0: unlimited
   std::size_t max_header_bytes = 8 * 1024;

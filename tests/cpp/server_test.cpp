@@ -1,5 +1,6 @@
-// src/server: charts, shapes, the rate limiter, the tar writer, and the
-// server on a real socket over a real (empty) catalog.
+// src/server: charts, shapes, the rate limiter, the tar writer, the answer
+// cache against real commits, and the server on a real socket over a real
+// (empty) catalog.
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 
 #include "catalog/catalog.h"
 #include "manifest/manifest.h"
+#include "server/answer_cache.h"
 #include "server/api.h"
 #include "server/rate_limit.h"
 #include "server/server.h"
@@ -82,6 +84,114 @@ TEST(Api, ParseShape) {
   EXPECT_EQ(*parse_shape("1,2,3"), nlohmann::json::parse("[1,2,3]"));
   for (const char* bad : {"", "x", "4x", "a", "1;2", "-1", "[1", "1x2x3x4x5x6x7x8x9", "99999999999999"})
     EXPECT_FALSE(parse_shape(bad)) << bad;
+}
+
+TEST(Api, BestKeyCoversExactlyItsParameters) {
+  const Params q{{"op", "add"}, {"target", "H200"}, {"shape", "4096"}, {"dtype", "fp32"}};
+  Params other = q;
+  other["batch"] = "x";  // not read by api_best
+  EXPECT_EQ(api_best_key(q), api_best_key(other));
+  for (const char* p : {"op", "target", "shape", "dtype"}) {
+    Params changed = q, missing = q, empty = q;
+    changed[p] += "0";
+    missing.erase(p);
+    empty[p] = "";
+    EXPECT_NE(api_best_key(changed), api_best_key(q)) << p;
+    EXPECT_NE(api_best_key(missing), api_best_key(q)) << p;
+    EXPECT_NE(api_best_key(missing), api_best_key(empty)) << p;
+  }
+  // values are delimited: no two splits of the same characters collide
+  EXPECT_NE(api_best_key({{"op", "a;1:b"}, {"target", "c"}}), api_best_key({{"op", "a"}, {"target", "b;1:c"}}));
+}
+
+namespace {
+
+// A commit to the catalog at `path` by another connection (a new batch).
+void commit(const fs::path& path, const std::string& tag) {
+  Catalog w = Catalog::open(path);
+  NewJob j;
+  j.key = "k-" + tag;
+  j.op = "add";
+  j.dtype = "fp32";
+  j.target = "H200";
+  j.arch = "sm_90";
+  j.shape = nlohmann::json::array({4096});
+  j.params = nlohmann::json::object();
+  j.spec = nlohmann::json::object();
+  w.submit("b-" + tag, "m.yaml", "t", {j});
+}
+
+}  // namespace
+
+TEST(AnswerCache, ServesWithinItsStalenessAndRevalidatesAfterCommits) {
+  const fs::path d = temp_dir("answers");
+  Catalog::open(d / "kiln.db", false, fs::path(KILN_SOURCE_DIR) / "db" / "migrations");
+  using Clock = AnswerCache::Clock;
+  const auto S = std::chrono::milliseconds(10000);  // longer than this test takes
+  AnswerCache cache(d / "kiln.db", S);
+  int computed = 0;
+  auto compute = [&] {
+    Reply r;
+    r.body = "answer " + std::to_string(++computed);
+    return r;
+  };
+  EXPECT_FALSE(cache.recent("k", Clock::now()));  // nothing stored yet
+  const auto t0 = Clock::now();
+  const auto first = cache.answer("k", compute);
+  EXPECT_EQ(first.reply.body, "answer 1");
+  EXPECT_GE(first.as_of, t0);
+  const auto a = cache.answer("k", compute);  // unchanged catalog: no computation, as_of moves on
+  EXPECT_EQ(a.reply.body, "answer 1");
+  EXPECT_GE(a.as_of, first.as_of);
+  EXPECT_EQ(computed, 1);
+
+  // without a catalog read: served while younger than S, asked to refresh once past S/2
+  auto r = cache.recent("k", a.as_of + S / 4);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reply.body, "answer 1");
+  EXPECT_FALSE(r->refresh);
+  r = cache.recent("k", a.as_of + S * 3 / 4);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->refresh);
+  EXPECT_FALSE(cache.recent("k", a.as_of + S * 3 / 4)->refresh);  // one refresh at a time
+  EXPECT_FALSE(cache.recent("k", a.as_of + S));                   // never past S
+  EXPECT_FALSE(cache.recent("other", a.as_of));
+
+  // a commit: recent() still serves the stored answer (bounded staleness);
+  // a refresh computes afresh and moves as_of past the commit
+  commit(d / "kiln.db", "1");
+  const auto committed = Clock::now();
+  EXPECT_EQ(cache.recent("k", committed)->reply.body, "answer 1");
+  cache.refresh("k", compute);
+  EXPECT_EQ(computed, 2);
+  r = cache.recent("k", Clock::now());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reply.body, "answer 2");
+  EXPECT_GE(r->as_of, committed);
+  EXPECT_TRUE(cache.recent("k", r->as_of + S * 3 / 4)->refresh);  // the flag was cleared
+
+  // a refresh with nothing committed keeps the answer and moves as_of
+  const auto before = r->as_of;
+  cache.refresh("k", compute);
+  EXPECT_EQ(computed, 2);
+  EXPECT_GT(cache.recent("k", Clock::now())->as_of, before);
+
+  // answer() is always current: after a commit it computes
+  commit(d / "kiln.db", "2");
+  EXPECT_EQ(cache.answer("k", compute).reply.body, "answer 3");
+
+  // a failed refresh stores nothing and may be asked for again
+  commit(d / "kiln.db", "3");
+  const auto as_of = cache.recent("k", Clock::now())->as_of;
+  EXPECT_THROW(cache.refresh("k", []() -> Reply { throw std::runtime_error("x"); }), std::runtime_error);
+  EXPECT_EQ(cache.recent("k", as_of)->reply.body, "answer 3");
+  EXPECT_TRUE(cache.recent("k", as_of + S * 3 / 4)->refresh);
+
+  // S = 0: never served without a check
+  AnswerCache exact(d / "kiln.db", Clock::duration::zero());
+  exact.answer("k", compute);
+  EXPECT_FALSE(exact.recent("k", Clock::now()));
+  fs::remove_all(d);
 }
 
 TEST(RateLimiter, BucketPerClient) {

@@ -367,23 +367,31 @@ def test_keeps_answering_while_kiln_run_writes(catalog, tmp_path):
         s.stop()
 
 
-def test_a_cached_best_gives_way_to_a_new_best(catalog, tmp_path):
-    """/api/best answers are cached while the catalog is unchanged: repeated,
-    the same answer; after a kiln run writes a newer job of the kernel (and a
-    shape not tuned before), the next request answers with it -- a cached
-    answer never outlives a commit (the 404 for the untuned shape included)."""
+@pytest.mark.parametrize("staleness", [0, 1.0])
+def test_a_cached_best_gives_way_to_a_new_best(catalog, tmp_path, staleness):
+    """/api/best answers are cached with bounded staleness: repeated, the same
+    answer, each saying how stale it may be; after a kiln run writes a newer
+    job of the kernel (and a shape not tuned before), a request sent
+    --max-staleness after the run's last commit answers with it -- a cached
+    answer never outlives a commit by more than that (the 404 for the untuned
+    shape included). With --max-staleness 0, the very next request does."""
     cat = copy_catalog(catalog["cat"], tmp_path / "kiln.db")
-    s = Serve(tmp_path, cat, "--listen", "127.0.0.1:0", name="cache")
+    s = Serve(tmp_path, cat, "--listen", "127.0.0.1:0", "--max-staleness", staleness, name="cache")
     try:
         best = "/api/best?op=add&target=H200&shape=4096&dtype=fp32"
         new_shape = "/api/best?op=add&target=H200&shape=2048&dtype=fp32"
-        first = [s.json(best)[1] for _ in range(3)]
+        first = [s.get(best) for _ in range(3)]
+        for status, headers, _ in first:
+            assert status == 200 and headers["X-Kiln-Max-Staleness-Ms"] == str(int(staleness * 1000)), headers
+            assert 0 <= int(headers["X-Kiln-Staleness-Ms"]) <= staleness * 1000 + 1000, headers  # + its own compute
+        first = [json.loads(body) for _, _, body in first]
         assert first[0]["found"] and first[0]["runs"] == 2 and first[1] == first[0] == first[2]
         assert s.json(new_shape)[0] == 404
         m = tmp_path / "night2.yaml"
         m.write_text(MANIFEST.format(name="night2", runs=25).replace("shape: [8192]", "shape: [2048]"))
         kiln("submit", m, catalog=cat, env=fake_env(tmp_path))
         kiln("run", "--device", "gpu", "--scratch", tmp_path / "s", catalog=cat, env=fake_env(tmp_path))
+        time.sleep(staleness)  # the run's last commit was before this
         status, after = s.json(best)
         assert status == 200 and after["job_id"] == newest_job(cat, [4096]) != first[0]["job_id"], after
         assert after["runs"] == 3
