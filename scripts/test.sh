@@ -29,7 +29,7 @@ step "End to end (kiln binary, real catalog, real workers; nightly, merge, --sha
 # ephemeral, paths per test). The e2e tests mostly wait (worker start-up,
 # signals, leases, servers): on the 2-core machine four processes kept about
 # one core busy (CPU 471 s over 470 s). 2026-12-02: 280 tests in 470 s on four,
-# against 746 s on two (the latter beside other builds).
+# against 746 s on two (the latter beside other builds) and 546 s on six.
 e2e_jobs=()
 [[ "${KILN_E2E_JOBS:-4}" -gt 1 ]] && e2e_jobs=(-n "${KILN_E2E_JOBS:-4}" --dist loadfile)
 python3 -m pytest -q --durations=8 "${e2e_jobs[@]}" tests/e2e --ignore=tests/e2e/test_slurm.py \

@@ -17,6 +17,12 @@
 #   12 workers, then 4, then 2 ran an H200 out of memory on some jobs; with
 #   the worker's cache and confirmation round bounded to its share of the GPU,
 #   2 workers had 1 memory failure in 50 jobs (2026-12-02).
+#   RESUME=1: keep $OUT/kiln.db and run its queued jobs again (after a
+#   RUN_TIMEOUT stop, or on a new node with the catalog copied there)
+#   INDEPENDENT=1: then package the done jobs for H200 (`kiln package
+#   --no-neighbours`) and time every packaged kernel and torch eager with
+#   bench/trust/independent_bench.py (CUDA driver + do_bench, nothing of
+#   Kiln's timing): $OUT/independent.txt / .json
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KB=${1:?usage: $0 /path/to/KernelBench}
@@ -24,17 +30,30 @@ OUT=${OUT:-/tmp/kb-h200}
 K=${KILN:-build/kiln}
 mkdir -p "$OUT"
 DB="$OUT/kiln.db"
-rm -f "$DB"
-python3 bench/retrieval/kernelbench_dryrun.py "$KB" --kiln "$K" --out "$OUT" --manifest-out "$OUT/kb1.yaml" \
-  ${EXPLORE:+--explore "$EXPLORE"} | tee "$OUT/dryrun.txt"
-$K submit "$OUT/kb1.yaml" --catalog "$DB"
+if [[ ${RESUME:-0} == 1 && -f $DB ]]; then
+  echo "resuming $DB: $($K status --catalog "$DB" | head -1)"
+else
+  rm -f "$DB" "$OUT/run.log"
+  python3 bench/retrieval/kernelbench_dryrun.py "$KB" --kiln "$K" --out "$OUT" --manifest-out "$OUT/kb1.yaml" \
+    ${EXPLORE:+--explore "$EXPLORE"} | tee "$OUT/dryrun.txt"
+  $K submit "$OUT/kb1.yaml" --catalog "$DB"
+fi
 set +e
 t0=$(date +%s)
 $K run --device gpu --workers "${WORKERS:-2}" --catalog "$DB" ${RUN_TIMEOUT:+--time-limit "$RUN_TIMEOUT"} \
-  > "$OUT/run.log" 2>&1
+  >> "$OUT/run.log" 2>&1
 echo "kiln run exit $? in $(( $(date +%s) - t0 )) s (4: the LLM's jobs failed, as expected without one; 5: RUN_TIMEOUT reached)"
 tail -1 "$OUT/run.log"
 set -e
 # the result, from the catalog (kernelbench_table.py: served, correct, incorrect
 # candidates, failures by cause, geometric-mean speedup over eager, one row per problem)
 python3 bench/retrieval/kernelbench_table.py --catalog "$DB" --kiln "$K" --out "$OUT/table.md" | head -4
+if [[ ${INDEPENDENT:-0} == 1 ]]; then
+  rm -rf "$OUT/pkg"
+  $K package --catalog "$DB" --target H200 --out "$OUT/pkg" --device gpu --no-neighbours > "$OUT/package.log" 2>&1 \
+    || { echo "kiln package failed:"; tail -20 "$OUT/package.log"; exit 1; }
+  set +e  # exit 1 when a kernel is not correct: its row says which
+  python3 bench/trust/independent_bench.py "$OUT/pkg" --json "$OUT/independent.json" --rounds 3 \
+    > "$OUT/independent.txt" 2>&1
+  echo "independent harness exit $?"; tail -1 "$OUT/independent.txt"
+fi

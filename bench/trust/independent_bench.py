@@ -253,6 +253,11 @@ def main() -> int:
         print(f"{name[:34]:34} {'yes' if r['correct'] else 'NO':>3} {r['ms']:9.4f} "
               f"{(r['catalog_ms'] or float('nan')):9.4f} {diff:+6.1f}% {r['eager_ms']:9.4f} "
               f"{r['eager_ms'] / r['ms']:6.2f}x")
+    sp = [r["eager_ms"] / r["ms"] for r in rows if r.get("correct") and r.get("ms") and r.get("eager_ms")]
+    if sp:
+        gm = math.exp(sum(math.log(x) for x in sp) / len(sp))
+        print(f"geometric-mean speedup over eager (this harness, {len(sp)} correct kernels): {gm:.3f}x; "
+              f"at or above 1.0x: {sum(x >= 1.0 for x in sp)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
