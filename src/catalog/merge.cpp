@@ -360,6 +360,28 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
         refuse("candidates row " + std::to_string(child) + ": parent_id " + std::to_string(parent) +
                " is a candidate of another job");
     }
+    // Parents form trees: a candidate that is its own ancestor (a cycle, which
+    // no run writes) is refused. Rows already in `into` never point at the
+    // rows this merge inserts, so a cycle could only come from this source.
+    {
+      const std::map<long long, long long> up(parent_of.begin(), parent_of.end());
+      std::map<long long, int> seen;  // 1: on the chain being walked, 2: its chain ends
+      for (const auto& [start, ignored] : up) {
+        std::vector<long long> chain;
+        for (long long cur = start;;) {
+          const int s = seen.count(cur) ? seen.at(cur) : 0;
+          if (s == 2) break;
+          if (s == 1)
+            refuse("candidates row " + std::to_string(cur) + ": its parent_id chain comes back to it (a cycle)");
+          seen[cur] = 1;
+          chain.push_back(cur);
+          const auto it = up.find(cur);
+          if (it == up.end()) break;
+          cur = it->second;
+        }
+        for (long long c : chain) seen[c] = 2;
+      }
+    }
     Stmt fix(into, into_path, "UPDATE candidates SET parent_id = ?1 WHERE id = ?2", "merge: link a parent");
     for (const auto& [id, parent] : parents)
       if (auto it = cand_map.find(parent); it != cand_map.end()) fix.reset().bind(1, it->second).bind(2, id).run();

@@ -232,6 +232,13 @@ HOSTILE = [
      ["jobs row", "message", "more than"]),
     ("best of another job", "UPDATE best SET candidate_id = (SELECT c.id FROM candidates c WHERE c.job_id <> best.job_id "
      "LIMIT 1) WHERE job_id = (SELECT MIN(job_id) FROM best)", ["best row", "is not a candidate of job"]),
+    ("own parent", "UPDATE candidates SET parent_id = id WHERE id = " + FIRST.format(t="candidates"),
+     ["candidates row", "parent_id chain comes back to it"]),
+    ("parent cycle", "UPDATE candidates SET parent_id = (SELECT MAX(c2.id) FROM candidates c2 WHERE c2.job_id = "
+     "candidates.job_id) WHERE id = " + FIRST.format(t="candidates") + "; UPDATE candidates SET parent_id = "
+     + FIRST.format(t="candidates") + " WHERE id = (SELECT MAX(c2.id) FROM candidates c2 WHERE c2.job_id = "
+     "(SELECT job_id FROM candidates WHERE id = " + FIRST.format(t="candidates") + ")) AND id <> "
+     + FIRST.format(t="candidates"), ["candidates row", "parent_id chain comes back to it"]),
     ("missing job", "PRAGMA foreign_keys = OFF; UPDATE candidates SET job_id = 999999 WHERE id = "
      + FIRST.format(t="candidates"), ["references job 999999"]),
     ("imported latency", "INSERT INTO imported_measurements (job_id, candidate_id, target, device, versions, "
