@@ -389,22 +389,24 @@ class Explorer {
   }
 
   void on_signal(int sig) {
-    out_ << stamp() << "signal " << sig << ": stopping; unfinished jobs go back to the queue" << std::endl;
     summary_.interrupted = true;
-    // In-flight candidates are abandoned unrecorded (the next run evaluates
-    // them, once) and their jobs released at once: a drain must finish well
-    // inside the warning a scheduler gives before the wall time.
-    pool_->stop();
-    scheduler_->drain();
-    stop("");
+    drain_now("signal " + std::to_string(sig));
   }
 
   void on_time_limit() {
-    if (stopping_) return;
-    out_ << stamp() << "time limit (" << opts_.time_limit_s
-         << " s): stopping; unfinished jobs go back to the queue" << std::endl;
+    if (stopping_) return;  // the run is ending anyway
     summary_.time_limited = true;
-    pool_->stop();  // as on a signal: in-flight candidates abandoned unrecorded
+    std::ostringstream why;
+    why << "time limit (" << opts_.time_limit_s << " s)";
+    drain_now(why.str());
+  }
+
+  // Stops now: in-flight candidates are abandoned unrecorded (the next run
+  // evaluates them, once) and their jobs released at once: a drain must
+  // finish well inside the warning a scheduler gives before the wall time.
+  void drain_now(const std::string& why) {
+    out_ << stamp() << why << ": stopping; unfinished jobs go back to the queue" << std::endl;
+    pool_->stop();
     scheduler_->drain();
     stop("");
   }
