@@ -11,18 +11,19 @@
 # Prints one row per kernel (operator, params, shape, verify, bench vs the
 # catalog, tune's pick); writes $OUT/new_families.tgz (logs, manifests,
 # verify/bench/tune output, the table).
-#   KILN_SKIP_BUILD=1 reuse build-gpu/;  NEIGHBOURS=1 package with neighbour
-#   checks (a verified range per kernel; slower);  REPS (default 100)
+#   KILN_SKIP_BUILD=1 reuse build-gpu/;  MAX_CANDIDATES per job (default 24);
+#   NEIGHBOURS=1 package with neighbour checks (a verified range per kernel;
+#   slower);  REPS (default 100)
 set -uo pipefail
 W=/tmp/new_families
 . "$(dirname "$0")/h200_est_home.sh"  # cd to the tree; ROOT, OUT, a clean $W; builds; K, RT; KILN_HOME
 # one shape per (operator, params): kiln-rt labels kernels by operator, shape and dtype
-cat >"$W/manifest.yaml" <<'YAML'
+cat >"$W/manifest.yaml" <<YAML
 name: new_families_h200
 targets: [H200, H200-est]
 defaults:
   dtypes: [fp16]
-  exploration: {strategy: exhaustive, max_candidates: 24}
+  exploration: {strategy: exhaustive, max_candidates: ${MAX_CANDIDATES:-24}}
   validation: {seeds: 2}
   benchmark: {warmup: 10, runs: 50}
 operators:
