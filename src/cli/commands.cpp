@@ -183,6 +183,8 @@ int cmd_run(const Args& args) {
                         // the lock-held figures above; the device's own account (event-timed kernels):
                         {"gpu_kernel_s", s.gpu_kernel_s},
                         {"gpu_kernel_fraction", s.gpu_kernel_fraction ? json(*s.gpu_kernel_fraction) : json(nullptr)},
+                        {"gpu_driver_fraction", s.gpu_driver_fraction ? json(*s.gpu_driver_fraction) : json(nullptr)},
+                        {"gpu_driver_samples", s.gpu_driver_samples}, {"gpu_driver_coverage", s.gpu_driver_coverage},
                         {"jobs_confirmed", s.jobs_confirmed}, {"confirm_failures", s.confirm_failures},
                         {"jobs_need_llm", s.jobs_need_llm}}.dump()
                 << "\n";

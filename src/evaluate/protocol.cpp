@@ -166,6 +166,10 @@ EvaluationResult read(const json& top, std::vector<std::pair<std::string, std::s
         if (s.size() > 2 && s[2].is_string()) g.kind = s[2].get<std::string>();
         k.gpu_spans.push_back(std::move(g));
       }
+    if (const json* us = t->array("util_samples"))
+      for (const auto& u : *us)  // [seconds, percent]: a sample of another shape is skipped
+        if (u.is_array() && u.size() == 2 && u[0].is_number() && u[1].is_number())
+          k.util_samples.emplace_back(u[0].get<double>(), u[1].get<double>());
   }
   return out;
 }

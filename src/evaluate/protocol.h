@@ -76,6 +76,9 @@ struct GpuSpan {
 struct Timings {
   std::optional<double> compile_s, check_s, bench_s, setup_s, preload_s, gpu_s, kernel_s;
   std::vector<GpuSpan> gpu_spans;
+  // The GPU driver's utilisation samples since the worker's previous answer:
+  // (unix seconds, percent of the sample period during which a kernel ran).
+  std::vector<std::pair<double, double>> util_samples;
 };
 
 // $defs.evaluation_result: the result of `evaluate`.

@@ -32,6 +32,7 @@
 #include "explore/run_supervisor.h"
 #include "explore/scheduler.h"
 #include "explore/slot_pool.h"
+#include "explore/utilisation.h"
 
 namespace kiln {
 
@@ -174,6 +175,11 @@ class Explorer {
     const double gpus = static_cast<double>(std::max<size_t>(1, opts_.gpus.ids.size()));
     if (summary_.wall_s > 0 && summary_.gpu_kernel_s > 0)
       summary_.gpu_kernel_fraction = std::min(1.0, summary_.gpu_kernel_s / (summary_.wall_s * gpus));
+    if (auto u = driver_util_ ? driver_util_->overall(start_epoch_, start_epoch_ + summary_.wall_s) : std::nullopt) {
+      summary_.gpu_driver_fraction = u->fraction;
+      summary_.gpu_driver_samples = static_cast<long long>(u->samples);
+      summary_.gpu_driver_coverage = u->coverage;
+    }
     static_cast<RunCounts&>(summary_) = scheduler_->stats();
     out_ << stamp() << progress_line(true) << std::endl;
     std::error_code ec;
@@ -214,6 +220,7 @@ class Explorer {
     gpu_spans_.assign(std::max<size_t>(1, ids.size()), {});
     bench_spans_.assign(gpu_spans_.size(), {});
     gpu_kernel_each_s_.assign(gpu_spans_.size(), 0);
+    driver_util_ = std::make_unique<DriverUtilisation>(gpu_spans_.size());
     slot_gpu_.assign(static_cast<size_t>(n), 0);
     if (!ids.empty()) {
       // Slot i on GPU i mod G: consecutive slots alternate GPUs, so a job's
@@ -308,6 +315,7 @@ class Explorer {
       pool_->submit(i, item->request, timeout, [this, i, w = *item](WorkerOutcome o, int pid) {
         if (o.kind == WorkerOutcome::Kind::kReply) {
           const size_t g = slot_gpu_[i];
+          driver_util_->take(g, o.reply);  // the GPU's samples, not the candidate's: not recorded with it
           append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);
           const double kernel_s = device_kernel_seconds(o.reply);
           summary_.gpu_kernel_s += kernel_s;
@@ -374,6 +382,11 @@ class Explorer {
         line << " · GPU kernel time by device events " << std::setprecision(0)
              << *summary_.gpu_kernel_fraction * 100 << "% (" << std::setprecision(1) << summary_.gpu_kernel_s
              << " s)";
+      // The driver's account: any kernel running (checks, flushes and set-up included).
+      if (summary_.gpu_driver_fraction)
+        line << " · driver utilisation " << std::setprecision(0) << *summary_.gpu_driver_fraction * 100 << "% ("
+             << summary_.gpu_driver_samples << " samples over " << summary_.gpu_driver_coverage * 100
+             << "% of the run)";
       if (summary_.gpu_busy_each_s.size() > 1) {
         line << "; per GPU";
         for (size_t g = 0; g < summary_.gpu_busy_each_s.size(); ++g)
@@ -438,6 +451,7 @@ class Explorer {
   double start_epoch_ = 0;
   std::vector<std::vector<std::pair<double, double>>> gpu_spans_, bench_spans_;  // per GPU
   std::vector<double> gpu_kernel_each_s_;                // device-event kernel seconds per GPU
+  std::unique_ptr<DriverUtilisation> driver_util_;       // the drivers' utilisation samples per GPU
   std::string fatal_;
 };
 

@@ -82,6 +82,14 @@ struct RunSummary : RunCounts {
   // bound). Unset when nothing was timed on a GPU.
   double gpu_kernel_s = 0;
   std::optional<double> gpu_kernel_fraction;
+  // The drivers' account (explore/utilisation.h): the mean of NVML's
+  // utilisation samples inside the run -- any kernel running, checks, L2
+  // flushes and set-up included -- averaged over the GPUs; the distinct
+  // samples and the share of the run they span (the lowest GPU's). Unset
+  // where no worker sent samples (CPU, no NVML, AMD).
+  std::optional<double> gpu_driver_fraction;
+  long long gpu_driver_samples = 0;
+  double gpu_driver_coverage = 0;
 };
 
 // Runs until the queue is empty or a signal asks to stop. Throws

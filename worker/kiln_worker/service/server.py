@@ -34,6 +34,7 @@ class Server:
     def __init__(self, dev: Device, out: TextIO, startup: dict | None = None, warm=None):
         from ..evaluation.evaluate import Evaluation
         from ..evaluation.templates import Library
+        from ..evaluation.utilisation import UtilisationSamples
         self.dev = dev
         self.out = out
         self.startup = startup if startup is not None else {}  # seconds per start-up step (main)
@@ -41,6 +42,8 @@ class Server:
         self.lib = Library()
         self.evaluation = Evaluation(self.lib, dev, warm)
         self._generated = None  # GeneratedEvaluator, created by the first generated request
+        # the driver's utilisation samples since the last answer (utilisation.py)
+        self.util = UtilisationSamples() if dev.is_gpu else None
 
     # -- answers ----------------------------------------------------------
     def send(self, obj: dict) -> None:
@@ -191,8 +194,20 @@ class Server:
         self.require_device()
         if req.get("source") is not None:  # generated code against a reference module
             self.wait_warm()
-            return self.generated().evaluate(req)
-        return self.evaluation.run(req.get("job"), req.get("config"), req.get("artifact_dir"))
+            return self.with_utilisation(self.generated().evaluate(req))
+        return self.with_utilisation(self.evaluation.run(req.get("job"), req.get("config"),
+                                                         req.get("artifact_dir")))
+
+    def with_utilisation(self, result: dict) -> dict:
+        """result, its timings given the GPU's utilisation samples since the
+        last answer (timings.util_samples; none on the CPU or without NVML)."""
+        if self.util is not None and isinstance(result, dict):
+            samples = self.util.take()
+            if samples:
+                timings = result.setdefault("timings", {})
+                if isinstance(timings, dict):
+                    timings["util_samples"] = samples
+        return result
 
     def package_info(self, req: dict) -> dict:
         """What `kiln package` writes for one variant (package_info.py)."""
@@ -207,7 +222,7 @@ class Server:
         self.wait_warm()
         from ..evaluation import confirm
         self.evaluation.release_inputs(above_bytes=confirm.KEEP_CACHED_BYTES)
-        return confirm.run(self.lib, self.dev, req)
+        return self.with_utilisation(confirm.run(self.lib, self.dev, req))
 
     def reference_info(self, req: dict) -> dict:
         self.require_device()
