@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "evaluate/startup_steps.h"
 #include "explore/explorer.h"
+#include "explore/utilisation.h"
 #include "explore/run_supervisor.h"
 #include "protocol.h"
 
@@ -240,6 +241,7 @@ void Coordinator::on_result(Peer& p, const json& m) {
   WorkerOutcome o = outcome_from_json(m.value("outcome", json::object()));
   if (o.kind == WorkerOutcome::Kind::kReply) {
     append_gpu_spans(o.reply, p.gpu_spans, &p.bench_spans);
+    drop_util_samples(o.reply);  // the driver's utilisation: reported by kiln run only (explore/utilisation.h)
     const double kernel_s = device_kernel_seconds(o.reply);
     sum_.gpu_kernel_s += kernel_s;
     p.gpu_kernel_s += kernel_s;

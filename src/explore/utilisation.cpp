@@ -10,6 +10,10 @@ void DriverUtilisation::take(size_t gpu, nlohmann::json& answer) {
   if (gpu < samples_.size())
     for (const auto& [t, pct] : read_evaluation_result(answer).timings.util_samples)
       if (pct >= 0 && pct <= 100) samples_[gpu][t] = pct;
+  drop_util_samples(answer);
+}
+
+void drop_util_samples(nlohmann::json& answer) {
   nlohmann::json* r = &answer;
   if (r->is_object() && r->contains("result") && (*r)["result"].is_object()) r = &(*r)["result"];
   if (r->is_object() && r->contains("timings") && (*r)["timings"].is_object()) (*r)["timings"].erase("util_samples");

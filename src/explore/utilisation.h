@@ -50,4 +50,9 @@ class DriverUtilisation {
   std::vector<std::map<double, double>> samples_;  // per GPU: time -> percent
 };
 
+// Removes timings.util_samples from a worker answer (or a result) without
+// reading them: what a caller that keeps no figure (the MPI coordinator) does,
+// so that they are never recorded with the candidate.
+void drop_util_samples(nlohmann::json& answer);
+
 }  // namespace kiln

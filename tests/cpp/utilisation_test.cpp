@@ -74,3 +74,13 @@ TEST(DriverUtilisation, EachGpuApartAndTheirMean) {
   empty.take(5, out_of_range);  // no such GPU: ignored, still taken out
   EXPECT_FALSE(out_of_range["result"]["timings"].contains("util_samples"));
 }
+
+TEST(DriverUtilisation, DropLeavesTheRestOfTheAnswer) {
+  json a = answer({{1.0, 50}});
+  kiln::drop_util_samples(a);
+  EXPECT_FALSE(a["result"]["timings"].contains("util_samples"));
+  EXPECT_TRUE(a["result"]["timings"].contains("check_s"));
+  json odd = json::array({1, 2});  // not an answer: left alone
+  kiln::drop_util_samples(odd);
+  EXPECT_EQ(odd.size(), 2u);
+}
