@@ -107,6 +107,7 @@ class Evaluation:
         self.inputs = _InputCache(None if self.share is None else self.share // 2)
         self.plans: dict[tuple, memplan.MemoryPlan | None] = {}  # per job (_plan)
         self._plan_now: memplan.MemoryPlan | None = None  # the evaluation's job's (_run)
+        self._memory_wait_s: float | None = None  # this evaluation's (_alone)
         # package_info's verification data by (kernel instance, seed, tensors): the
         # shortlist's variants of one kernel share one (package_info.verify_for)
         self.verify_cache: dict = {}
@@ -740,6 +741,8 @@ class _SetUp:
 
 
 TRIM_BYTES = 1 << 30  # _trim_cached_gpu_memory's threshold
+
+
 def _trim_cached_gpu_memory() -> None:
     """After an evaluation: when the allocator keeps more than TRIM_BYTES of
     freed blocks (a KernelBench-sized job leaves tens of GiB), give them back,

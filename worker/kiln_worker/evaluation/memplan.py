@@ -38,6 +38,9 @@ from dataclasses import dataclass
 BUDGET_ENV = "KILN_WORKER_INPUT_BYTES"  # this worker's share in bytes, on any device (tests)
 SHARERS_ENV = "KILN_GPU_SHARERS"  # how many workers share this worker's GPU (the engine sets it)
 BIG_BYTES = 1 << 30  # a working set above this is a big job (allocator cache emptied between seeds)
+# Per worker, off its share: its CUDA context, the comparison's temporaries
+# (check.COMPARE_CHUNK elements at a time) and the allocator's rounding.
+HEADROOM_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class MemoryPlan:
 
 def share_bytes(dev) -> int | None:
     """This worker's share of its GPU's memory: the total over SHARERS_ENV
-    workers. BUDGET_ENV, where set to a positive integer, is the share on any
+    workers, less HEADROOM_BYTES (at most half the share). BUDGET_ENV, where set to a positive integer, is the share on any
     device (the CPU included: tests). None on the CPU otherwise, and where the
     GPU's memory cannot be read (no bound rather than no worker)."""
     raw = os.environ.get(BUDGET_ENV, "")
@@ -104,7 +107,8 @@ def share_bytes(dev) -> int | None:
         return None
     raw = os.environ.get(SHARERS_ENV, "1")
     sharers = int(raw) if raw.isdigit() and int(raw) > 0 else 1
-    return int(total // sharers)
+    share = int(total // sharers)
+    return share - min(HEADROOM_BYTES, share // 2)
 
 
 def job_plan(mod, op: str, shape, dtype: str, params: dict, share: int | None) -> MemoryPlan | None:
