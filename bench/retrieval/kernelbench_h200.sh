@@ -16,7 +16,10 @@
 #   every worker caches its job's seeds and checks in float64 at full size:
 #   12 workers, then 4, then 2 ran an H200 out of memory on some jobs; with
 #   the worker's cache and confirmation round bounded to its share of the GPU,
-#   2 workers had 1 memory failure in 50 jobs (2026-12-02).
+#   2 workers had 1 memory failure in 50 jobs (2026-12-02). Each worker's share
+#   is the GPU over WORKERS; a job whose float64 check needs more than that
+#   (pool2d over 16 GiB: 76 GiB) checks alone, the other workers giving back
+#   their cached memory first (docs/architecture.md, evaluate: Memory).
 #   RESUME=1: keep $OUT/kiln.db and run its queued jobs again (after a
 #   RUN_TIMEOUT stop, or on a new node with the catalog copied there)
 #   INDEPENDENT=1: then package the done jobs for H200 (`kiln package

@@ -82,18 +82,25 @@ def test_wrong_kernel_fails_its_recheck(op):
         assert w.close() == 0, w.stderr[-3000:]
 
 
+# What a confirmation of an fp32 add of N elements holds for a moment beside its
+# sets and outputs: one set's float64 copy of x and y (16 N) for its reference,
+# and the eager baseline's output (4 N).
+MOMENT = 16 * N + 4 * N
+
+
 @pytest.mark.parametrize("budget,sets,shared", [(None, 3, False), (3 * N * 16 + 2 * N * 4, 3, False),
                                                 (3 * N * 16 + 2 * N * 4 - 1, 2, False),
                                                 (N * 16 + N * 4, 1, True)])
 def test_input_sets_and_outputs_fit_the_memory_bound(budget, sets, shared):
     """An input set of an fp32 add of N elements holds 16 N bytes (x, y and the
     float64 reference), an output 4 N: the round draws as many sets as fit the
-    worker's bound beside one output per finalist, and where one set and two
-    outputs do not fit, the finalists share one output, each checked right
-    after its own calls -- the wrong kernel still fails, the honest one passes."""
+    worker's share (less MOMENT) beside one output per finalist, and where one
+    set and two outputs do not fit, the finalists share one output, each
+    checked right after its own calls -- the wrong kernel still fails, the
+    honest one passes."""
     env = worker_env()
     if budget is not None:
-        env["KILN_WORKER_INPUT_BYTES"] = str(budget)
+        env["KILN_WORKER_INPUT_BYTES"] = str(budget + MOMENT)  # the worker's share
     w = Worker(env=env)  # the fixture library: add, add_wrong
     try:
         ok = w.call("space", job=job())["result"]["configs"][0]

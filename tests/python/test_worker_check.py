@@ -544,17 +544,3 @@ def test_input_cache_budget_keeps_the_seeds_that_fit(monkeypatch):
     for seed in range(5):
         unbounded.get(job + (seed,), draw(seed))
     assert all(unbounded.prepared(job + (s,)) for s in range(5)) and not unbounded.tight(job + (0,))
-
-
-def test_input_budget_is_half_the_workers_share(monkeypatch):
-    from types import SimpleNamespace
-    from kiln_worker.evaluation import evaluate as ev
-    assert ev._input_budget(SimpleNamespace(is_gpu=False)) is None
-    props = SimpleNamespace(total_memory=140 << 30)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props)
-    gpu = SimpleNamespace(is_gpu=True, torch_device="cuda:0")
-    monkeypatch.setenv(ev.SHARERS_ENV, "4")
-    assert ev._input_budget(gpu) == (140 << 30) // 4 // 2
-    for bad in ("0", "x", ""):
-        monkeypatch.setenv(ev.SHARERS_ENV, bad)
-        assert ev._input_budget(gpu) == (140 << 30) // 2

@@ -17,11 +17,16 @@ and round:
   (the host's launch overhead stays out), device events around the call;
 - each round uses the next of a few input sets drawn for the job (rotating), so
   no entry is timed on inputs it has seen in the previous round; as many sets
-  as fit this worker's memory bound (``evaluate._input_budget``: half its share
-  of the GPU) beside one output per finalist, at least one; where even one set
-  and those outputs do not fit, the finalists share one output, each checked
-  right after its own timed calls (``conditions``: ``input_sets``,
-  ``shared_output``);
+  as fit this worker's share of the GPU (``memplan.share_bytes``) beside one
+  output per finalist, less what the set-up and the baseline hold for a
+  moment (the job's memory plan: one set's upcast copy for its reference, one
+  output of the eager call; half the share for a job without a plan), at
+  least one; where even one set and those outputs do not fit, the finalists
+  share one output, each checked right after its own timed calls
+  (``conditions``: ``input_sets``, ``shared_output``); a job whose check
+  working set passes the share (``MemoryPlan.alone``) sets up alone on the
+  GPU, as its checks do (``evaluate.alone_on_gpu``: the lock exclusive, the
+  other workers asked to give back their cached memory);
 - a candidate's output is filled with NaN before its round and checked against
   the reference after its timed calls: what was timed computed the right thing;
 - the device's clocks, temperature and power are read (NVML through torch, or
@@ -29,7 +34,8 @@ and round:
   more than 5% is flagged (``clock_drop``).
 
 Every timed round holds the GPU lock exclusively (``gpulock.gpu_lock``), so no
-other worker's kernels run meanwhile; set-up holds it shared, as checks do.
+other worker's kernels run meanwhile; set-up holds it shared, as checks do
+(exclusively for a job that runs alone, above).
 
 On the CPU (Triton interpreter) the calls are timed with ``time.perf_counter``
 and the result says ``basis: "cpu"``: such numbers are for tests of the
@@ -47,9 +53,9 @@ import platform
 import time
 from typing import Any
 
-from . import check, timing
+from . import check, memplan, timing
 from ..processes import gpulock
-from .evaluate import BadRequest, _input_budget, _tensor_bytes, job_fields
+from .evaluate import BadRequest, _tensor_bytes, alone_on_gpu, job_fields
 
 INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
 CLOCK_DROP = 0.05         # an SM clock that falls more than this share within a round
@@ -294,11 +300,18 @@ def run(lib, dev, req: dict) -> dict:
 
     # Input sets, each with its reference (upcast, as the check computes it):
     # as many as fit the worker's bound beside the finalists' outputs.
-    budget = _input_budget(dev)
+    share = memplan.share_bytes(dev)
+    plan = memplan.job_plan(mod, op, shape, dtype, params, share)
+    budget = _sets_budget(share, plan)
     finalists = sum(1 for e in entries if "baseline" not in e)
     sets = []
     shared_output = False
-    with _lock(dev, True, "setup"):
+    alone = plan is not None and plan.alone
+
+    def setup_lock():
+        return alone_on_gpu(dev, plan, "confirm", kind="setup") if alone else _lock(dev, True, "setup")
+
+    with setup_lock():
         for i in range(min(INPUT_SETS, rounds)):
             seed = SEED_BASE + i
             torch.manual_seed(seed)
@@ -355,7 +368,7 @@ def run(lib, dev, req: dict) -> dict:
             if c["out"] is not None:
                 preload(mod, op, sets[0]["inputs"], c["out"], c["entry"]["config"], params)
     # Warm-up (JIT loads, torch.compile's autotuning) and the spin per entry.
-    with _lock(dev, True, "setup"):
+    with setup_lock():
         for c in calls:
             for fn in c["fns"]:
                 fn()
@@ -435,6 +448,18 @@ def run(lib, dev, req: dict) -> dict:
         torch.cuda.empty_cache()
     return {"basis": "device" if dev.is_gpu else "cpu", "device": dev.name, "rounds": rounds,
             "reps": reps, "entries": out_entries, "conditions": conditions, "timings": timings}
+
+
+def _sets_budget(share: int | None, plan) -> int | None:
+    """The bytes the input sets and the finalists' outputs may hold: the share
+    less one set's upcast copy (its reference's input, for a moment) and one
+    native output (the eager baseline's result of each call); half the share
+    without a plan; None: no bound."""
+    if share is None:
+        return None
+    if plan is None:
+        return share // 2
+    return max(0, share - plan.upcast_bytes - plan.output_bytes)
 
 
 def _check_entry(c: dict, s: dict, r: int, atol: float, rtol: float) -> None:

@@ -7,9 +7,9 @@ import os
 import time
 from typing import Any
 
-from . import check
+from . import check, memplan
 from .timing import benchmark
-from ..processes import gpulock
+from ..processes import gpulock, pressure
 from ..processes.gpulock import gpu_lock
 from ..processes.compile_child import CompileChildDied, CompileClient
 from ..processes.device import Device, install_scratch_allocator
@@ -101,7 +101,13 @@ class Evaluation:
         self.compiler = CompileClient() if self.interpreting and not dev.error else None
         if self.compiler is not None:
             self.compiler.start()  # imports torch/triton while the worker waits for requests
-        self.inputs = _InputCache(_input_budget(dev))
+        # this worker's share of the GPU's memory (memplan.share_bytes; None:
+        # no bound). A job without a plan caches at most half of it.
+        self.share = memplan.share_bytes(dev)
+        self.inputs = _InputCache(None if self.share is None else self.share // 2)
+        self.plans: dict[tuple, memplan.MemoryPlan | None] = {}  # per job (_plan)
+        self._plan_now: memplan.MemoryPlan | None = None  # the evaluation's job's (_run)
+        self._memory_wait_s: float | None = None  # this evaluation's (_alone)
         # package_info's verification data by (kernel instance, seed, tensors): the
         # shortlist's variants of one kernel share one (package_info.verify_for)
         self.verify_cache: dict = {}
@@ -113,17 +119,20 @@ class Evaluation:
 
     def run(self, job: Any, config: Any, artifact_dir: Any) -> dict:
         gpulock.take_spans()
+        self._memory_wait_s = None
+        self._plan_now = None
         try:
             res = self._attempt(job, config, artifact_dir)
         except _OutOfMemory:
             # Several workers share the GPU, each holding its job's inputs and
             # its allocator's cached blocks: a check or benchmark can run out
             # of memory through no fault of the kernel. Free everything this
-            # worker holds and run the candidate again holding the GPU lock
-            # exclusively (no other worker's check allocates meanwhile).
+            # worker holds and run the candidate again alone on the GPU (the
+            # lock held exclusively, the other workers asked to give back
+            # their cached memory: _alone).
             self._free_gpu_memory()
             try:
-                with gpu_lock():
+                with self._alone(self._plan_now, "retry", kind="bench"):
                     res = self._attempt(job, config, artifact_dir)
             except _OutOfMemory as oom:
                 self._free_gpu_memory()
@@ -135,6 +144,7 @@ class Evaluation:
                        "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
         if self.dev.is_gpu:
             _trim_cached_gpu_memory()
+        self.yield_memory()  # another worker's notice: give back what this one caches
         # On a GPU: time this evaluation held the GPU (benchmark exclusively,
         # checks shared), and the spans, for the engine's GPU busy fraction.
         spans = gpulock.take_spans()
@@ -145,6 +155,9 @@ class Evaluation:
             timings["gpu_spans"] = [[a, b, kind] for a, b, kind in spans]
             # queueing for the lock, inside check_s / bench_s
             timings["lock_wait_s"] = {k: round(v, 6) for k, v in waits.items()}
+        if self._memory_wait_s is not None and isinstance(timings, dict):
+            # a check alone on the GPU: the wait for the other workers' memory
+            timings["memory_wait_s"] = round(self._memory_wait_s, 6)
         return res
 
     def _attempt(self, job: Any, config: Any, artifact_dir: Any) -> dict:
@@ -165,6 +178,7 @@ class Evaluation:
         if artifact_dir is not None and not isinstance(artifact_dir, str):
             raise BadRequest("'artifact_dir' must be a string path")
         mod = self.lib.launch_module(op)
+        self._plan_now = self._plan(mod, op, shape, dtype, params)
         res: dict[str, Any] = {
             "status": "ok", "message": "", "exec_device": self.dev.name,
             "correctness": None, "latency": None, "artifact": None,
@@ -233,6 +247,7 @@ class Evaluation:
         runs = int(bcfg.get("runs", 100) if bcfg.get("runs") is not None else 100)
         warmup = int(bcfg.get("warmup", 25) if bcfg.get("warmup") is not None else 25)
         if self.dev.is_gpu and runs > 0:
+            self.yield_memory()
             t0 = time.perf_counter()
             try:
                 # poisoned before the timed calls, compared after them
@@ -293,6 +308,41 @@ class Evaluation:
         if self.dev.is_gpu and _tensor_bytes(self.inputs.entries) > above_bytes:
             self._free_gpu_memory()
 
+    def yield_memory(self) -> bool:
+        """When another worker on this GPU has posted a live memory-pressure
+        notice (processes/pressure.py), drops the cached inputs and gives the
+        allocator's cached blocks back; True when it did. Called at safe
+        points only -- the start of a check, before a benchmark, the end of
+        an evaluation, before a confirmation -- never while a set-up thread
+        uses the cache. Same thread as run()."""
+        notices = pressure.others()
+        if not notices:
+            return False
+        held = _tensor_bytes(self.inputs.entries)
+        self._free_gpu_memory()
+        _log(f"memory pressure from pid {', '.join(str(n['pid']) for n in notices)} "
+             f"({max(int(n.get('bytes', 0)) for n in notices) / float(1 << 30):.1f} GiB): "
+             f"dropped {held} cached bytes")
+        return True
+
+    def _plan(self, mod, op, shape, dtype, params) -> "memplan.MemoryPlan | None":
+        """The job's memory plan (memplan.py), computed once per job, and the
+        cache's bound on the job's other seeds set from it."""
+        key = _input_key(op, shape, dtype, params, self.dev.torch_device, None)[:-1]
+        if key not in self.plans:
+            plan = memplan.job_plan(mod, op, shape, dtype, params, self.share)
+            self.plans[key] = plan
+            if plan is not None and plan.cache_bytes is not None:
+                self.inputs.limit(key, plan.cache_bytes, tight=plan.cache_bytes < plan.entry_bytes)
+        return self.plans[key]
+
+    @contextlib.contextmanager
+    def _alone(self, plan: "memplan.MemoryPlan | None", why: str, kind: str = "check"):
+        """alone_on_gpu for this evaluation (its wait in timings.memory_wait_s)."""
+        with alone_on_gpu(self.dev, plan, why, _tensor_bytes(self.inputs.entries), kind) as waited:
+            self._memory_wait_s = (self._memory_wait_s or 0.0) + waited
+            yield
+
     def _free_gpu_memory(self):
         self.inputs.clear()
         if self.dev.is_gpu:
@@ -325,15 +375,27 @@ class Evaluation:
         updt = check.upcast_dtype(dtype)
         dev = self.dev.torch_device
         acc: dict[str, Any] = {}
-        inputs = out = None
+        inputs = out = last = None
         self._preload_s = None
-        for i, seed in enumerate(seeds):
-            try:
-                inputs, out, last = self._one_seed(mod, op, shape, dtype, params, config, seed, updt,
-                                             dev, atol, rtol, acc, first=i == 0)
-            except check.Incorrect as inc:
-                inc.stats.update(seeds=i + 1, seed=seed, seeds_used=seeds[:i + 1])
-                raise
+        self.yield_memory()
+        plan = self._plan_now
+        # A job whose working set passes this worker's share checks alone on
+        # the GPU (nested in run()'s retry, which is alone already).
+        alone = plan is not None and plan.alone and gpulock.held() != "exclusive"
+        with self._alone(plan, "check") if alone else contextlib.nullcontext():
+            for i, seed in enumerate(seeds):
+                # the previous seed's copies are garbage before the next
+                # seed's are taken (never two seeds' at once) and, for a big
+                # job, back to the driver: the other workers share the GPU
+                inputs = out = last = None
+                if i and plan is not None and plan.big:
+                    _release_cached_gpu_memory()
+                try:
+                    inputs, out, last = self._one_seed(mod, op, shape, dtype, params, config, seed,
+                                                       updt, dev, atol, rtol, acc, first=i == 0)
+                except check.Incorrect as inc:
+                    inc.stats.update(seeds=i + 1, seed=seed, seeds_used=seeds[:i + 1])
+                    raise
         corr = {"seeds": len(seeds), "seeds_used": seeds, "max_abs_err": acc.get("max_abs_err", 0.0),
                 "max_rel_err": acc.get("max_rel_err", 0.0), "passed": True,
                 "atol": acc.get("atol", atol), "rtol": rtol}
@@ -382,16 +444,20 @@ class Evaluation:
         keys = [_input_key(op, shape, dtype, params, dev, seed) for seed in seeds]
         if all(self.inputs.prepared(k) for k in keys) or self.inputs.tight(keys[0]):
             return None
+        plan = self._plan(mod, op, shape, dtype, params)
+        if plan is not None and (plan.alone or not plan.seeds_fit(len(seeds))):
+            return None  # the check draws its seeds one at a time
 
         def prepare():
             if self.warm is not None:
                 self.warm.join()  # the warm-up's kernels first (WarmUp)
+            self.yield_memory()  # the run()'s thread compiles: the cache is this thread's
             for seed in seeds:
                 entry = self._entry(mod, op, shape, dtype, params, seed, dev, job)
                 if entry["ref"] is None:
                     t0 = time.perf_counter()
                     with self._shared_gpu_lock("setup"):
-                        entry["ref"] = mod.reference(op, check.upcast(entry["pristine"], updt), params)
+                        entry["ref"] = _reference(mod, op, entry["pristine"], updt, params, seed)
                         self._sync()
                     self._setup_s += time.perf_counter() - t0
 
@@ -416,6 +482,16 @@ class Evaluation:
     def _seed_on_device(self, mod, op, params, config, seed, updt, atol, rtol, acc, entry,
                         pristine):
         import torch
+        # The reference first, where this seed has none yet: its upcast copy
+        # of the inputs is freed before the candidate's copies and output are
+        # taken (memplan: the two never coexist).
+        t0 = time.perf_counter()
+        fresh = entry["ref"] is None
+        if fresh:
+            entry["ref"] = _reference(mod, op, pristine, updt, params, seed)
+            self._sync()
+            self._setup_s += time.perf_counter() - t0
+        ref = entry["ref"]
         torch.manual_seed(seed)
         inputs = check.snapshot(pristine)  # the candidate's own copies
         out = mod.output_like(op, inputs, params)
@@ -433,17 +509,54 @@ class Evaluation:
         if changed:
             raise check.Incorrect(f"kernel modified its inputs ({', '.join(changed)}; seed {seed})",
                                   {})
-        t0 = time.perf_counter()
-        fresh = entry["ref"] is None
-        if fresh:
-            entry["ref"] = mod.reference(op, check.upcast(pristine, updt), params)
-        ref = entry["ref"]
-        self._sync()
-        if fresh:
-            self._setup_s += time.perf_counter() - t0
         stats = check.compare(out, ref, atol, rtol, seed, memo=entry["memo"])
         check.merge_stats(acc, stats)
         return inputs, out, (ref, seed, atol, rtol, entry["memo"])
+
+
+@contextlib.contextmanager
+def alone_on_gpu(dev, plan: "memplan.MemoryPlan | None", why: str, own_bytes: int = 0,
+                 kind: str = "check"):
+    """Inside: this worker alone on the GPU -- its memory-pressure notice
+    posted (the other workers drop their caches at their next safe point:
+    Evaluation.yield_memory), the GPU lock held exclusively, and up to
+    pressure.WAIT_S waited until the plan's working set, less what this
+    worker holds already (own_bytes cached, its allocator's free blocks), is
+    free; then on regardless (an out-of-memory error is the caller's). Yields
+    the seconds waited; the lock's span is recorded as `kind`. On the CPU no
+    wait. Logs the wait to stderr on a GPU."""
+    need = plan.working_set if plan is not None else 0
+    with pressure.posted(need), gpu_lock(kind=kind):
+        if not dev.is_gpu:
+            yield 0.0
+        else:
+            import torch
+            own = own_bytes
+            try:
+                own += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            except Exception:  # noqa: BLE001
+                pass
+            want = max(0, need - own)
+            waited, have = pressure.wait_for_free(want, lambda: torch.cuda.mem_get_info()[0])
+            gib = float(1 << 30)
+            share = plan.share_bytes if plan is not None and plan.share_bytes else 0
+            _log(f"alone on the GPU ({why}): working set {need / gib:.1f} GiB, share {share / gib:.1f} GiB; "
+                 f"waited {waited:.1f} s for {want / gib:.1f} GiB free (free {have / gib:.1f} GiB)")
+            yield waited
+
+
+def _reference(mod, op, pristine, updt, params, seed):
+    """The reference output of one seed, on an upcast copy of its pristine
+    inputs; the copy is garbage when this returns."""
+    import torch
+    torch.manual_seed(seed)
+    return mod.reference(op, check.upcast(pristine, updt), params)
+
+
+def _log(msg: str) -> None:
+    import sys
+    sys.stderr.write(f"kiln_worker[{os.getpid()}]: {msg}\n")
+    sys.stderr.flush()
 
 
 class _OutOfMemory(Exception):
@@ -481,7 +594,15 @@ class _InputCache:
     the inputs (so a kernel that writes them spoils nothing for the next one) and
     a NaN-filled output; the reference is computed once per seed. Holds the
     entries of the two most recent jobs (a worker may alternate between jobs),
-    the older one only while it holds at most OTHER_JOBS_BYTES."""
+    the older one only while it holds at most OTHER_JOBS_BYTES.
+
+    How much of a job stays cached: a job with a limit (`limit`, from its
+    memory plan: memplan.MemoryPlan.cache_bytes) keeps its other seeds while
+    they hold at most that many bytes when one more is drawn -- candidates' own
+    seeds are dropped first, then the job's oldest; a job without one keeps
+    its seeds while all of them, the new one included, fit budget_bytes.
+    Not thread-safe: one thread at a time (Evaluation: run()'s, or its
+    set-up thread while run() compiles)."""
 
     JOBS = 2
     # Another job's entries are kept only while they hold at most this much:
@@ -500,6 +621,14 @@ class _InputCache:
         # are `tight` (no set-up ahead of the check: it would only thrash).
         self.budget_bytes = budget_bytes
         self.tight_jobs: set[tuple] = set()
+        self.limits: dict[tuple, int] = {}  # per job: bytes of its other seeds (limit)
+
+    def limit(self, job: tuple, other_seeds_bytes: int, tight: bool = False) -> None:
+        """The job's bound on its other seeds' bytes beside the one in use;
+        `tight`: no set-up ahead of its checks (only the current seed fits)."""
+        self.limits[job] = int(other_seeds_bytes)
+        if tight:
+            self.tight_jobs.add(job)
 
     def get(self, key: tuple, draw, transient: bool = False) -> dict:
         """The entry of key, drawn when missing. A transient entry (a
@@ -530,16 +659,24 @@ class _InputCache:
         return self.entries[key]
 
     def _make_room(self, job: tuple, key: tuple) -> None:
-        if self.budget_bytes is None:
-            return
         mine = [k for k in self.entries if k[:-1] == job and k != key]
         held = sum(_tensor_bytes(self.entries[k]) for k in mine)
-        if not mine or held + held // len(mine) <= self.budget_bytes:
+        bound = self.limits.get(job)
+        if bound is None:
+            if self.budget_bytes is None or not mine or held + held // len(mine) <= self.budget_bytes:
+                return
+            bound = 0  # the job's others all go
+        elif held <= bound:
             return
-        for k in mine:
-            del self.entries[k]
+        dropped_job_seed = False
+        for k in sorted(mine, key=lambda k: k not in self.transient):  # own seeds first
+            if held <= bound:
+                break
+            held -= _tensor_bytes(self.entries.pop(k))
+            dropped_job_seed |= k not in self.transient
             self.transient.discard(k)
-        self.tight_jobs.add(job)
+        if dropped_job_seed:
+            self.tight_jobs.add(job)
         _release_cached_gpu_memory()
 
     def tight(self, key: tuple) -> bool:
@@ -560,6 +697,8 @@ class _InputCache:
         return entry is not None and entry["ref"] is not None
 
     def clear(self) -> None:
+        """Drops every entry (the limits and tight marks stay: they are facts
+        about the jobs)."""
         self.jobs.clear()
         self.entries.clear()
         self.transient.clear()
@@ -602,28 +741,6 @@ class _SetUp:
 
 
 TRIM_BYTES = 1 << 30  # _trim_cached_gpu_memory's threshold
-BUDGET_ENV = "KILN_WORKER_INPUT_BYTES"  # overrides _input_budget (bytes)
-SHARERS_ENV = "KILN_GPU_SHARERS"  # how many workers share this worker's GPU (the engine sets it)
-
-
-def _input_budget(dev) -> int | None:
-    """_InputCache's bound (and the confirmation's, confirm.py) on a GPU: half
-    of this worker's share of the GPU's memory (the rest for a candidate's
-    copies, outputs and the checks' temporaries). None on the CPU. BUDGET_ENV,
-    where set to a positive integer, is the bound in bytes on any device."""
-    raw = os.environ.get(BUDGET_ENV, "")
-    if raw.isdigit() and int(raw) > 0:
-        return int(raw)
-    if not getattr(dev, "is_gpu", False):
-        return None
-    try:
-        import torch
-        total = torch.cuda.get_device_properties(dev.torch_device).total_memory
-    except Exception:  # noqa: BLE001 - no bound rather than no worker
-        return None
-    raw = os.environ.get(SHARERS_ENV, "1")
-    sharers = int(raw) if raw.isdigit() and int(raw) > 0 else 1
-    return int(total // sharers // 2)
 
 
 def _trim_cached_gpu_memory() -> None:

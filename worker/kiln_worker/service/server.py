@@ -222,6 +222,7 @@ class Server:
         self.wait_warm()
         from ..evaluation import confirm
         self.evaluation.release_inputs(above_bytes=confirm.KEEP_CACHED_BYTES)
+        self.evaluation.yield_memory()  # another worker's memory-pressure notice
         return self.with_utilisation(confirm.run(self.lib, self.dev, req))
 
     def reference_info(self, req: dict) -> dict:

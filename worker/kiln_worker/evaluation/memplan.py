@@ -1,0 +1,152 @@
+"""A job's memory plan: how much GPU memory one seed of its check needs, and
+what that leaves this worker for caching the job's other seeds.
+
+Several workers share one GPU (``SHARERS_ENV``); each may use its *share*,
+the GPU's memory divided among them (``share_bytes``). One seed of a check
+(evaluate.py) holds, at its peak:
+
+    the pristine inputs (cached, the reference reads them)
+  + the reference output, upcast (cached with them)
+  + the candidate's own copy of the inputs (check.snapshot)
+  + the upcast copy of the inputs the reference reads (check.upcast: float64
+    for fp32 inputs, 2x their bytes; float32 for fp16/bf16, also 2x)
+  + the kernel's output
+
+(``MemoryPlan.working_set``). The check computes the reference before it takes
+the candidate's copies, so the upcast copy and the candidate's copies never
+coexist: the sum leaves room for the reference's own temporaries (a norm's
+``x.pow(2)`` is one more upcast-sized tensor). What the share leaves beside
+the working set, ``cache_bytes``, bounds the job's *other* cached seeds; a job
+whose working set passes the share (``alone``) runs its check alone on the
+GPU (the GPU lock held exclusively, the other workers asked to give back their
+memory: processes/pressure.py).
+
+The sizes come from the template module itself -- ``make_inputs`` and
+``output_like`` run under torch's FakeTensorMode, which gives shapes and
+dtypes without allocating (a 16 GiB KernelBench input costs nothing) --
+so they are exact for every template. ``job_plan`` returns None when the
+module's functions cannot run on fake tensors (the caller then keeps its
+older bound: half the share for the cache).
+
+Pure functions of their arguments and the environment; thread-safe.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+BUDGET_ENV = "KILN_WORKER_INPUT_BYTES"  # this worker's share in bytes, on any device (tests)
+SHARERS_ENV = "KILN_GPU_SHARERS"  # how many workers share this worker's GPU (the engine sets it)
+BIG_BYTES = 1 << 30  # a working set above this is a big job (allocator cache emptied between seeds)
+# Per worker, off its share: its CUDA context, the comparison's temporaries
+# (check.COMPARE_CHUNK elements at a time) and the allocator's rounding.
+HEADROOM_BYTES = 2 << 30
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    input_bytes: int    # one seed's inputs
+    upcast_bytes: int   # their upcast copy (the reference's inputs)
+    ref_bytes: int      # the reference output (upcast)
+    output_bytes: int   # the kernel's output
+    share_bytes: int | None  # this worker's share of the GPU; None: no bound (the CPU)
+
+    @property
+    def entry_bytes(self) -> int:
+        """One cached seed: its inputs and its reference."""
+        return self.input_bytes + self.ref_bytes
+
+    @property
+    def working_set(self) -> int:
+        """One seed's check at its peak (module docstring)."""
+        return self.entry_bytes + self.input_bytes + self.upcast_bytes + self.output_bytes
+
+    @property
+    def cache_bytes(self) -> int | None:
+        """Bytes the job's other seeds may hold cached beside one seed's check
+        (0 when the working set alone fills the share; None: no bound)."""
+        if self.share_bytes is None:
+            return None
+        return max(0, self.share_bytes - self.working_set)
+
+    @property
+    def alone(self) -> bool:
+        """The working set passes this worker's share: the check runs alone."""
+        return self.share_bytes is not None and self.working_set > self.share_bytes
+
+    @property
+    def big(self) -> bool:
+        return self.working_set > BIG_BYTES
+
+    def seeds_fit(self, n: int) -> bool:
+        """n seeds cached at once fit beside one seed's check (a set-up ahead
+        of the check draws them all)."""
+        return self.cache_bytes is None or (n - 1) * self.entry_bytes <= self.cache_bytes
+
+    def describe(self) -> dict:
+        gib = float(1 << 30)
+        return {"working_set_gib": round(self.working_set / gib, 3),
+                "share_gib": None if self.share_bytes is None else round(self.share_bytes / gib, 3),
+                "alone": self.alone}
+
+
+def share_bytes(dev) -> int | None:
+    """This worker's share of its GPU's memory: the total over SHARERS_ENV
+    workers, less HEADROOM_BYTES (at most half the share). BUDGET_ENV, where set to a positive integer, is the share on any
+    device (the CPU included: tests). None on the CPU otherwise, and where the
+    GPU's memory cannot be read (no bound rather than no worker)."""
+    raw = os.environ.get(BUDGET_ENV, "")
+    if raw.isdigit() and int(raw) > 0:
+        return int(raw)
+    if not getattr(dev, "is_gpu", False):
+        return None
+    try:
+        import torch
+        total = torch.cuda.get_device_properties(dev.torch_device).total_memory
+    except Exception:  # noqa: BLE001
+        return None
+    raw = os.environ.get(SHARERS_ENV, "1")
+    sharers = int(raw) if raw.isdigit() and int(raw) > 0 else 1
+    share = int(total // sharers)
+    return share - min(HEADROOM_BYTES, share // 2)
+
+
+def job_plan(mod, op: str, shape, dtype: str, params: dict, share: int | None) -> MemoryPlan | None:
+    """The plan of one job of template module `mod` (module docstring), its
+    sizes from make_inputs / output_like on fake tensors; None when they
+    cannot run there."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from . import check
+    updt = check.upcast_dtype(dtype)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            inputs = mod.make_inputs(op, list(shape), dtype, params, 0, "cpu")
+            out = mod.output_like(op, inputs, params)
+            tensors = list(_tensors(inputs))
+            input_bytes = sum(_nbytes(t) for t in tensors)
+            upcast_bytes = sum(_nbytes(t, updt if t.is_floating_point() else None) for t in tensors)
+            outs = list(_tensors(out))
+            output_bytes = sum(_nbytes(t) for t in outs)
+            ref_bytes = sum(_nbytes(t, updt if t.is_floating_point() else None) for t in outs)
+    except Exception:  # noqa: BLE001 - a template that needs real data: no plan
+        return None
+    return MemoryPlan(input_bytes, upcast_bytes, ref_bytes, output_bytes, share)
+
+
+def _tensors(value):
+    """The tensors in value (nested dicts, lists and tuples)."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def _nbytes(t, as_dtype=None) -> int:
+    import torch
+    size = torch.empty((), dtype=as_dtype).element_size() if as_dtype is not None else t.element_size()
+    return int(t.numel()) * int(size)
