@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -36,7 +37,8 @@ KernelResources KernelResources::from_artifact(const nlohmann::json& artifact) {
 
 nlohmann::json Estimate::to_json() const {
   return {{"ms", ms}, {"memory_ms", memory_ms}, {"compute_ms", compute_ms},
-          {"utilisation", utilisation}, {"spill_ms", spill_ms}, {"operand_ms", operand_ms}};
+          {"utilisation", utilisation}, {"in_flight", in_flight}, {"spill_ms", spill_ms},
+          {"operand_ms", operand_ms}};
 }
 
 namespace {
@@ -51,6 +53,46 @@ std::pair<double, double> roofline_terms(const Target& t, const std::string& dty
   if (peak <= 0)
     if (auto it = t.peak_tflops.find("fp32"); it != t.peak_tflops.end()) peak = it->second;
   return {traffic.bytes / bw * 1e3, peak > 0 ? traffic.flops / (peak * 1e12 * kComputeEfficiency) * 1e3 : 0};
+}
+
+// Little's law: an SM that keeps `in_flight` bytes loading at a time streams
+// at most in_flight / latency bytes per second. The fraction of the rate it
+// needs that it reaches (<= 1), or nullopt where the config does not say what
+// a block has in flight (no BLOCK_* knobs).
+//  - a tiled contraction (BLOCK_M, BLOCK_N, BLOCK_K): each block's software
+//    pipeline has num_stages - 1 K steps of both operand tiles loading,
+//    (BLOCK_M + BLOCK_N) x BLOCK_K elements each; to run at the roofline
+//    (`ideal_ms`) the SM must load its share of the operand traffic,
+//    flops / 2 x (1/BLOCK_M + 1/BLOCK_N) elements in all, in that time.
+//  - any other tiled kernel (row kernels, elementwise): one tile, the product
+//    of its BLOCK_* knobs, per block (a persistent program, knob `programs`,
+//    has num_stages - 1 of them in flight); the SM needs its share of the
+//    device bandwidth.
+std::optional<double> in_flight_fraction(const Target& t, const std::string& dtype, const Traffic& traffic,
+                                         const nlohmann::json& config, double resident_blocks, double ideal_ms) {
+  if (!config.is_object() || resident_blocks <= 0) return std::nullopt;
+  const double eb = element_bytes(dtype);
+  const double latency_s = positive_number(t.raw, "memory_latency_ns").value_or(kMemoryLatencyNs) * 1e-9;
+  const double stages = positive_number(config, "num_stages").value_or(1);
+  const double pipelined = std::max(1.0, stages - 1);
+  const auto bm = positive_number(config, "BLOCK_M"), bn = positive_number(config, "BLOCK_N"),
+             bk = positive_number(config, "BLOCK_K");
+  double per_block, rate;  // bytes one block has loading; bytes/s one SM must load
+  if (bk) {
+    if (!bm || !bn || traffic.flops <= 0 || ideal_ms <= 0) return std::nullopt;
+    per_block = pipelined * (*bm + *bn) * *bk * eb;
+    const double operand_bytes = traffic.flops / 2.0 * eb * (1.0 / *bm + 1.0 / *bn);
+    rate = operand_bytes / (ideal_ms * 1e-3) / t.compute_units;
+  } else {
+    double tile = 0;
+    for (auto it = config.begin(); it != config.end(); ++it)
+      if (it.key().rfind("BLOCK", 0) == 0 && it->is_number() && it->get<double>() > 0)
+        tile = (tile > 0 ? tile : 1) * it->get<double>();
+    if (tile <= 0) return std::nullopt;
+    per_block = tile * eb * (positive_number(config, "programs") ? pipelined : 1.0);
+    rate = t.memory_bandwidth_gbs * 1e9 / t.compute_units;
+  }
+  return std::clamp(resident_blocks * per_block / (rate * latency_s), 1e-3, 1.0);
 }
 
 }  // namespace
@@ -86,7 +128,15 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
   const double tail = blocks / (rounds * slots);  // fraction of slots filled on average
   // Latency hiding: the waves actually resident per SIMD in a full round.
   const double resident = std::min(blocks, slots) / t.compute_units * warps / simds;
-  const double hiding = std::min(1.0, resident / kWavesToHideLatency);
+  double hiding = std::min(1.0, resident / kWavesToHideLatency);
+  // Latency hiding by bytes in flight (Little's law), where the config says
+  // what a block loads: a shallow pipeline or a small tile cannot cover the
+  // memory latency however many warps are resident.
+  if (auto f = in_flight_fraction(t, dtype, traffic, config, std::min(blocks, slots) / t.compute_units,
+                                  std::max(e.memory_ms, e.compute_ms))) {
+    e.in_flight = *f;
+    hiding = std::min(hiding, *f);
+  }
   e.utilisation = std::clamp(tail * hiding, 1e-3, 1.0);
 
   // Spilled registers go to scratch memory: every thread writes and reads them.

@@ -36,7 +36,11 @@ struct Estimate {
   // fraction of the machine the launch keeps busy, the spill cost.
   // operand_ms: the row operand's re-reads by every column block of a tiled
   // contraction (needs the config's BLOCK_N and BLOCK_K).
-  double memory_ms = 0, compute_ms = 0, utilisation = 1, spill_ms = 0, operand_ms = 0;
+  // in_flight: the bytes a resident block set keeps loading per SM over the
+  // bytes the SM must have in flight to cover the memory latency (Little's
+  // law), capped at 1; 1 where the config has no BLOCK_* knobs. It bounds the
+  // latency hiding inside `utilisation`.
+  double memory_ms = 0, compute_ms = 0, utilisation = 1, spill_ms = 0, operand_ms = 0, in_flight = 1;
   nlohmann::json to_json() const;
 };
 

@@ -20,6 +20,17 @@ constexpr double kComputeEfficiency = 0.75;
 constexpr double kLaunchMs = 0.004;
 // Resident waves per SIMD needed to hide memory latency.
 constexpr double kWavesToHideLatency = 2.0;
+// Loaded DRAM latency, for the bytes-in-flight terms (Little's law: an SM
+// streams at most its bytes in flight per latency), when the target file has
+// no memory_latency_ns. Public pointer-chase microbenchmarks put Hopper's
+// unloaded global-memory latency at several hundred ns (Chips and Cheese,
+// "Nvidia's H100: Funny L2, and Tons of Bandwidth", 2023,
+// https://chipsandcheese.com/2023/07/02/nvidias-h100-funny-l2-and-tons-of-bandwidth/;
+// Luo et al., "Dissecting the NVIDIA Hopper Architecture through
+// Microbenchmarking and Multiple Level Analysis", arXiv:2501.12084); under
+// load it grows. HBM GPUs measure roughly 500-900 ns loaded; 700 ns is a
+// middle value, not fitted to measurements.
+constexpr double kMemoryLatencyNs = 700;
 // L2 bandwidth as a multiple of HBM bandwidth when the target file has no
 // l2_bandwidth_gbs (H100/H200 and MI300X both measure roughly 2-3x).
 constexpr double kL2OverHbm = 2.0;

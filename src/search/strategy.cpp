@@ -17,9 +17,6 @@ namespace {
 
 using namespace model_terms;
 
-// Loaded DRAM latency for the bytes-in-flight term when the target file has no
-// memory_latency_ns (HBM GPUs measure roughly 500-900 ns under load).
-constexpr double kMemoryLatencyNs = 700;
 // Base registers per thread: addresses, loop counters, masks.
 constexpr double kBaseRegisters = 24;
 // Halving: predictions within this fraction of each other are ties (the model

@@ -147,5 +147,100 @@ TEST(Estimate, AFasterL2MakesOperandRereadsCheaper) {
             estimate_latency(mi300x(), "fp16", tr, k, tile(128, 64, 32)).operand_ms);
 }
 
+// Latency hiding by bytes in flight (Little's law), on an H200-like target:
+// 132 SMs, 4.8 TB/s, a 700 ns memory latency (the model's default): an SM
+// must keep 4.8e12 / 132 x 700e-9 = 25.5 KB loading to stream its share.
+Target h200() {
+  return {.name = "H200", .vendor = "nvidia", .backend = "cuda", .arch = "sm_90", .warp_size = 32,
+          .compute_units = 132, .simds_per_cu = 4, .max_waves_per_simd = 16, .memory_bandwidth_gbs = 4800,
+          .peak_tflops = {{"fp32", 66.9}, {"fp16", 989.4}}};
+}
+
+KernelResources nv_kernel(long long blocks, int warps, double occupancy) {
+  return {.num_warps = warps, .warp_size = 32, .grid = {blocks, 1, 1}, .spills = 0, .occupancy = occupancy};
+}
+
+nlohmann::json gemm_tile(int bm, int bn, int bk, int stages, int warps = 4) {
+  return {{"BLOCK_M", bm}, {"BLOCK_N", bn}, {"BLOCK_K", bk}, {"num_warps", warps}, {"num_stages", stages}};
+}
+
+TEST(Estimate, AShallowerPipelineHidesLessLatency) {
+  // 4096^3 fp16: compute-bound. A 64x64x32 tile at 4 blocks per SM, equal
+  // compute, equal grid: with 2 stages each block has one K step (8 KB)
+  // loading, 32 KB per SM, short of the ~120 KB the SM consumes in one
+  // latency at the tensor-core rate; with 4 stages three steps, 96 KB.
+  const Traffic tr{3.0 * 4096 * 4096 * 2, 2.0 * 4096 * 4096 * 4096};
+  const auto k = nv_kernel(64 * 64, 4, 16);
+  const Estimate shallow = estimate_latency(h200(), "fp16", tr, k, gemm_tile(64, 64, 32, 2));
+  const Estimate deep = estimate_latency(h200(), "fp16", tr, k, gemm_tile(64, 64, 32, 4));
+  EXPECT_LT(shallow.in_flight, deep.in_flight);
+  EXPECT_LT(deep.in_flight, 1.0);
+  EXPECT_GT(shallow.ms, deep.ms);
+  EXPECT_DOUBLE_EQ(shallow.compute_ms, deep.compute_ms);
+  // A 128x128x64 tile with 3 stages at 2 blocks per SM has 128 KB loading,
+  // more than it needs (its larger tile also needs fewer operand bytes per flop).
+  const Estimate big = estimate_latency(h200(), "fp16", tr, nv_kernel(32 * 32, 4, 8), gemm_tile(128, 128, 64, 3));
+  EXPECT_DOUBLE_EQ(big.in_flight, 1.0);
+  EXPECT_LT(big.ms, deep.ms);
+}
+
+TEST(Estimate, ARowKernelWithFewBytesInFlightIsBandwidthStarved) {
+  // A streaming row kernel, 16384 rows of 4096 fp32 (256 MiB), one row block
+  // per program, 16 warps, 4 programs per SM: 256-wide chunks keep 4 KB
+  // loading per SM (of the 25.5 KB needed); whole 4096-wide rows 64 KB.
+  const Traffic tr{16384.0 * 4096 * 4, 16384.0 * 4096};
+  const auto k = nv_kernel(16384, 16, 64);
+  const nlohmann::json chunk = {{"BLOCK_M", 1}, {"BLOCK_N", 256}, {"num_warps", 16}, {"num_stages", 1}};
+  const nlohmann::json row = {{"BLOCK_M", 1}, {"BLOCK_N", 4096}, {"num_warps", 16}, {"num_stages", 1}};
+  const Estimate starved = estimate_latency(h200(), "fp32", tr, k, chunk);
+  const Estimate fed = estimate_latency(h200(), "fp32", tr, k, row);
+  EXPECT_NEAR(starved.in_flight, 4.0 * 1024 / (4800e9 / 132 * 700e-9), 1e-9);
+  EXPECT_DOUBLE_EQ(fed.in_flight, 1.0);
+  EXPECT_GT(starved.ms, 4 * fed.ms);
+  EXPECT_DOUBLE_EQ(starved.memory_ms, fed.memory_ms);
+}
+
+TEST(Estimate, APersistentProgramsPipelineDepthCountsInFlight) {
+  // One persistent program of 16 warps per SM (grid 132) streaming 1x4096
+  // fp32 rows: 16 KB per stage; 2 stages keep one row loading, 3 keep two.
+  const Traffic tr{16384.0 * 4096 * 4, 16384.0 * 4096};
+  const auto k = nv_kernel(132, 16, 64);
+  auto persistent = [](int stages) {
+    return nlohmann::json{{"BLOCK_M", 1}, {"BLOCK_N", 4096}, {"num_warps", 16}, {"num_stages", stages},
+                          {"programs", 132}};
+  };
+  const Estimate two = estimate_latency(h200(), "fp32", tr, k, persistent(2));
+  const Estimate three = estimate_latency(h200(), "fp32", tr, k, persistent(3));
+  EXPECT_NEAR(two.in_flight, 16.0 * 1024 / (4800e9 / 132 * 700e-9), 1e-9);
+  EXPECT_DOUBLE_EQ(three.in_flight, 1.0);
+  EXPECT_GT(two.ms, three.ms);
+  // Without `programs` the stages do not pipeline rows: a plain one-row
+  // program keeps one row loading whatever num_stages says.
+  auto plain = persistent(3);
+  plain.erase("programs");
+  EXPECT_DOUBLE_EQ(estimate_latency(h200(), "fp32", tr, k, plain).in_flight, two.in_flight);
+}
+
+TEST(Estimate, TheTargetsMemoryLatencyScalesTheBytesNeeded) {
+  const Traffic tr{16384.0 * 4096 * 4, 16384.0 * 4096};
+  const auto k = nv_kernel(16384, 16, 64);
+  const nlohmann::json chunk = {{"BLOCK_M", 1}, {"BLOCK_N", 256}, {"num_warps", 16}};
+  Target fast = h200();
+  fast.raw = {{"memory_latency_ns", 350}};
+  const double dflt = estimate_latency(h200(), "fp32", tr, k, chunk).in_flight;
+  EXPECT_NEAR(estimate_latency(fast, "fp32", tr, k, chunk).in_flight, 2 * dflt, 1e-9);
+}
+
+TEST(Estimate, NoBytesInFlightTermWithoutTileKnobs) {
+  const Traffic tr{1e9, 1e9};
+  const auto k = nv_kernel(16, 4, 16);  // a tiny grid: the term would bite if it applied
+  const Estimate none = estimate_latency(h200(), "fp32", tr, k);
+  EXPECT_DOUBLE_EQ(none.in_flight, 1.0);
+  const Estimate knobs = estimate_latency(h200(), "fp32", tr, k, {{"num_warps", 4}, {"num_stages", 3}});
+  EXPECT_DOUBLE_EQ(knobs.in_flight, 1.0);
+  EXPECT_DOUBLE_EQ(knobs.ms, none.ms);
+  EXPECT_EQ(none.to_json()["in_flight"], 1.0);
+}
+
 }  // namespace
 }  // namespace kiln
