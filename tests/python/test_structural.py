@@ -290,16 +290,20 @@ def test_worker_match_method(tmp_path):
 
 
 def test_oracle_check_holds_the_gpu_alone_and_gives_its_memory_back(lib, tmp_path, monkeypatch):
-    """On a GPU the once-per-job full-size check runs holding the GPU lock
-    exclusively (concurrent set-ups ran an H200 out of memory on KernelBench's
-    convolutions); on the CPU it takes no lock. Its failure still propagates."""
+    """On a GPU the once-per-job full-size check runs alone: its memory-pressure
+    notice posted for the other workers and the GPU lock held exclusively
+    (concurrent set-ups ran an H200 out of memory on KernelBench's convolutions
+    and pointwise problems); on the CPU it takes no lock and posts nothing. Its
+    failure still propagates, and the notice is withdrawn either way."""
+    import os
     from types import SimpleNamespace
     from kiln_worker.processes import gpulock
     monkeypatch.setenv("KILN_GPU_LOCK", str(tmp_path / "gpu.lock"))
+    notice = tmp_path / f"gpu.lock.pressure.{os.getpid()}"
     seen = []
 
     def fake_verify(lib_, job, device):
-        seen.append((gpulock.held(), device))
+        seen.append((gpulock.held(), device, notice.exists()))
         if job.get("bad"):
             raise oracle.OracleMismatch("differs")
 
@@ -308,8 +312,9 @@ def test_oracle_check_holds_the_gpu_alone_and_gives_its_memory_back(lib, tmp_pat
     oracle.verify_on(lib, {"op": "softmax"}, SimpleNamespace(is_gpu=False, torch_device="cpu"))
     with pytest.raises(oracle.OracleMismatch):
         oracle.verify_on(lib, {"op": "softmax", "bad": True}, SimpleNamespace(is_gpu=True, torch_device="cpu"))
-    assert seen == [("exclusive", "cpu"), (None, "cpu"), ("exclusive", "cpu")]
+    assert seen == [("exclusive", "cpu", True), (None, "cpu", False), ("exclusive", "cpu", True)]
     assert gpulock.held() is None  # released, also after the failure
+    assert not notice.exists()
 
 
 def test_oracle_compare_in_chunks_finds_every_difference(monkeypatch):
@@ -337,3 +342,19 @@ def test_oracle_compare_in_chunks_finds_every_difference(monkeypatch):
     assert oracle.compare(other, ints, exact=True) == "1 of 55 elements differ"
     assert oracle.compare(ints, ints, exact=True) is None
     assert "elements" in oracle.compare(torch.zeros(3), torch.zeros(4), exact=False)
+
+
+def test_oracle_plan_counts_its_full_size_copies_without_allocating(lib, monkeypatch):
+    """The oracle check's working set at KernelBench size (a 6 GiB fp32 input):
+    the float64 inputs, the template's reference and the module's output (both
+    float64) and one comparison temporary -- sized from the shapes alone."""
+    from types import SimpleNamespace
+    monkeypatch.setenv("KILN_WORKER_INPUT_BYTES", str(68 << 30))
+    rows, cols = 4096, 393216
+    f64 = rows * cols * 8
+    plan = oracle._plan(lib, {"op": "softmax", "shape": [rows, cols], "dtype": "fp32"},
+                        SimpleNamespace(is_gpu=True, torch_device="cpu"))
+    assert plan is not None
+    assert plan.working_set == 4 * f64  # 48 GiB
+    assert plan.share_bytes == 68 << 30 and not plan.alone
+    assert oracle._plan(lib, {"op": "no_such_op", "shape": [1]}, SimpleNamespace(is_gpu=True)) is None

@@ -143,6 +143,7 @@ class Server:
         job = req.get("job")
         if isinstance(job, dict) and job.get("oracle"):  # a reference job a template serves
             from ..structural import oracle
+            self.evaluation.release_inputs()  # it runs at full size, alone: this worker's cache first
             oracle.verify_on(self.lib, job, self.dev)
         return space(self.lib, job)
 

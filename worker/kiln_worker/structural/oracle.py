@@ -90,33 +90,53 @@ def verify(lib, job: dict, device: str = "cpu") -> None:
 
 
 def verify_on(lib, job: dict, dev) -> None:
-    """verify() on the worker's device. On a GPU the check holds the GPU lock
-    exclusively: it runs once per job at the job's full size in the upcast
-    dtype (inputs, the template's reference and the module's output: tens of
-    GiB for a KernelBench convolution), so several workers setting up jobs at
-    once would run the GPU out of memory. Whatever it allocated is given back
-    to the driver afterwards, for the other workers."""
+    """verify() on the worker's device. On a GPU the check runs alone: it runs
+    once per job at the job's full size in the upcast dtype (inputs, the
+    template's reference and the module's output: tens of GiB for a
+    KernelBench convolution), so it posts a memory-pressure notice (the other
+    workers give back the inputs they cache), holds the GPU lock exclusively
+    and waits, bounded, for its working set to be free
+    (evaluate.alone_on_gpu). Whatever it allocated is given back to the driver
+    afterwards, for the other workers. The caller drops its own cached inputs
+    first (server.space)."""
     if not getattr(dev, "is_gpu", False):
         verify(lib, job, dev.torch_device)
         return
     import gc
-    from ..evaluation.evaluate import _release_cached_gpu_memory
-    from ..processes.gpulock import gpu_lock
+    from ..evaluation.evaluate import _release_cached_gpu_memory, alone_on_gpu
     try:
-        with gpu_lock(kind="setup"):
+        with alone_on_gpu(dev, _plan(lib, job, dev), "the template against the reference module",
+                          kind="setup"):
             verify(lib, job, dev.torch_device)
     except Exception as exc:  # noqa: BLE001 - re-raised, named
         import torch
         if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc):
             raise RuntimeError(
                 "the check of the template against the reference module (once per job, at the job's full "
-                "size, in float64) ran out of GPU memory while holding the GPU alone: the other workers' "
-                "cached inputs still count; run with fewer --workers. "
-                + str(exc).splitlines()[0][:300]) from exc
+                "size, in float64) ran out of GPU memory while holding the GPU alone; run with fewer "
+                "--workers. " + str(exc).splitlines()[0][:300]) from exc
         raise
     finally:
         gc.collect()
         _release_cached_gpu_memory()
+
+
+def _plan(lib, job: dict, dev):
+    """The oracle check's memory as a plan (evaluation/memplan.py): the upcast
+    inputs, the template's reference and the module's output (both upcast) and
+    one more output-sized temporary for the comparison; None when the sizes
+    cannot be known without running it."""
+    from ..evaluation import memplan
+    try:
+        op, shape, dtype = job["op"], list(job["shape"]), job.get("dtype", "fp32")
+        params = lib.complete_params(op, job.get("params"))
+        p = memplan.job_plan(lib.launch_module(op), op, shape, dtype, params, memplan.share_bytes(dev))
+    except Exception:  # noqa: BLE001 - no plan: the lock alone, as before
+        return None
+    if p is None:
+        return None
+    return memplan.MemoryPlan(input_bytes=0, upcast_bytes=p.upcast_bytes, ref_bytes=2 * p.ref_bytes,
+                              output_bytes=p.ref_bytes, share_bytes=p.share_bytes)
 
 
 def _verify(lib, job: dict, device: str) -> str | None:
