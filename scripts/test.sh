@@ -31,10 +31,10 @@ TRITON_INTERPRET=1 python3 -m pytest -q -n 2 --durations=8 tests/python
 # The lane's output is printed once it is done; it fails the run like any step.
 # KILN_TEST_LANE=0 runs them after the e2e tests instead, one after another.
 fuzz_secs=${KILN_FUZZ_SECONDS:-30}
-lane() {  # lane JOBS: fuzz targets (and compile jobs) at once
+lane() {  # lane JOBS: fuzz targets at once
   local t=$SECONDS
   echo "=== Fuzzing (libFuzzer: manifest, code objects, worker replies; ${fuzz_secs} s each, $1 at a time) ==="
-  KILN_FUZZ_JOBS=$1 KILN_FUZZ_BUILD_JOBS=$1 scripts/fuzz.sh "$fuzz_secs"
+  KILN_FUZZ_JOBS=$1 scripts/fuzz.sh "$fuzz_secs"
   echo "(fuzzing: $((SECONDS - t)) s)"
   t=$SECONDS
   echo "=== Slurm (a local single-node cluster: kiln.sbatch, array.sbatch + merge, nightly.sbatch) ==="
@@ -48,7 +48,9 @@ if [[ "${KILN_TEST_LANE:-1}" != 0 ]]; then
   lane_log=$(mktemp)
   # Its own process group (set -m), so that a failing run stops all of it.
   set -m
-  # One target and one compile job at a time: a core, not two, beside the e2e tests.
+  # One fuzz target at a time, so that each gets most of a core beside the e2e
+  # tests for its 30 s. The fuzz build keeps -j$(nproc): the compiler takes
+  # whatever the e2e tests leave (at -j1 the build made the lane the longest path).
   lane 1 >"$lane_log" 2>&1 &
   lane_pid=$!
   set +m
