@@ -8,8 +8,8 @@
 #   scripts/fuzz.sh [SECONDS_EACH (default 30)] [TARGET...]
 # Environment: KILN_FUZZ_BUILD (default build-fuzz), KILN_FUZZ_ARTIFACTS
 # (default a temporary directory), CC/CXX (default clang-15/clang++-15),
-# KILN_FUZZ_JOBS (targets at once, default nproc), KILN_FUZZ_SKIP_BUILD=1 (run
-# the binaries already built).
+# KILN_FUZZ_JOBS (targets at once, default nproc), KILN_FUZZ_BUILD_JOBS (compile
+# jobs, default nproc), KILN_FUZZ_SKIP_BUILD=1 (run the binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
@@ -25,7 +25,7 @@ elif [[ ! -f "$build/CMakeCache.txt" ]]; then
   CC=${CC:-clang-15} CXX=${CXX:-clang++-15} cmake -S . -B "$build" -DKILN_FUZZ=ON \
     -DCMAKE_BUILD_TYPE=Fuzz ${CMAKE_CXX_COMPILER_LAUNCHER:+-DCMAKE_CXX_COMPILER_LAUNCHER=$CMAKE_CXX_COMPILER_LAUNCHER} >/dev/null
 fi
-[[ "${KILN_FUZZ_SKIP_BUILD:-0}" == 1 ]] || cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+[[ "${KILN_FUZZ_SKIP_BUILD:-0}" == 1 ]] || cmake --build "$build" -j"${KILN_FUZZ_BUILD_JOBS:-$(nproc)}" --target "${targets[@]}"
 # One target per core at a time: each still gets its SECONDS_EACH of a core.
 run_one() {
   local t=$1 corpus=fuzz/corpus/${1#fuzz_} work

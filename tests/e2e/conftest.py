@@ -198,3 +198,19 @@ class Prometheus:
                 pass
             assert time.time() < deadline and self.proc.poll() is None, self.log.read_text()
             time.sleep(0.3)
+
+
+# The files whose tests take longest (a gate's pytest --durations, summed per
+# file), slowest first. Collected first, so that pytest-xdist (--dist loadfile,
+# which hands out files in collection order) starts them first and the short
+# files fill in at the end, rather than a long file starting last and leaving
+# the other processes idle. Order only: every test still runs.
+SLOW_FIRST = ("test_output_safety.py", "test_llm.py", "test_package.py", "test_nightly.py",
+              "test_structural.py", "test_e2e.py", "test_fork_server.py", "test_mpi.py",
+              "test_hostile_inputs.py", "test_confirm.py", "test_merge.py", "test_metrics.py",
+              "test_executor_policy.py", "test_package_new_families.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: file order kept
