@@ -313,6 +313,52 @@ def test_fill_matches_the_spec(dtype):
     assert torch.equal(vals.to(TORCH[dtype]).to(torch.float64), vals)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_the_torch_generator_is_the_spec_bit_for_bit(dtype, monkeypatch):
+    """fill_torch (the inputs generated on a GPU) against the spec's own
+    arithmetic and against numpy's fill: every value equal, across chunk
+    boundaries (a small chunk here), wide ranges that overflow fp16, tiny ones
+    in the subnormals, seeds past 2^63; as the tensor's dtype too. The
+    rounding edges go through its dtype rounding directly."""
+    import torch
+    monkeypatch.setattr(verify_data, "_TORCH_CHUNK", 1000)
+    seed, t, n, lo, hi = 99, 2, 3000, -8.0, 8.0
+    got = verify_data.fill_torch(seed, t, n, lo, hi, dtype, "cpu").tolist()
+    assert got == [_spec_round(lo + (hi - lo) * ((z >> 11) * 2.0 ** -53), dtype) for z in _spec_z(seed, t, n)]
+    for seed, t, n, lo, hi in [((1 << 64) - 5, 3, 2501, -70000.0, 70000.0), (7, 1, 1999, -1e-6, 1e-6),
+                               (12345, 0, 4321, 0.95, 1.05), (3, 4, 1500, -3e38, 3e38)]:
+        want = verify_data.fill(seed, t, n, lo, hi, dtype)
+        assert verify_data.fill_torch(seed, t, n, lo, hi, dtype, "cpu").tolist() == want.tolist(), (seed, lo)
+    torch_dt = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    as_dt = verify_data.fill_torch(5, 1, 2222, -2.0, 2.0, dtype, "cpu", torch_dt)
+    assert as_dt.dtype == torch_dt
+    assert as_dt.to(torch.float64).tolist() == verify_data.fill(5, 1, 2222, -2.0, 2.0, dtype).tolist()
+    edges = [1 + 2 ** -8 + 2 ** -40, 1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -11, 1 + 2 ** -11 + 2 ** -30,
+             1 + 2 ** -24, 1 + 3 * 2 ** -24, 3e-41, 6e-41, 1e-7, 2.0 ** -25, 65520.0, 65519.0, -2.5e-39,
+             3.4e38, -1.7e-5, 0.0]
+    assert verify_data._round_torch(torch.tensor(edges, dtype=torch.float64), dtype).tolist() == \
+        [_spec_round(x, dtype) for x in edges]
+
+
+def test_fill_checked_falls_back_to_numpy_on_any_difference(monkeypatch):
+    """A device whose arithmetic gave other values (a broken fill_torch here)
+    still gets the spec's inputs: the prefix / suffix check catches it."""
+    import torch
+    n = 3 * verify_data.MAX_SAMPLES
+    want = verify_data.fill(11, 0, n, -1.0, 1.0, "fp16")
+    good = verify_data.fill_checked(11, 0, n, -1.0, 1.0, "fp16", "cpu", torch.float16)
+    assert good.to(torch.float64).tolist() == want.tolist()
+    real = verify_data.fill_torch
+
+    def off_by_one_at_the_end(*a, **k):
+        v = real(*a, **k)
+        v[-1] = v[-1] + 1
+        return v
+    monkeypatch.setattr(verify_data, "fill_torch", off_by_one_at_the_end)
+    fixed = verify_data.fill_checked(11, 0, n, -1.0, 1.0, "fp16", "cpu", torch.float16)
+    assert fixed.to(torch.float64).tolist() == want.tolist()
+
+
 def test_sample_indices():
     assert verify_data.sample_indices(5, 1, 4096) == list(range(4096))
     idx = verify_data.sample_indices(5, 1, 10_000)

@@ -104,6 +104,77 @@ def fill(seed: int, t: int, n: int, lo: float, hi: float, dtype: str) -> np.ndar
     return out
 
 
+# The same inputs generated with torch on the device that computes the
+# expected values (a GPU): numpy's generator runs at some 10 M elements/s on
+# one core, and a KernelBench input holds up to 4 G elements. Bit for bit the
+# numpy form's (fill): int64 arithmetic wraps as uint64's does, logical shifts
+# are masked arithmetic ones, u and x take the same two roundings (two kernels:
+# no fused multiply-add), and the dtype rounding is done in float64 exactly as
+# round_to_dtype does (not through a float32 cast, which would round twice
+# for fp16). build() checks a prefix and a suffix against fill and falls back
+# to it on any difference.
+_TORCH_CHUNK = 1 << 26
+_ROUND = {"fp16": (11, -13, 2.0 ** 16), "bf16": (8, -125, 2.0 ** 128 * (1 - 2.0 ** -9))}
+
+
+def _i64(v: int) -> int:
+    v &= MASK64
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _lsr(z, s: int):
+    return (z >> s) & ((1 << (64 - s)) - 1)
+
+
+def fill_torch(seed: int, t: int, n: int, lo: float, hi: float, dtype: str, device, as_dtype=None):
+    """fill()'s n values as a torch tensor on `device`: float64, or as_dtype
+    (the tensor's own dtype: the values are exactly representable in it)."""
+    import torch
+    out = torch.empty(n, dtype=as_dtype or torch.float64, device=device)
+    g = _i64(GOLDEN)
+    base = _i64(seed + t * GOLDEN)
+    c1, c2 = _i64(0xBF58476D1CE4E5B9), _i64(0x94D049BB133111EB)
+    for a in range(0, n, _TORCH_CHUNK):
+        b = min(n, a + _TORCH_CHUNK)
+        z = torch.arange(a + 1, b + 1, dtype=torch.int64, device=device) * g + base
+        z = (z ^ _lsr(z, 30)) * c1
+        z = (z ^ _lsr(z, 27)) * c2
+        z = z ^ _lsr(z, 31)
+        u = _lsr(z, 11).to(torch.float64) * (2.0 ** -53)
+        del z
+        x = u * (hi - lo)
+        x = x + lo
+        out[a:b] = _round_torch(x, dtype)
+    return out
+
+
+def _round_torch(x, dtype: str):
+    import torch
+    if dtype == "fp32":
+        return x.to(torch.float32).to(torch.float64)
+    if dtype not in _ROUND:
+        raise ValueError(f"unsupported dtype {dtype!r}")
+    bits, emin, big = _ROUND[dtype]
+    _, e = torch.frexp(x)
+    q = torch.ldexp(torch.ones_like(x), torch.clamp(e, min=emin).to(torch.float64) - bits)
+    r = torch.round(x / q) * q  # round half to even, as np.rint
+    return torch.where(r.abs() >= big, torch.copysign(torch.full_like(x, float("inf")), x), r)
+
+
+def fill_checked(seed: int, t: int, n: int, lo: float, hi: float, dtype: str, device, as_dtype):
+    """fill_torch on `device` as as_dtype, its first and last MAX_SAMPLES
+    values checked against fill's (numpy); fill's own values where they
+    differ (a device whose integer arithmetic did not wrap as assumed)."""
+    import torch
+    vals = fill_torch(seed, t, n, lo, hi, dtype, device, as_dtype)
+    k = min(n, MAX_SAMPLES)
+    for start in sorted({0, n - k}):
+        ref = round_to_dtype(lo + (hi - lo) * uniform(seed, t, k, start), dtype)
+        if not torch.equal(vals[start:start + k].to(torch.float64).cpu(), torch.from_numpy(ref)):
+            return torch.from_numpy(fill(seed, t, n, lo, hi, dtype)).to(as_dtype).to(device)
+    return vals
+
+
 def sample_indices(seed: int, t: int, count: int) -> list[int]:
     """The flat indices whose expected values are shipped: all when count <=
     4096, else 4096 draws (repeats kept) of z % count."""
@@ -155,25 +226,39 @@ def build(mod, op: str, shape: list, dtype: str, params: dict, job: dict, tensor
     the reference computed in float64 on `device`, samples, sums and
     tolerances of each output. `tensors`: the Launch's tensors (name, role,
     dtype), `tensor_shapes`: their shapes at `shape`. `device_section`: a
-    context manager held while the device works (the GPU lock), not while
-    the inputs are generated on the CPU."""
+    context manager held while the device works (the GPU lock): on a GPU
+    the inputs' generation too, on the CPU not."""
     import contextlib
 
     import torch
     torch_dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     names = [t["name"] for t in tensors if t["role"] == "input"]
     ranges = input_ranges(op, shape, dtype, params, names)
-    host, spec_inputs = {}, []
-    for i, t in enumerate(tensors):
-        if t["role"] != "input":
-            continue
-        lo, hi = ranges[t["name"]]
-        n = math.prod(tensor_shapes[i])
-        vals = fill(seed, i, n, lo, hi, t["dtype"])
-        # the dtype's tensor (exact: the values are representable)
-        host[t["name"]] = torch.from_numpy(vals).reshape(tensor_shapes[i]).to(torch_dtypes[t["dtype"]])
-        spec_inputs.append({"tensor": i, "lo": lo, "hi": hi})
+    # On a GPU the inputs are generated there (fill_checked), inside the
+    # device section; on the CPU by numpy (fill), before it.
+    on_gpu = str(device).startswith("cuda")
+
+    def inputs():
+        host, spec_inputs = {}, []
+        for i, t in enumerate(tensors):
+            if t["role"] != "input":
+                continue
+            lo, hi = ranges[t["name"]]
+            n = math.prod(tensor_shapes[i])
+            tdt = torch_dtypes[t["dtype"]]
+            if on_gpu:
+                vals = fill_checked(seed, i, n, lo, hi, t["dtype"], device, tdt)
+            else:  # the dtype's tensor (exact: the values are representable)
+                vals = torch.from_numpy(fill(seed, i, n, lo, hi, t["dtype"])).to(tdt)
+            host[t["name"]] = vals.reshape(tensor_shapes[i])
+            spec_inputs.append({"tensor": i, "lo": lo, "hi": hi})
+        return host, spec_inputs
+
+    if not on_gpu:
+        host, spec_inputs = inputs()
     with device_section or contextlib.nullcontext():
+        if on_gpu:
+            host, spec_inputs = inputs()
         spec_outputs = _expected(mod, op, shape, dtype, params, job, tensors, tensor_shapes, seed, device, host)
     return {"format": FORMAT, "seed": int(seed), "shape": [int(s) for s in shape],
             "inputs": spec_inputs, "outputs": spec_outputs}
