@@ -408,7 +408,7 @@ Catalog Catalog::open(const fs::path& path, bool read_only) {
   return open(path, read_only, default_migrations_dir());
 }
 
-Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migrations_dir) {
+void Catalog::check_path(const fs::path& path, bool read_only) {
   std::error_code ec;
   // SQLite would open "" as a private temporary database and lose everything.
   if (path.empty()) throw CatalogError("the catalog path is empty: name a catalog file (--catalog PATH)");
@@ -425,6 +425,11 @@ Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migr
   } catch (const std::invalid_argument& e) {
     throw CatalogError(e.what());
   }
+}
+
+Catalog Catalog::open(const fs::path& path, bool read_only, const fs::path& migrations_dir) {
+  check_path(path, read_only);
+  std::error_code ec;
 
   auto migrations = find_migrations(migrations_dir);
   const int latest = migrations.back().version;

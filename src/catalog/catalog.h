@@ -203,6 +203,11 @@ class Catalog {
   // SQLITE_OPEN_READONLY and never migrates (fails if the file is missing or old).
   // Migrations come from default_migrations_dir().
   static Catalog open(const std::filesystem::path& path, bool read_only = false);
+  // The checks open() makes of the path before it touches anything (empty,
+  // a dangling symbolic link, a directory, /dev/null or a FIFO; missing when
+  // read_only): throws CatalogError naming the path. For commands that do
+  // slow work before they open the catalog (kiln submit's plan).
+  static void check_path(const std::filesystem::path& path, bool read_only);
   // Same, with an explicit migrations directory (tests, relocated installs).
   static Catalog open(const std::filesystem::path& path, bool read_only,
                       const std::filesystem::path& migrations_dir);

@@ -64,6 +64,9 @@ int cmd_submit(const Args& args) {
     std::optional<MissManifest> misses;
     if (vm->count("misses")) misses = load_misses((*vm)["misses"].as<std::string>(), knowledge);
     Manifest m = misses ? misses->manifest : load_manifest((*vm)["manifest"].as<std::string>(), knowledge);
+    // A catalog path that open() would refuse is refused before the plan
+    // starts an evaluator (seconds), not after.
+    if (!vm->count("dry-run")) Catalog::check_path((*vm)["catalog"].as<std::string>(), false);
     const batch::SubmitPlan plan = batch::plan_manifest(m, knowledge);
     if (vm->count("dry-run")) {
       if (vm->count("json")) std::cout << plan_json(m, plan).dump() << "\n";

@@ -188,3 +188,9 @@ def test_submit_refuses_dev_null_as_catalog(tmp_path):
     refused(r, "/dev/null", "not a catalog file")
     if not before:
         assert not os.path.exists("/dev/null-journal")
+    # refused before the plan starts an evaluator: with none that can start,
+    # the answer is still the catalog's, not "no evaluator" (exit 3)
+    r = kiln("submit", tmp_path / "m.yaml", "--catalog", "/dev/null", check=False, timeout=60,
+             env={"KILN_PYTHON": str(tmp_path / "no-such-python")})
+    refused(r, "/dev/null", "not a catalog file")
+    assert r.returncode != 3, r.stderr
