@@ -364,6 +364,8 @@ class Explorer {
       const std::string id = opts_.gpus.ids.empty() ? "default" : opts_.gpus.ids[g];
       m.gpu(id, union_seconds(gpu_spans_[g], start_epoch_, now), union_seconds(bench_spans_[g], start_epoch_, now),
             gpu_kernel_each_s_[g], now - start_epoch_);
+      if (auto f = driver_util_ ? driver_util_->figure(g, start_epoch_, now) : std::nullopt)
+        m.gpu_driver(id, f->fraction);
     }
   }
 

@@ -138,6 +138,10 @@ void RunMetrics::gpu(const std::string& gpu, double held_s, double bench_held_s,
   }
 }
 
+void RunMetrics::gpu_driver(const std::string& gpu, double fraction) {
+  registry_.set("kiln_gpu_busy_ratio", {gpu, "driver"}, std::clamp(fraction, 0.0, 1.0));
+}
+
 void RunMetrics::llm_call(const std::string& model, const std::string& status, std::optional<long long> prompt_tokens,
                           std::optional<long long> completion_tokens, double latency_s) {
   registry_.add("kiln_llm_calls_total", {model, status}, 1);

@@ -66,6 +66,9 @@ class RunMetrics {
   // spans; bench: timed benchmark runs alone), kernel seconds by device
   // events, and the run's wall seconds so far, for the busy ratios.
   void gpu(const std::string& gpu, double held_s, double bench_held_s, double kernel_s, double wall_s);
+  // Per GPU: the driver's utilisation so far (0..1, the mean of its NVML
+  // samples: explore/utilisation.h), kiln_gpu_busy_ratio{account="driver"}.
+  void gpu_driver(const std::string& gpu, double fraction);
 
   // One LLM call ("ok" | "error"): tokens where the endpoint reported usage.
   void llm_call(const std::string& model, const std::string& status, std::optional<long long> prompt_tokens,

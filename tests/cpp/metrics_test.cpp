@@ -308,6 +308,9 @@ TEST(RunMetrics, PublishesTheRunsEvents) {
   m.gpu("3", 9, 4, 2, 21);  // a recomputed union never lowers the counter
   EXPECT_EQ(r.value("kiln_gpu_held_seconds_total", {"3"}), 10);
   EXPECT_DOUBLE_EQ(*r.value("kiln_gpu_busy_ratio", {"3", "device_kernel"}), 2.0 / 21);
+  EXPECT_FALSE(r.value("kiln_gpu_busy_ratio", {"3", "driver"}));  // no samples yet: no series
+  m.gpu_driver("3", 0.67);
+  EXPECT_DOUBLE_EQ(*r.value("kiln_gpu_busy_ratio", {"3", "driver"}), 0.67);
   m.llm_call("qwen", "ok", 100, std::nullopt, 1.5);
   EXPECT_EQ(r.value("kiln_llm_tokens_total", {"qwen", "prompt"}), 100);
   EXPECT_FALSE(r.value("kiln_llm_tokens_total", {"qwen", "completion"}));
