@@ -9,6 +9,7 @@ evaluator for `kiln run`.
 """
 import hashlib
 import os
+import shutil
 import stat
 import sqlite3
 import subprocess
@@ -25,12 +26,25 @@ def sha(p):
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory):
+    """A real catalog with one submitted job, made once per module (each
+    `kiln submit` starts an evaluator)."""
+    d = tmp_path_factory.mktemp("submitted")
+    (d / "m.yaml").write_text(MANIFEST)
+    c = d / "kiln.db"
+    kiln("submit", d / "m.yaml", catalog=c)
+    assert sorted(p.name for p in d.iterdir()) == ["kiln.db", "m.yaml"]  # no sidecar left to copy
+    return c
+
+
 @pytest.fixture
-def cat(tmp_path):
-    """A real catalog with one submitted job, and its checksum."""
+def cat(submitted, tmp_path):
+    """A test's own copy of that catalog (and the manifest beside it)."""
     (tmp_path / "m.yaml").write_text(MANIFEST)
     c = tmp_path / "kiln.db"
-    kiln("submit", tmp_path / "m.yaml", catalog=c)
+    shutil.copyfile(submitted, c)
+    sound(c)
     return c
 
 
