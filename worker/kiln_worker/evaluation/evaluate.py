@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from typing import Any
 
 from . import check, memplan
 from .timing import benchmark
+from ..log import log
 from ..processes import gpulock, pressure
 from ..processes.gpulock import gpu_lock
 from ..processes.compile_child import CompileChildDied, CompileClient
@@ -320,7 +320,7 @@ class Evaluation:
             return False
         held = _tensor_bytes(self.inputs.entries)
         self._free_gpu_memory()
-        _log(f"memory pressure from pid {', '.join(str(n['pid']) for n in notices)} "
+        log(f"memory pressure from pid {', '.join(str(n['pid']) for n in notices)} "
              f"({max(int(n.get('bytes', 0)) for n in notices) / float(1 << 30):.1f} GiB): "
              f"dropped {held} cached bytes")
         return True
@@ -540,7 +540,7 @@ def alone_on_gpu(dev, plan: "memplan.MemoryPlan | None", why: str, own_bytes: in
             waited, have = pressure.wait_for_free(want, lambda: torch.cuda.mem_get_info()[0])
             gib = float(1 << 30)
             share = plan.share_bytes if plan is not None and plan.share_bytes else 0
-            _log(f"alone on the GPU ({why}): working set {need / gib:.1f} GiB, share {share / gib:.1f} GiB; "
+            log(f"alone on the GPU ({why}): working set {need / gib:.1f} GiB, share {share / gib:.1f} GiB; "
                  f"waited {waited:.1f} s for {want / gib:.1f} GiB free (free {have / gib:.1f} GiB)")
             yield waited
 
@@ -551,12 +551,6 @@ def _reference(mod, op, pristine, updt, params, seed):
     import torch
     torch.manual_seed(seed)
     return mod.reference(op, check.upcast(pristine, updt), params)
-
-
-def _log(msg: str) -> None:
-    import sys
-    sys.stderr.write(f"kiln_worker[{os.getpid()}]: {msg}\n")
-    sys.stderr.flush()
 
 
 class _OutOfMemory(Exception):

@@ -48,6 +48,7 @@ import sys
 import time
 import warnings
 
+from ..log import log
 from .lifetime import die_with_parent
 
 MAX_MESSAGE = 1 << 20
@@ -121,10 +122,8 @@ def reexec_if_mismatched(stdout_fd: int) -> None:
     if want == triton_interpret:
         return
     prefix = sys.orig_argv[:sys.orig_argv.index("-m")]
-    sys.stderr.write(f"kiln_worker[{os.getpid()}]: the fork server preloaded Triton "
-                     f"{'with' if triton_interpret else 'without'} its interpreter; this worker "
-                     f"needs the other: starting afresh\n")
-    sys.stderr.flush()
+    log(f"the fork server preloaded Triton {'with' if triton_interpret else 'without'} its "
+        f"interpreter; this worker needs the other: starting afresh")
     os.dup2(stdout_fd, 1)
     os.execvp(prefix[0], prefix + child_args)
 

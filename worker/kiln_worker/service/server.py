@@ -9,6 +9,7 @@ import traceback
 from typing import Any, BinaryIO, TextIO
 
 from .. import __version__, protocol
+from ..log import log
 from ..processes.device import Device
 from .jsonsafe import json_safe
 
@@ -25,9 +26,6 @@ def protect_stdout() -> TextIO:
     return os.fdopen(answer_fd, "w", encoding="utf-8", buffering=1)
 
 
-def log(msg: str) -> None:
-    sys.stderr.write(f"kiln_worker[{os.getpid()}]: {msg}\n")
-    sys.stderr.flush()
 
 
 class Server:
