@@ -42,16 +42,22 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from independent_bench import template_module  # noqa: E402  (kernels/<family>.py of an operator)
+
 
 class Sampler:
     """NVML SM clock (MHz) and power (W) every `period` s in a thread, kept with
     their times; `window(t0, t1)` summarises the samples between two times."""
 
     def __init__(self, period: float = 0.005):
-        import pynvml as nv  # nvidia-ml-py
-        nv.nvmlInit()
+        # the worker's own NVML set-up: this process's GPU by UUID / PCI bus id
+        from kiln_worker.evaluation.confirm import _nvml_handle, _pynvml
+        nv = _pynvml()
+        if nv is None:
+            raise SystemExit("gemm_clocks.py needs NVML (pip install nvidia-ml-py) and an NVIDIA driver")
         self.nv = nv
-        self.h = nv.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        self.h = _nvml_handle(nv)
         self.period = period
         self.samples: list[tuple[float, int, float]] = []
         self.stop = threading.Event()
@@ -74,13 +80,6 @@ class Sampler:
             return {"samples": 0}
         return {"samples": len(xs), "sm_mhz_mean": statistics.fmean(x[1] for x in xs),
                 "sm_mhz_min": min(x[1] for x in xs), "power_w_mean": statistics.fmean(x[2] for x in xs)}
-
-
-def template_module(op: str):
-    import yaml
-    with open(os.path.join(ROOT, "kernels", "operators.yaml")) as f:
-        entry = yaml.safe_load(f)["operators"][op]
-    return __import__(f"kernels.{entry['module']}", fromlist=["launch"])
 
 
 def harnesses(fn, rounds: int):
@@ -120,7 +119,7 @@ def main() -> int:
     for b in jobs:
         op, dtype = b["op"], b["dtype"]
         shape, params, config = (json.loads(b[k]) if isinstance(b[k], str) else b[k] for k in ("shape", "params", "config"))
-        mod = template_module(op)
+        mod = template_module({"operator": op})
         ins = mod.make_inputs(op, shape, dtype, params, 7, torch.device("cuda"))
         out = mod.output_like(op, ins, params)
         a, bb = ins["a"], ins["b"]
