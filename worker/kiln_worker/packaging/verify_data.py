@@ -56,6 +56,11 @@ MAX_SAMPLES = 4096
 FORMAT = "kiln-verify/1"
 TOLERANCE_FLOOR = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 1e-2}
 _CHUNK = 1 << 22
+# Rounding a double once to a narrow float (round_to_dtype, _round_torch):
+# significant bits, the lowest frexp exponent of a normal number (below it
+# the quantum stays: subnormals), and the magnitude from which a rounded
+# value is past the largest finite one (inf).
+_ROUND = {"fp16": (11, -13, 2.0 ** 16), "bf16": (8, -125, 2.0 ** 128 * (1 - 2.0 ** -9))}
 
 
 def splitmix64(seed: int, t: int, n: int, start: int = 0) -> np.ndarray:
@@ -87,11 +92,11 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bf16":
         # 8 significant bits; exponent range as fp32 (normal from 2^-126,
         # subnormal quantum 2^-133). frexp: x = m * 2^e, 0.5 <= |m| < 1.
+        bits, emin, big = _ROUND["bf16"]
         _, e = np.frexp(x)
-        q = np.ldexp(1.0, np.maximum(e, -125) - 8)
+        q = np.ldexp(1.0, np.maximum(e, emin) - bits)
         r = np.rint(x / q) * q  # x / q and the product are exact (powers of two)
-        big = np.abs(r) >= 2.0 ** 128 * (1 - 2.0 ** -9)  # past bf16's largest finite value
-        return np.where(big, np.copysign(np.inf, x), r)
+        return np.where(np.abs(r) >= big, np.copysign(np.inf, x), r)  # past the largest finite value
     raise ValueError(f"unsupported dtype {dtype!r}")
 
 
@@ -114,7 +119,6 @@ def fill(seed: int, t: int, n: int, lo: float, hi: float, dtype: str) -> np.ndar
 # for fp16). build() checks a prefix and a suffix against fill and falls back
 # to it on any difference.
 _TORCH_CHUNK = 1 << 26
-_ROUND = {"fp16": (11, -13, 2.0 ** 16), "bf16": (8, -125, 2.0 ** 128 * (1 - 2.0 ** -9))}
 
 
 def _i64(v: int) -> int:
