@@ -205,8 +205,9 @@ def main() -> int:
                 if t["role"] == "input":
                     tens.append(torch.randn(tshape, device="cuda").to(dt) if dt.is_floating_point
                                 else torch.randint(0, 7, tshape, device="cuda", dtype=dt))
-                else:
-                    tens.append(torch.full(tshape, float("nan"), device="cuda", dtype=dt))
+                else:  # poisoned: NaN, or an integer output's largest value (argmax / argmin)
+                    poison = float("nan") if dt.is_floating_point else torch.iinfo(dt).max
+                    tens.append(torch.full(tshape, poison, device="cuda", dtype=dt))
             launch = make_launch(drv, args.pkg, k, v, tens)
             launch()
             torch.cuda.synchronize()

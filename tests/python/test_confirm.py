@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 from fake_device import FakeDeviceApi  # noqa: E402
 from worker_client import TARGET_H200, Worker, worker_env  # noqa: E402
@@ -63,6 +64,36 @@ def test_injected_delay_is_timed(worker):
     # every timed call of the slowed entry includes its 5 ms (a wall-clock spin on the CPU)
     assert min(b["samples_ms"]) >= 5.0
     assert "inject_ms" in b and "inject_ms" not in a
+
+
+def test_reps_within_shares_the_budget():
+    from kiln_worker.evaluation.confirm import MIN_REPS, reps_within
+    # 30 s over 5 rounds x 4 entries: 1500 ms per entry and round
+    assert reps_within(30.0, 5, [0.5, 10.0, 100.0, 2000.0], 20) == [20, 20, 15, MIN_REPS]
+    assert reps_within(1.0, 1, [100.0], 50) == [10]   # 1000 ms / 100 ms
+    assert reps_within(1.0, 1, [5000.0], 1) == [1]    # never more than asked
+    assert reps_within(1.0, 3, [], 20) == []
+
+
+def test_a_small_budget_times_each_entry_fewer_times(worker):
+    cfg = config_of(worker)[0]
+    entries = [{"id": 1, "config": cfg}, {"baseline": "eager"}]
+    ans = worker.call("confirm", job=job(), entries=entries, rounds=3, reps=10, budget_s=1e-6)
+    assert ans["ok"], ans
+    r = ans["result"]
+    assert r["conditions"]["budget_s"] == 1e-6
+    for e in r["entries"]:
+        assert e["reps"] == 2 and len(e["samples_ms"]) == 3 * 2
+    full = worker.call("confirm", job=job(), entries=entries, rounds=3, reps=10)["result"]
+    assert [e["reps"] for e in full["entries"]] == [10, 10]
+    assert all(len(e["samples_ms"]) == 30 for e in full["entries"])
+
+
+@pytest.mark.parametrize("bad", [0, -1, "10", True, 1e9])
+def test_bad_budget_is_refused(worker, bad):
+    cfg = config_of(worker)[0]
+    ans = worker.call("confirm", job=job(), entries=[{"id": 1, "config": cfg}], rounds=1, reps=1, budget_s=bad)
+    assert not ans["ok"] and "budget_s" in str(ans), ans
 
 
 @pytest.mark.parametrize("op", ["add_wrong", "add_skip"])

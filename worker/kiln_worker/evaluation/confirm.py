@@ -11,7 +11,11 @@ in one request. Each entry is set up once (a template config launches as
 module's `eager` hook where it has one -- attention: SDPA -- else its `reference`,
 on the job's native-dtype inputs), then all of them are timed in `rounds` rounds,
 in an order that rotates by one entry per round, `reps` timed calls per entry
-and round:
+and round -- fewer for a slow entry: each entry's timed calls of a round get
+an equal share of the confirmation's budget (`budget_s`, default BUDGET_S, of
+device time in all), so an entry whose call takes 2 s is timed MIN_REPS times
+a round, not `reps` (its call time read once at set-up; `entries[].reps` says
+how many it got);
 
 - every call starts cold: the L2 flush and the GPU spin of ``timing._benchmark``
   (the host's launch overhead stays out), device events around the call;
@@ -42,7 +46,7 @@ and the result says ``basis: "cpu"``: such numbers are for tests of the
 pipeline, never mixed with device timings.
 
 Request: ``{"job": JOB, "entries": [{"id": candidate_id, "config": CONFIG} |
-{"baseline": "eager" | "compile"}], "rounds": R, "reps": N}``. An entry may add
+{"baseline": "eager" | "compile"}], "rounds": R, "reps": N, "budget_s": S?}``. An entry may add
 ``"inject_ms"`` (benchmarks of the regression test only, bench/trust/aa_nightly.py):
 a GPU sleep kernel of about that length (a CPU spin on the CPU) inside each of
 its timed calls: a kernel really that much slower.
@@ -61,6 +65,12 @@ INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
 CLOCK_DROP = 0.05         # an SM clock that falls more than this share within a round
 MAX_ROUNDS, MAX_REPS = 1000, 100000
 SEED_BASE = 7919          # input sets' seeds: SEED_BASE + i (not the check's seeds)
+# The timed calls' device time a confirmation may take in all (all entries,
+# all rounds), unless the request says otherwise; an entry gets at least
+# MIN_REPS calls a round however slow it is. 30 s: a 10 ms kernel keeps its
+# 20 calls x 5 rounds with three finalists and a baseline (4 s), a 2 s one
+# (KernelBench's Frobenius norm served by a one-program template) gets 2.
+BUDGET_S, MIN_REPS = 30.0, 2
 # The worker's cached check inputs are dropped before a confirmation when they
 # hold more than this (server.confirm): the round draws its own sets.
 KEEP_CACHED_BYTES = 1 << 30
@@ -251,6 +261,21 @@ class _Clock:
         host_s = sorted(host)[1]
         return int(min(5e7, max(2e4, 2.0 * host_s * 2.5e9)))
 
+    def call_ms(self, fn) -> float:
+        """One cold call's time in ms (device events; on the CPU perf_counter):
+        what the budget's share per entry is divided by."""
+        if not self.gpu:
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
+        a, b = self.api.event(), self.api.event()
+        self.cache.zero_()
+        a.record()
+        fn()
+        b.record()
+        self.api.synchronize()
+        return a.elapsed_time(b)
+
     def time_calls(self, fn, reps: int, cycles: int, inject_ms: float | None) -> list[float]:
         if not self.gpu:
             out = []
@@ -290,6 +315,7 @@ def run(lib, dev, req: dict) -> dict:
     entries = parse_entries(req.get("entries"))
     rounds = _count(req, "rounds", 5, MAX_ROUNDS)
     reps = _count(req, "reps", 20, MAX_REPS)
+    budget_s = _budget(req)
     mod = lib.launch_module(op)
     job = req["job"]
     atol, rtol = check.resolve_tolerances(job, mod, op, shape, params)
@@ -377,6 +403,9 @@ def run(lib, dev, req: dict) -> dict:
                 c["cycles"] = clock.host_cycles(c["fns"][0])
             else:
                 c["cycles"] = 0
+            c["call_ms"] = clock.call_ms(c["fns"][0])
+    for c, n_reps in zip(calls, reps_within(budget_s, rounds, [c["call_ms"] for c in calls], reps)):
+        c["reps"] = n_reps
     setup_s = time.perf_counter() - t_setup
 
     t_time = time.perf_counter()
@@ -400,7 +429,7 @@ def run(lib, dev, req: dict) -> dict:
                 c = calls[k]
                 if shared_output and c["out"] is not None:
                     _poison(c["out"])
-                samples[k].extend(clock.time_calls(c["fns"][s_idx], reps, c["cycles"],
+                samples[k].extend(clock.time_calls(c["fns"][s_idx], c["reps"], c["cycles"],
                                                    c["entry"].get("inject_ms")))
                 if shared_output and c["out"] is not None:
                     _check_entry(c, s, r, atol, rtol)  # before the next finalist overwrites it
@@ -422,13 +451,14 @@ def run(lib, dev, req: dict) -> dict:
     conditions = {"identity": device_identity(dev), "rounds": round_conditions,
                   "clock_drop": any(rc["clock_drop"] for rc in round_conditions),
                   "input_sets": len(sets), "shared_output": shared_output,
-                  "order": "rotating", "reps": reps,
+                  "order": "rotating", "reps": reps, "budget_s": budget_s,
                   "timer": "device events" if dev.is_gpu else "time.perf_counter",
                   "l2_flush_bytes": timing.flush_bytes(target) if dev.is_gpu else 0}
     out_entries = []
     for c, xs in zip(calls, samples):
         e = c["entry"]
-        item: dict[str, Any] = {"samples_ms": xs, "median_ms": timing.stats_ms(xs)["median_ms"]}
+        item: dict[str, Any] = {"samples_ms": xs, "median_ms": timing.stats_ms(xs)["median_ms"],
+                                "reps": c["reps"]}
         if "baseline" in e:
             item["baseline"] = e["baseline"]
         else:
@@ -448,6 +478,24 @@ def run(lib, dev, req: dict) -> dict:
         torch.cuda.empty_cache()
     return {"basis": "device" if dev.is_gpu else "cpu", "device": dev.name, "rounds": rounds,
             "reps": reps, "entries": out_entries, "conditions": conditions, "timings": timings}
+
+
+def _budget(req: dict) -> float:
+    v = req.get("budget_s", BUDGET_S)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 86400:
+        raise BadRequest(f"budget_s must be a number of seconds in (0, 86400], got {v!r}")
+    return float(v)
+
+
+def reps_within(budget_s: float, rounds: int, call_ms: list[float], reps: int) -> list[int]:
+    """Timed calls per round for each entry: the budget shared equally by the
+    entries' rounds, divided by the entry's call time, between MIN_REPS and
+    reps (reps itself when it is below MIN_REPS)."""
+    if not call_ms:
+        return []
+    share_ms = budget_s * 1e3 / (max(1, rounds) * len(call_ms))
+    floor = min(MIN_REPS, reps)
+    return [max(floor, min(reps, int(share_ms // max(ms, 1e-6)))) for ms in call_ms]
 
 
 def _sets_budget(share: int | None, plan) -> int | None:
