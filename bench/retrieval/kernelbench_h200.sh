@@ -25,7 +25,8 @@
 #   INDEPENDENT=1: then package the done jobs for H200 (`kiln package
 #   --no-neighbours`) and time every packaged kernel and torch eager with
 #   bench/trust/independent_bench.py (CUDA driver + do_bench, nothing of
-#   Kiln's timing): $OUT/independent.txt / .json
+#   Kiln's timing): $OUT/independent.txt / .json; INDEPENDENT_ROUNDS (default 3)
+#   VERBOSE=1: `kiln run --verbose` (the workers' own log lines in run.log)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KB=${1:?usage: $0 /path/to/KernelBench}
@@ -44,7 +45,7 @@ fi
 set +e
 t0=$(date +%s)
 $K run --device gpu --workers "${WORKERS:-2}" --catalog "$DB" ${RUN_TIMEOUT:+--time-limit "$RUN_TIMEOUT"} \
-  >> "$OUT/run.log" 2>&1
+  ${VERBOSE:+--verbose} >> "$OUT/run.log" 2>&1
 echo "kiln run exit $? in $(( $(date +%s) - t0 )) s (4: the LLM's jobs failed, as expected without one; 5: RUN_TIMEOUT reached)"
 tail -1 "$OUT/run.log"
 set -e
@@ -56,7 +57,7 @@ if [[ ${INDEPENDENT:-0} == 1 ]]; then
   $K package --catalog "$DB" --target H200 --out "$OUT/pkg" --device gpu --no-neighbours > "$OUT/package.log" 2>&1 \
     || { echo "kiln package failed:"; tail -20 "$OUT/package.log"; exit 1; }
   set +e  # exit 1 when a kernel is not correct: its row says which
-  python3 bench/trust/independent_bench.py "$OUT/pkg" --json "$OUT/independent.json" --rounds 3 \
+  python3 bench/trust/independent_bench.py "$OUT/pkg" --json "$OUT/independent.json" --rounds "${INDEPENDENT_ROUNDS:-3}" \
     > "$OUT/independent.txt" 2>&1
   echo "independent harness exit $?"; tail -1 "$OUT/independent.txt"
 fi
