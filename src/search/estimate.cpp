@@ -111,7 +111,8 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
   // How much of the machine the launch keeps busy. Blocks resident per CU come
   // from the compiler's occupancy (waves per SIMD on AMD, warps per SM on
   // NVIDIA); the grid then runs in `rounds` of that many blocks machine-wide,
-  // and the last round may be partly empty (tail effect).
+  // and the last round may be partly empty (tail effect; what that costs
+  // depends on the bound, below).
   const int simds = std::max(1, t.simds_per_cu);
   const int warps = std::max(1, k.num_warps);
   double waves_per_cu;  // resident waves (warps) per CU/SM the registers/LDS allow
@@ -125,19 +126,45 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
                         std::max(1LL, k.grid[2]);
   const double slots = blocks_per_cu * t.compute_units;
   const double rounds = std::ceil(blocks / slots);
-  const double tail = blocks / (rounds * slots);  // fraction of slots filled on average
-  // Latency hiding: the waves actually resident per SIMD in a full round.
-  const double resident = std::min(blocks, slots) / t.compute_units * warps / simds;
-  double hiding = std::min(1.0, resident / kWavesToHideLatency);
-  // Latency hiding by bytes in flight (Little's law), where the config says
-  // what a block loads: a shallow pipeline or a small tile cannot cover the
-  // memory latency however many warps are resident.
-  if (auto f = in_flight_fraction(t, dtype, traffic, config, std::min(blocks, slots) / t.compute_units,
-                                  std::max(e.memory_ms, e.compute_ms))) {
-    e.in_flight = *f;
-    hiding = std::min(hiding, *f);
+  const double ideal_ms = std::max(e.memory_ms, e.compute_ms);
+  // Latency hiding with `per_cu` blocks resident per CU: the resident waves per
+  // SIMD (kWavesToHideLatency of them hide memory latency) and, where the
+  // config says what a block loads, the bytes in flight (Little's law): a
+  // shallow pipeline or a small tile cannot cover the memory latency however
+  // many warps are resident.
+  auto hiding_at = [&](double per_cu, double* in_flight) {
+    double h = std::min(1.0, per_cu * warps / simds / kWavesToHideLatency);
+    if (auto f = in_flight_fraction(t, dtype, traffic, config, per_cu, ideal_ms)) {
+      if (in_flight) *in_flight = *f;
+      h = std::min(h, *f);
+    }
+    return std::clamp(h, 1e-3, 1.0);
+  };
+  // A full round: min(blocks, slots) blocks resident machine-wide.
+  const double hiding = hiding_at(std::min(blocks, slots) / t.compute_units, &e.in_flight);
+  const bool knows_in_flight =
+      in_flight_fraction(t, dtype, traffic, config, 1.0, ideal_ms).has_value();
+  if (e.memory_ms >= e.compute_ms && knows_in_flight) {
+    // Memory-bound: every CU streams from the one DRAM, so a slot left empty
+    // costs nothing while the resident blocks keep the bytes in flight the
+    // DRAM needs; the blocks of a partly filled last round each get a larger
+    // share of the bandwidth. Time in full-round units: rounds - 1 full
+    // rounds at `hiding`, then the last round's blocks (last / slots of a
+    // round's bytes) at the hiding their own count reaches. Ideal: the
+    // grid's blocks / slots rounds at full bandwidth. Only where the config
+    // says what a block loads: without it the model cannot tell that a
+    // partly filled round still covers the latency.
+    const double last = blocks - (rounds - 1) * slots;
+    const double time = (rounds - 1) / hiding + (last / slots) / hiding_at(last / t.compute_units, nullptr);
+    e.utilisation = std::clamp((blocks / slots) / time, 1e-3, 1.0);
+  } else {
+    // Compute-bound (or no bytes in flight known): each CU's math units are
+    // its own, so the grid runs in
+    // `rounds` of `slots` blocks and an empty slot of the last round is lost
+    // (tail: the fraction of slots filled on average).
+    const double tail = blocks / (rounds * slots);
+    e.utilisation = std::clamp(tail * hiding, 1e-3, 1.0);
   }
-  e.utilisation = std::clamp(tail * hiding, 1e-3, 1.0);
 
   // Spilled registers go to scratch memory: every thread writes and reads them.
   if (k.spills && *k.spills > 0) {

@@ -52,12 +52,24 @@ TEST(Estimate, AGridThatCannotFillTheMachineIsSlower) {
   EXPECT_GT(tiny.ms, 5 * full.ms);
 }
 
-TEST(Estimate, ATailRoundCosts) {
-  Traffic tr{1e8, 0};
-  // 8 waves/SIMD x 4 SIMDs / 4 warps = 8 blocks per CU: 2432 slots.
-  Estimate exact = estimate_latency(mi300x(), "fp32", tr, kernel(2432, 4, 8));
-  Estimate tail = estimate_latency(mi300x(), "fp32", tr, kernel(2433, 4, 8));
+TEST(Estimate, ATailRoundCostsAComputeBoundGrid) {
+  Traffic tr{1e6, 1e13};
+  // 8 waves/SIMD x 4 SIMDs / 4 warps = 8 blocks per CU: 2432 slots. Each CU's
+  // math units are its own: one block more runs a second round on 1 of 2432
+  // slots, the grid fills 2433 / (2 x 2432) of its slots.
+  Estimate exact = estimate_latency(mi300x(), "fp16", tr, kernel(2432, 4, 8));
+  Estimate tail = estimate_latency(mi300x(), "fp16", tr, kernel(2433, 4, 8));
+  EXPECT_DOUBLE_EQ(exact.utilisation, 1.0);
+  EXPECT_NEAR(tail.utilisation, 2433.0 / (2 * 2432), 1e-12);
   EXPECT_GT(tail.ms, 1.8 * exact.ms);
+}
+
+TEST(Estimate, AMemoryBoundTailWithoutBytesInFlightKeepsTheSlotTail) {
+  Traffic tr{1e8, 0};
+  // Memory-bound, no config: what a block keeps loading is unknown, so the
+  // empty slots of the second round count as for a compute-bound grid.
+  Estimate tail = estimate_latency(mi300x(), "fp32", tr, kernel(2433, 4, 8));
+  EXPECT_NEAR(tail.utilisation, 2433.0 / (2 * 2432), 1e-12);
 }
 
 TEST(Estimate, LowOccupancyHidesLessLatency) {
@@ -198,6 +210,46 @@ TEST(Estimate, ARowKernelWithFewBytesInFlightIsBandwidthStarved) {
   EXPECT_DOUBLE_EQ(fed.in_flight, 1.0);
   EXPECT_GT(starved.ms, 4 * fed.ms);
   EXPECT_DOUBLE_EQ(starved.memory_ms, fed.memory_ms);
+}
+
+TEST(Estimate, AMemoryBoundGridSmallerThanItsSlotsLosesNothingWhenItsBytesCoverTheLatency) {
+  // 16 warps and 64 resident warps per SM: 4 blocks per SM, 528 slots. A grid
+  // of 264 whole 4096-wide fp32 rows (16 KiB each) puts 2 blocks on every
+  // SM: 2 x 16 warps / 4 SIMDs = 8 waves per SIMD (>= 2), 32 KiB loading per
+  // SM of the 4.8e12 / 132 x 700e-9 = 25.5 KB needed. Half the slots are
+  // empty, but the DRAM streams at full rate: utilisation 1 (the slot count
+  // alone would say 264 / 528 = 0.5). With 1024-wide chunks (4 KiB a block)
+  // the same grid keeps 8 KiB per SM loading: 8192 / 25454.5 of the rate.
+  const Traffic tr{264.0 * 4096 * 4, 264.0 * 4096};
+  const auto k = nv_kernel(264, 16, 64);
+  const nlohmann::json row = {{"BLOCK_M", 1}, {"BLOCK_N", 4096}, {"num_warps", 16}, {"num_stages", 1}};
+  const nlohmann::json chunk = {{"BLOCK_M", 1}, {"BLOCK_N", 1024}, {"num_warps", 16}, {"num_stages", 1}};
+  EXPECT_DOUBLE_EQ(estimate_latency(h200(), "fp32", tr, k, row).utilisation, 1.0);
+  EXPECT_NEAR(estimate_latency(h200(), "fp32", tr, k, chunk).utilisation, 2 * 4096.0 / (4800e9 / 132 * 700e-9),
+              1e-12);
+}
+
+TEST(Estimate, AMemoryBoundTailCostsWhatItsLastBlocksCannotHide) {
+  // Whole 4096-wide fp32 rows (16 KiB a block), 16 warps, 64 resident warps
+  // per SM: 4 blocks per SM, 528 slots. 529 blocks: a second round of one
+  // block. Every SM streams from the one DRAM, so that block gets more than
+  // a slot's share of the bandwidth, bounded by its own latency hiding:
+  // warps 1/132 x 16 / 4 SIMDs / 2 = 1/66; bytes in flight 1/132 x 16384 /
+  // (4.8e12 / 132 x 700e-9 = 25454.5) = 16384 / 3.36e6. The lower, bytes,
+  // bounds it: it moves 1/528 of a round's bytes at that fraction of the
+  // rate. Time 1 + (1/528) / (16384 / 3.36e6) rounds for 529/528 of work.
+  const nlohmann::json row = {{"BLOCK_M", 1}, {"BLOCK_N", 4096}, {"num_warps", 16}, {"num_stages", 1}};
+  const auto k = nv_kernel(529, 16, 64);
+  const Traffic tr{529.0 * 4096 * 4, 529.0 * 4096};
+  const double need = 4800e9 * 700e-9;  // bytes in flight machine-wide
+  const Estimate tail = estimate_latency(h200(), "fp32", tr, k, row);
+  EXPECT_NEAR(tail.utilisation, (529.0 / 528) / (1 + (1.0 / 528) / (16384 / need)), 1e-12);
+  EXPECT_NEAR(tail.ms, tail.memory_ms / tail.utilisation + 0.004, 1e-12);
+  // 1 / (1 + 0.389) = 0.72; the slot count alone would say 529 / (2 x 528) = 0.50.
+  EXPECT_GT(tail.utilisation, 1.4 * 529.0 / (2 * 528));
+  const Estimate exact = estimate_latency(h200(), "fp32", Traffic{528.0 * 4096 * 4, 528.0 * 4096},
+                                          nv_kernel(528, 16, 64), row);
+  EXPECT_DOUBLE_EQ(exact.utilisation, 1.0);
 }
 
 TEST(Estimate, APersistentProgramsPipelineDepthCountsInFlight) {
