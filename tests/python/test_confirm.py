@@ -190,3 +190,31 @@ def test_gpu_timing_loop_with_a_fake_device():
     assert timed[:6] == ["flush", ("sleep", 5000), "event", ("sleep", 500000), "launch", "event"]
     assert timed[-1] == "sync" and timed.count("launch") == 3
     assert c.time_calls(launch, 2, 5000, None) == pytest.approx([2.0, 2.0])
+
+
+def test_baselines_run_with_pytorchs_default_precision_flags():
+    """A GPU worker turns TF32 off for its references; a baseline puts
+    PyTorch's defaults back for its call (TF32 convolutions, as a user's
+    eager call has them) and the worker's flags after it, also when it raises."""
+    import torch
+    from kiln_worker.processes.device import as_pytorch_defaults
+    mm, cd = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (mm.allow_tf32, cd.allow_tf32, torch.get_float32_matmul_precision())
+    try:
+        mm.allow_tf32, cd.allow_tf32 = True, False  # not PyTorch's defaults
+        torch.set_float32_matmul_precision("medium")
+        seen = []
+        f = as_pytorch_defaults(lambda x: seen.append(
+            (mm.allow_tf32, cd.allow_tf32, torch.get_float32_matmul_precision())) or x + 1)
+        assert f(1) == 2
+        assert seen == [(False, True, "highest")]
+        assert (mm.allow_tf32, cd.allow_tf32, torch.get_float32_matmul_precision()) == (True, False, "medium")
+
+        def boom():
+            raise ValueError("x")
+        with pytest.raises(ValueError):
+            as_pytorch_defaults(boom)()
+        assert (mm.allow_tf32, cd.allow_tf32, torch.get_float32_matmul_precision()) == (True, False, "medium")
+    finally:
+        mm.allow_tf32, cd.allow_tf32 = saved[0], saved[1]
+        torch.set_float32_matmul_precision(saved[2])

@@ -2,8 +2,9 @@
 
 After a job's exploration the engine sends its finalists (the best and every
 candidate within the confirmation margin) and its baselines (the PyTorch eager
-reference; ``torch.compile(mode="max-autotune-no-cudagraphs")`` of it where the
-manifest asks -- without CUDA graphs: a graph replays from static input buffers,
+reference, called with PyTorch's default precision flags -- TF32 convolutions
+-- not the worker's reference flags; ``torch.compile(mode="max-autotune-no-cudagraphs")``
+of it where the manifest asks -- without CUDA graphs: a graph replays from static input buffers,
 so each call on another input set first copies its inputs in, which on an H200
 read as 2.3-3.5x slower than the kernels themselves on the memory-bound anchors)
 in one request. Each entry is set up once (a template config launches as
@@ -59,6 +60,7 @@ from typing import Any
 
 from . import check, memplan, timing
 from ..processes import gpulock
+from ..processes.device import as_pytorch_defaults
 from .evaluate import BadRequest, _tensor_bytes, alone_on_gpu, job_fields
 
 INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
@@ -360,7 +362,8 @@ def run(lib, dev, req: dict) -> dict:
     # Each entry's call on input set s.
     # The baselines call what a PyTorch user would: the template's `eager` hook
     # where it has one (attention: SDPA), else its reference.
-    eager = getattr(mod, "eager", None) or mod.reference
+    # With PyTorch's default precision flags, not the worker's reference flags.
+    eager = as_pytorch_defaults(getattr(mod, "eager", None) or mod.reference)
     calls = []
     shared_out = None
     for e in entries:
@@ -368,8 +371,8 @@ def run(lib, dev, req: dict) -> dict:
             if e["baseline"] == "eager":
                 fns = [(lambda s=s: eager(op, s["inputs"], params)) for s in sets]
             else:
-                compiled = torch.compile(lambda inputs: eager(op, inputs, params),
-                                         mode="max-autotune-no-cudagraphs")
+                compiled = as_pytorch_defaults(torch.compile(lambda inputs: eager(op, inputs, params),
+                                                             mode="max-autotune-no-cudagraphs"))
                 fns = [(lambda s=s: compiled(s["inputs"])) for s in sets]
             calls.append({"entry": e, "fns": fns, "out": None})
         else:

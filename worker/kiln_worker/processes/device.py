@@ -111,7 +111,8 @@ def select_device() -> Device:
         _missing("triton", "triton", exc)
 
     if dev.is_gpu:
-        # the reference must not run in reduced precision
+        # the reference must not run in reduced precision (the baselines put
+        # PyTorch's defaults back while they run: as_pytorch_defaults)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     try:
@@ -119,6 +120,33 @@ def select_device() -> Device:
     except Exception:
         pass
     return dev
+
+
+# PyTorch's own defaults for the precision flags the worker changes above
+# (torch.backends docs: cuda.matmul.allow_tf32 False since 1.12,
+# cudnn.allow_tf32 True, float32 matmul precision "highest").
+PYTORCH_DEFAULTS = {"matmul_tf32": False, "cudnn_tf32": True, "matmul_precision": "highest"}
+
+
+def as_pytorch_defaults(fn):
+    """fn, called with PyTorch's default precision flags and the worker's own
+    put back after each call: what a PyTorch user's eager call runs with (a
+    baseline under the worker's reference flags would time fp32 convolutions
+    without TF32, several times slower than a user's process runs them).
+    Not thread-safe: the flags are the process's."""
+    import torch
+
+    def call(*args, **kwargs):
+        mm, cd = torch.backends.cuda.matmul, torch.backends.cudnn
+        saved = (mm.allow_tf32, cd.allow_tf32, torch.get_float32_matmul_precision())
+        mm.allow_tf32, cd.allow_tf32 = PYTORCH_DEFAULTS["matmul_tf32"], PYTORCH_DEFAULTS["cudnn_tf32"]
+        torch.set_float32_matmul_precision(PYTORCH_DEFAULTS["matmul_precision"])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            mm.allow_tf32, cd.allow_tf32 = saved[0], saved[1]
+            torch.set_float32_matmul_precision(saved[2])
+    return call
 
 
 def warm_up(dev: Device) -> dict:
