@@ -8,7 +8,7 @@ cuLaunchKernel; TMA descriptors encoded here with cuTensorMapEncodeTiled;
 the tensors a variant names in `zero_before_launch` cleared before each launch), its
 launch built from the manifest alone (grid and scalar expressions evaluated here
 by Python's own arithmetic), run on torch.randn inputs, compared with the
-operator's PyTorch reference, and timed with `triton.testing.do_bench` (its own
+operator's PyTorch reference computed in float64, and timed with `triton.testing.do_bench` (its own
 L2 flush, CUDA events, median). In the same harness and the same process it
 times torch eager on the same inputs (and, for matmul-like operators, the
 cuBLAS GEMM alone). The catalog's numbers it compares against come from the
@@ -18,6 +18,13 @@ manifest (`confirmed.median_ms`, else `value_ms`).
 
 Prints a table: kernel, correct, do_bench ms (median of rounds), catalog ms,
 difference, torch eager ms, speedup.
+
+Correct: every output finite, and its worst |error| / (tol + tol |ref|) (tol
+1e-4 for fp32, 1e-2 for fp16 / bf16) at most 4 -- or at most twice torch
+eager's own worst on the same inputs against the same float64 reference, where
+that is larger: a fixed tolerance does not grow with a long reduction, and
+PyTorch's own fp32 GEMM of 256x256 by K=524288 reads 7.3 by it (on a CPU).
+Both worsts are in the JSON (`worst_err_over_tol`, `eager_worst_err_over_tol`).
 """
 from __future__ import annotations
 
@@ -215,20 +222,24 @@ def main() -> int:
             outs = [t for t, d in zip(tens, k["tensors"]) if d["role"] == "output"]
             ref = reference_fn(k)({n: x.double() if x.is_floating_point() else x for n, x in ins.items()})
             refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+            eager_call = eager_fn(k)
+            eout = eager_call(ins)
+            eouts = list(eout) if isinstance(eout, (tuple, list)) else [eout]
             tol = 1e-2 if k["dtype"] in ("fp16", "bf16") else 1e-4
-            ok, worst = True, 0.0
-            for o, r in zip(outs, refs):
+            finite, worst, eworst = True, 0.0, 0.0
+            for o, e, r in zip(outs, eouts, refs):
                 r = r.to(torch.float64).reshape(o.shape)
-                err = (o.double() - r).abs()
                 bound = tol + tol * r.abs()
-                ok &= bool(torch.isfinite(o.double()).all()) and bool((err <= bound * 4).all())
-                worst = max(worst, float((err / bound).max()))
-            row["correct"], row["worst_err_over_tol"] = ok, worst
+                finite &= bool(torch.isfinite(o.double()).all())
+                worst = max(worst, float(((o.double() - r).abs() / bound).max()))
+                eworst = max(eworst, float(((e.double().reshape(o.shape) - r).abs() / bound).max()))
+            del eout, eouts
+            row["correct"] = finite and worst <= max(4.0, 2.0 * eworst)
+            row["worst_err_over_tol"], row["eager_worst_err_over_tol"] = worst, eworst
             ms = [triton.testing.do_bench(launch, warmup=50, rep=300, return_mode="median")
                   for _ in range(args.rounds)]
             row["ms"] = statistics.median(ms)
             row["ms_rounds"] = ms
-            eager_call = eager_fn(k)
             eager = lambda: eager_call(ins)  # noqa: E731
             row["eager_ms"] = statistics.median(
                 [triton.testing.do_bench(eager, warmup=50, rep=300, return_mode="median")
