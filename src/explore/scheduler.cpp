@@ -437,7 +437,7 @@ bool Scheduler::start_confirmation(Job& job) {
   job.confirm_sent = false;
   log_ << stamp() << "  " << job.label() << ": confirming " << job.finalists.size()
        << " finalist(s) with " << cs.baselines.size() << " baseline(s), " << cs.rounds << " rounds x "
-       << cs.reps << " calls" << std::endl;
+       << "up to " << cs.reps << " calls" << std::endl;
   return true;
 }
 
