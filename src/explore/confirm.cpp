@@ -55,7 +55,9 @@ json confirm_request(const json& job, const std::vector<Finalist>& finalists, co
   for (const auto& f : finalists) entries.push_back({{"id", f.candidate_id}, {"config", f.config}});
   for (const auto& b : settings.baselines) entries.push_back({{"baseline", b}});
   return {{"method", "confirm"}, {"job", job}, {"entries", entries},
-          {"rounds", settings.rounds}, {"reps", settings.reps}};
+          {"rounds", settings.rounds}, {"reps", settings.reps},
+          {"throttle_threshold", settings.throttle_threshold},
+          {"throttle_recovery_s", settings.throttle_recovery_s}};
 }
 
 std::vector<ConfirmationRow> confirmation_rows(long long job_id, const std::string& run_id,

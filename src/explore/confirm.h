@@ -21,6 +21,8 @@ struct ConfirmSettings {
   int min_finalists = 3;         // at least this many when the job has them
   int max_finalists = 8;         // at most (the round's length grows with each)
   int rounds = 5, reps = 20;     // the worker's rounds and timed calls per entry and round
+  double throttle_threshold = 0.90;   // retime a round below this share of the max SM clock (0: off)
+  double throttle_recovery_s = 0.05;  // the GPU's idle pause before the retime
   std::vector<std::string> baselines = {"eager"};  // exploration.baselines (eager always)
 };
 
@@ -42,7 +44,8 @@ struct Finalist {
 std::vector<Finalist> pick_finalists(const std::vector<EvaluatedCandidate>& evaluated, const Target& target,
                                      bool measured, const ConfirmSettings& settings);
 
-// The worker request (without id): {"method": "confirm", job, entries, rounds, reps}.
+// The worker request (without id): {"method": "confirm", job, entries, rounds,
+// reps, throttle_threshold, throttle_recovery_s}.
 nlohmann::json confirm_request(const nlohmann::json& job, const std::vector<Finalist>& finalists,
                                const ConfirmSettings& settings);
 

@@ -412,7 +412,9 @@ bool Scheduler::start_confirmation(Job& job) {
   const SchedulingSettings& s = opts_.scheduling;
   if (s.confirm_rounds <= 0 || job.ctx.is_reference()) return false;
   if (!job.ctx.measured && !s.confirm_cpu) return false;
-  const ConfirmSettings cs = confirm_settings(job.ctx.row.spec, s.confirm_rounds, s.confirm_reps);
+  ConfirmSettings cs = confirm_settings(job.ctx.row.spec, s.confirm_rounds, s.confirm_reps);
+  cs.throttle_threshold = s.confirm_throttle;
+  cs.throttle_recovery_s = s.confirm_throttle_recovery_s;
   try {
     job.finalists = pick_finalists(catalog_.evaluated_candidates(job.ctx.row.id), *job.ctx.target,
                                    job.ctx.measured, cs);

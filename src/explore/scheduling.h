@@ -29,6 +29,11 @@ struct SchedulingSettings {
   // the job's latencies are measured (a device of the target's kind); 0
   // rounds: no confirmation.
   int confirm_rounds = 5, confirm_reps = 20;
+  // A round that ran with the SM clock below this share of the device's
+  // maximum is timed again after the recovery delay (NVBench's
+  // --throttle-threshold / --throttle-recovery-delay; 0: off). The worker
+  // measures the clock; confirm.h.
+  double confirm_throttle = 0.90, confirm_throttle_recovery_s = 0.05;
   // Also on runs that only estimate, timing on the CPU (basis "cpu"): the test
   // path of the stage (KILN_CONFIRM_CPU=1). Never a measurement of the target.
   bool confirm_cpu = false;

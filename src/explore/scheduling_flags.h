@@ -30,7 +30,12 @@ inline void add_scheduling_flags(boost::program_options::options_description& d)
       "after a job's exploration, time its finalists and baselines again in this many interleaved rounds "
       "(0: no confirmation round)")(
       "confirm-reps", po::value<int>()->default_value(def.confirm_reps),
-      "timed calls per finalist or baseline and confirmation round");
+      "timed calls per finalist or baseline and confirmation round")(
+      "throttle-threshold", po::value<double>()->default_value(def.confirm_throttle * 100),
+      "a confirmation round whose SM clock, measured right after it, fell below this percentage of the "
+      "device's maximum is timed again after --throttle-recovery-delay, at most 3 times (0: never)")(
+      "throttle-recovery-delay", po::value<double>()->default_value(def.confirm_throttle_recovery_s),
+      "seconds the GPU is left idle before a throttled confirmation round is timed again");
 }
 
 // What is wrong with the flags' values (the message of a usage error), if anything.
@@ -41,6 +46,10 @@ inline std::optional<std::string> scheduling_flags_error(const SchedulingFlags& 
   if (!(f.min_ready_per_slot >= 0)) return std::string("--ready-per-slot must be 0 or more");
   if (f.confirm_rounds < 0 || f.confirm_rounds > 1000) return std::string("--confirm-rounds must be in [0, 1000]");
   if (f.confirm_reps < 1 || f.confirm_reps > 100000) return std::string("--confirm-reps must be in [1, 100000]");
+  if (!(f.confirm_throttle >= 0 && f.confirm_throttle <= 1))
+    return std::string("--throttle-threshold must be a percentage in [0, 100]");
+  if (!(f.confirm_throttle_recovery_s >= 0 && f.confirm_throttle_recovery_s <= 60))
+    return std::string("--throttle-recovery-delay must be in [0, 60] seconds");
   return std::nullopt;
 }
 
@@ -51,6 +60,8 @@ inline SchedulingFlags read_scheduling_flags(const boost::program_options::varia
   f.min_ready_per_slot = vm["ready-per-slot"].as<double>();
   f.confirm_rounds = vm["confirm-rounds"].as<int>();
   f.confirm_reps = vm["confirm-reps"].as<int>();
+  f.confirm_throttle = vm["throttle-threshold"].as<double>() / 100;
+  f.confirm_throttle_recovery_s = vm["throttle-recovery-delay"].as<double>();
   // The CPU test path of the confirmation round (scheduling.h).
   const char* cpu = std::getenv("KILN_CONFIRM_CPU");
   f.confirm_cpu = cpu && std::string(cpu) == "1";

@@ -71,6 +71,12 @@ TEST(Confirm, SettingsFromTheSpecAndTheRequest) {
   EXPECT_EQ(req["entries"].size(), 3u);
   EXPECT_EQ(req["entries"][0]["id"], 3);
   EXPECT_EQ(req["entries"][2]["baseline"], "compile");
+  EXPECT_DOUBLE_EQ(req["throttle_threshold"].get<double>(), 0.90);  // the default: NVBench's rule at 90%
+  s.throttle_threshold = 0;
+  s.throttle_recovery_s = 0.2;
+  const json off = confirm_request({{"op", "add"}}, {{3, {{"BLOCK", 64}}, 0.1}}, s);
+  EXPECT_DOUBLE_EQ(off["throttle_threshold"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(off["throttle_recovery_s"].get<double>(), 0.2);
 }
 
 TEST(Confirm, SelectionByConfirmedMedianAmongPassedRechecks) {

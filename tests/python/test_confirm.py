@@ -218,3 +218,70 @@ def test_baselines_run_with_pytorchs_default_precision_flags():
     finally:
         mm.allow_tf32, cd.allow_tf32 = saved[0], saved[1]
         torch.set_float32_matmul_precision(saved[2])
+
+
+def test_throttle_guard_judges_against_nvml_max_else_the_highest_measured():
+    from kiln_worker.evaluation.confirm import _ThrottleGuard
+    g = _ThrottleGuard(0.9, 1980.0, 1970.0)
+    assert g.throttled(1700.0) and not g.throttled(1790.0)  # 0.9 x 1980 = 1782
+    assert not g.throttled(None)
+    g = _ThrottleGuard(0.9, None, 1900.0)  # no NVML: the highest measured (1900 -> 1710)
+    assert g.throttled(1700.0) and not g.throttled(1720.0)
+    assert not g.throttled(2000.0)          # a faster round raises the reference ...
+    assert g.throttled(1720.0)              # ... to 2000 (-> 1800)
+    assert g.describe(0.05, [{"retimed": 2}, {}, {"throttled": True}]) == {
+        "threshold": 0.9, "recovery_s": 0.05, "reference_mhz": 2000.0, "reference": "highest measured",
+        "rounds_retimed": 1, "rounds_throttled": 1}
+    off = _ThrottleGuard(0.0, 1980.0, None)
+    assert not off.throttled(100.0)
+
+
+def test_a_throttled_round_is_timed_again_after_a_pause():
+    """The retry loop with a fake device: the spin that measures the clock
+    reads 1500, then 1600, then 1950 MHz (the device recovering); the first
+    two attempts' samples are thrown away, each followed by the pause."""
+    from kiln_worker.evaluation.confirm import THROTTLE_RETRIES, _Clock, _ThrottleGuard, retime_throttled
+    log, clock = [], [0.0]
+
+    class Dev:
+        is_gpu = False
+
+    api = FakeDeviceApi(log, clock, cycles_per_ms=1.5e6)
+    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=api)
+    rates = iter([1.6e6, 1.95e6])
+    attempts, pauses = [], []
+
+    def launch():
+        clock[0] += 1.0 * 1.95e6 / api.cycles_per_ms  # a compute-bound call: slower at a lower clock
+
+    def attempt():
+        xs = c.time_calls(launch, 2, 1000, None)
+        mhz = c.sm_mhz()
+        attempts.append((xs, mhz))
+        api.cycles_per_ms = next(rates, api.cycles_per_ms)
+        return xs, mhz
+
+    xs, mhz, thrown = retime_throttled(attempt, _ThrottleGuard(0.9, 1980.0, None), 0.05, sleep=pauses.append)
+    assert [round(m) for _, m in attempts] == [1500, 1600, 1950]
+    assert thrown == pytest.approx([1500.0, 1600.0]) and pauses == [0.05, 0.05]
+    assert mhz == pytest.approx(1950.0) and xs == pytest.approx([1.0, 1.0])
+
+    # a device that never recovers: THROTTLE_RETRIES retimes, then the last samples stand
+    api.cycles_per_ms = 1.0e6
+    pauses.clear()
+    xs, mhz, thrown = retime_throttled(lambda: (c.time_calls(launch, 1, 1000, None), c.sm_mhz()),
+                                       _ThrottleGuard(0.9, 1980.0, None), 0.05, sleep=pauses.append)
+    assert len(thrown) == THROTTLE_RETRIES == len(pauses) and mhz == pytest.approx(1000.0)
+
+
+def test_confirm_reports_its_throttle_settings(worker):
+    cfg = config_of(worker)[0]
+    r = worker.call("confirm", job=job(), entries=[{"id": 1, "config": cfg}], rounds=2, reps=2,
+                    throttle_threshold=0.8, throttle_recovery_s=0.1)["result"]
+    t = r["conditions"]["throttle"]
+    # on the CPU no clock is measured: nothing is judged throttled or retimed
+    assert (t["threshold"], t["recovery_s"], t["rounds_retimed"], t["reference_mhz"]) == (0.8, 0.1, 0, None)
+    assert all("retimed" not in rc and "sm_mhz_after" not in rc for rc in r["conditions"]["rounds"])
+    for bad in ({"throttle_threshold": 1.5}, {"throttle_threshold": -0.1}, {"throttle_recovery_s": "1"}):
+        ans = worker.call("confirm", job=job(), entries=[{"id": 1, "config": cfg}], rounds=1, reps=1, **bad)
+        assert not ans["ok"] and next(iter(bad)) in str(ans), ans

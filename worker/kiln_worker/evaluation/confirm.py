@@ -36,7 +36,17 @@ how many it got);
   the reference after its timed calls: what was timed computed the right thing;
 - the device's clocks, temperature and power are read (NVML through torch, or
   pynvml) at the start and end of each round; a round whose SM clock fell by
-  more than 5% is flagged (``clock_drop``).
+  more than 5% is flagged (``clock_drop``);
+- throttled rounds are timed again, as NVBench does (``--throttle-threshold``,
+  ``--throttle-recovery-delay``): right after a round's calls the SM clock is
+  measured on the device (a spin of known cycles between two events), and a
+  round that ran below ``throttle_threshold`` (default THROTTLE_THRESHOLD) of
+  the reference clock (NVML's maximum SM clock, else the highest measured in
+  this confirmation) loses its samples, and is timed again after
+  ``throttle_recovery_s`` (default THROTTLE_RECOVERY_S) of idle GPU, at most
+  THROTTLE_RETRIES times; then its last samples stand, flagged
+  (``throttled``). Threshold 0 turns this off; where the clock cannot be
+  measured (no spin kernel) nothing is retimed.
 
 Every timed round holds the GPU lock exclusively (``gpulock.gpu_lock``), so no
 other worker's kernels run meanwhile; set-up holds it shared, as checks do
@@ -47,7 +57,8 @@ and the result says ``basis: "cpu"``: such numbers are for tests of the
 pipeline, never mixed with device timings.
 
 Request: ``{"job": JOB, "entries": [{"id": candidate_id, "config": CONFIG} |
-{"baseline": "eager" | "compile"}], "rounds": R, "reps": N, "budget_s": S?}``. An entry may add
+{"baseline": "eager" | "compile"}], "rounds": R, "reps": N, "budget_s": S?,
+"throttle_threshold": F?, "throttle_recovery_s": S?}``. An entry may add
 ``"inject_ms"`` (benchmarks of the regression test only, bench/trust/aa_nightly.py):
 a GPU sleep kernel of about that length (a CPU spin on the CPU) inside each of
 its timed calls: a kernel really that much slower.
@@ -73,6 +84,11 @@ SEED_BASE = 7919          # input sets' seeds: SEED_BASE + i (not the check's se
 # 20 calls x 5 rounds with three finalists and a baseline (4 s), a 2 s one
 # (KernelBench's Frobenius norm served by a one-program template) gets 2.
 BUDGET_S, MIN_REPS = 30.0, 2
+# Throttled rounds (module docstring). NVBench's defaults are 75% and 0.05 s;
+# Kiln ranks configs a few percent apart, and a compute-bound kernel's time
+# follows the SM clock, so a round is retimed below 90% of the reference.
+THROTTLE_THRESHOLD, THROTTLE_RECOVERY_S, THROTTLE_RETRIES = 0.90, 0.05, 3
+FREQ_SPIN_CYCLES = 1_000_000  # the clock measurement's spin: ~0.5 ms at 2 GHz
 # The worker's cached check inputs are dropped before a confirmation when they
 # hold more than this (server.confirm): the round draws its own sets.
 KEEP_CACHED_BYTES = 1 << 30
@@ -263,6 +279,20 @@ class _Clock:
         host_s = sorted(host)[1]
         return int(min(5e7, max(2e4, 2.0 * host_s * 2.5e9)))
 
+    def sm_mhz(self) -> float | None:
+        """The SM clock now (MHz), measured on the device: a spin of known
+        cycles between two events; None on the CPU or without a spin kernel."""
+        if not self.gpu:
+            return None
+        a, b = self.api.event(), self.api.event()
+        a.record()
+        if not self.api.sleep(FREQ_SPIN_CYCLES):
+            return None
+        b.record()
+        self.api.synchronize()
+        ms = a.elapsed_time(b)
+        return FREQ_SPIN_CYCLES / ms / 1e3 if ms > 0 else None
+
     def call_ms(self, fn) -> float:
         """One cold call's time in ms (device events; on the CPU perf_counter):
         what the budget's share per entry is divided by."""
@@ -318,6 +348,7 @@ def run(lib, dev, req: dict) -> dict:
     rounds = _count(req, "rounds", 5, MAX_ROUNDS)
     reps = _count(req, "reps", 20, MAX_REPS)
     budget_s = _budget(req)
+    threshold, recovery_s = _throttle(req)
     mod = lib.launch_module(op)
     job = req["job"]
     atol, rtol = check.resolve_tolerances(job, mod, op, shape, params)
@@ -415,15 +446,19 @@ def run(lib, dev, req: dict) -> dict:
     samples: list[list[float]] = [[] for _ in calls]
     round_conditions = []
     n = len(calls)
+    guard = _ThrottleGuard(threshold, max_sm_clock_mhz(dev) if threshold > 0 else None,
+                           clock.sm_mhz() if threshold > 0 else None)
     for r in range(rounds):
         s_idx = r % len(sets)
         order = [(r + k) % n for k in range(n)]
         s = sets[s_idx]
-        if not shared_output:  # poison the candidates' outputs before the round
-            for c in calls:
-                if c["out"] is not None:
-                    _poison(c["out"])
-        with _lock(dev, False, "bench"):
+
+        def attempt(s=s, s_idx=s_idx, order=order, r=r):
+            if not shared_output:  # poison the candidates' outputs before the round
+                for c in calls:
+                    if c["out"] is not None:
+                        _poison(c["out"])
+            got: list[list[float]] = [[] for _ in calls]
             if dev.is_gpu:
                 torch.cuda.synchronize()
             start = read_sensors(dev)
@@ -432,16 +467,31 @@ def run(lib, dev, req: dict) -> dict:
                 c = calls[k]
                 if shared_output and c["out"] is not None:
                     _poison(c["out"])
-                samples[k].extend(clock.time_calls(c["fns"][s_idx], c["reps"], c["cycles"],
-                                                   c["entry"].get("inject_ms")))
+                got[k] = clock.time_calls(c["fns"][s_idx], c["reps"], c["cycles"],
+                                          c["entry"].get("inject_ms"))
                 if shared_output and c["out"] is not None:
                     _check_entry(c, s, r, atol, rtol)  # before the next finalist overwrites it
-            end = read_sensors(dev)
-            t1 = time.time()
-        round_conditions.append({"round": r, "input_seed": sets[s_idx]["seed"],
-                                 "order": [_label(calls[k]["entry"]) for k in order],
-                                 "start": start, "end": end, "wall_s": t1 - t0,
-                                 "clock_drop": clock_dropped(start, end)})
+            mhz = clock.sm_mhz() if threshold > 0 else None
+            return (got, start, read_sensors(dev), t0, time.time()), mhz
+
+        # the lock held through the retimed attempts and their recovery pauses
+        with _lock(dev, False, "bench"):
+            (got, start, end, t0, t1), mhz, throttled_mhz = retime_throttled(attempt, guard, recovery_s)
+        retries = len(throttled_mhz)
+        for k in range(n):
+            samples[k].extend(got[k])
+        cond = {"round": r, "input_seed": sets[s_idx]["seed"],
+                "order": [_label(calls[k]["entry"]) for k in order],
+                "start": start, "end": end, "wall_s": t1 - t0,
+                "clock_drop": clock_dropped(start, end)}
+        if mhz is not None:
+            cond["sm_mhz_after"] = round(mhz, 1)
+        if retries:
+            cond["retimed"] = retries
+            cond["throttled_mhz"] = [round(x, 1) for x in throttled_mhz]
+        if guard.throttled(mhz):
+            cond["throttled"] = True
+        round_conditions.append(cond)
         # The outputs of what was timed, checked against the reference.
         if not shared_output:
             for c in calls:
@@ -453,6 +503,7 @@ def run(lib, dev, req: dict) -> dict:
     gpulock.take_lock_waits()
     conditions = {"identity": device_identity(dev), "rounds": round_conditions,
                   "clock_drop": any(rc["clock_drop"] for rc in round_conditions),
+                  "throttle": guard.describe(recovery_s, round_conditions),
                   "input_sets": len(sets), "shared_output": shared_output,
                   "order": "rotating", "reps": reps, "budget_s": budget_s,
                   "timer": "device events" if dev.is_gpu else "time.perf_counter",
@@ -488,6 +539,71 @@ def _budget(req: dict) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 86400:
         raise BadRequest(f"budget_s must be a number of seconds in (0, 86400], got {v!r}")
     return float(v)
+
+
+def retime_throttled(attempt, guard: "_ThrottleGuard", recovery_s: float, sleep=time.sleep):
+    """attempt() -> (result, measured MHz), again after `recovery_s` while the
+    guard says it ran throttled, at most THROTTLE_RETRIES times. Returns the
+    last attempt's (result, MHz) and the MHz of the attempts thrown away."""
+    thrown: list[float] = []
+    while True:
+        result, mhz = attempt()
+        if not guard.throttled(mhz) or len(thrown) >= THROTTLE_RETRIES:
+            return result, mhz, thrown
+        thrown.append(mhz)
+        sleep(recovery_s)
+
+
+def _throttle(req: dict) -> tuple[float, float]:
+    t = req.get("throttle_threshold", THROTTLE_THRESHOLD)
+    d = req.get("throttle_recovery_s", THROTTLE_RECOVERY_S)
+    for name, v, hi in (("throttle_threshold", t, 1.0), ("throttle_recovery_s", d, 60.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= hi:
+            raise BadRequest(f"{name} must be a number in [0, {hi:g}], got {v!r}")
+    return float(t), float(d)
+
+
+def max_sm_clock_mhz(dev) -> float | None:
+    """NVML's maximum SM clock of the device (MHz), or None."""
+    if not dev.is_gpu:
+        return None
+    nv = _pynvml()
+    if nv is None:
+        return None
+    try:
+        v = nv.nvmlDeviceGetMaxClockInfo(_nvml_handle(nv), nv.NVML_CLOCK_SM)
+        return float(v) if v else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class _ThrottleGuard:
+    """Whether a round ran throttled: its measured SM clock below `threshold`
+    of the reference -- NVML's maximum SM clock where known, else the highest
+    clock measured in this confirmation (a round's own measurement raises it
+    before it is judged)."""
+
+    def __init__(self, threshold: float, max_mhz: float | None, first_mhz: float | None):
+        self.threshold = threshold
+        self.nvml_max = max_mhz
+        self.seen = first_mhz or 0.0
+
+    def reference(self) -> float | None:
+        return self.nvml_max or (self.seen or None)
+
+    def throttled(self, mhz: float | None) -> bool:
+        if self.threshold <= 0 or mhz is None:
+            return False
+        self.seen = max(self.seen, mhz)
+        ref = self.reference()
+        return ref is not None and mhz < self.threshold * ref
+
+    def describe(self, recovery_s: float, rounds: list[dict]) -> dict:
+        return {"threshold": self.threshold, "recovery_s": recovery_s,
+                "reference_mhz": self.reference(),
+                "reference": "nvml max sm clock" if self.nvml_max else "highest measured",
+                "rounds_retimed": sum(1 for rc in rounds if rc.get("retimed")),
+                "rounds_throttled": sum(1 for rc in rounds if rc.get("throttled"))}
 
 
 def reps_within(budget_s: float, rounds: int, call_ms: list[float], reps: int) -> list[int]:
