@@ -278,6 +278,9 @@ def test_confirm_reports_its_throttle_settings(worker):
     cfg = config_of(worker)[0]
     r = worker.call("confirm", job=job(), entries=[{"id": 1, "config": cfg}], rounds=2, reps=2,
                     throttle_threshold=0.8, throttle_recovery_s=0.1)["result"]
+    # the baselines' precision flags are recorded: PyTorch's defaults
+    assert r["conditions"]["baseline_precision"] == {"matmul_tf32": False, "cudnn_tf32": True,
+                                                     "matmul_precision": "highest"}
     t = r["conditions"]["throttle"]
     # on the CPU no clock is measured: nothing is judged throttled or retimed
     assert (t["threshold"], t["recovery_s"], t["rounds_retimed"], t["reference_mhz"]) == (0.8, 0.1, 0, None)

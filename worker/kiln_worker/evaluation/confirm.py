@@ -71,7 +71,7 @@ from typing import Any
 
 from . import check, memplan, timing
 from ..processes import gpulock
-from ..processes.device import as_pytorch_defaults
+from ..processes.device import PYTORCH_DEFAULTS, as_pytorch_defaults
 from .evaluate import BadRequest, _tensor_bytes, alone_on_gpu, job_fields
 
 INPUT_SETS = 3            # input sets drawn per confirmation (used in rotation)
@@ -504,6 +504,7 @@ def run(lib, dev, req: dict) -> dict:
     conditions = {"identity": device_identity(dev), "rounds": round_conditions,
                   "clock_drop": any(rc["clock_drop"] for rc in round_conditions),
                   "throttle": guard.describe(recovery_s, round_conditions),
+                  "baseline_precision": dict(PYTORCH_DEFAULTS),
                   "input_sets": len(sets), "shared_output": shared_output,
                   "order": "rotating", "reps": reps, "budget_s": budget_s,
                   "timer": "device events" if dev.is_gpu else "time.perf_counter",
