@@ -24,6 +24,9 @@ import subprocess
 import sys
 
 
+CUDNN_OPS = ("conv2d",)  # operators whose eager call goes to cuDNN (TF32 by PyTorch's default)
+
+
 def kiln(k: str, *args: str) -> str:
     return subprocess.run([k, *args], check=True, capture_output=True, text=True).stdout
 
@@ -59,6 +62,13 @@ def main() -> int:
     owner = {int(r["id"]): int(r["job_id"]) for r in csv.DictReader(io.StringIO(
         kiln(a.kiln, "query", "--catalog", a.catalog, "--csv", "SELECT id, job_id FROM candidates")))}
     by_job = {owner.get(int(r["candidate_id"])): r for r in rows if r.get("candidate_id") is not None}
+    # eager baselines timed before the confirmation recorded its precision flags
+    # ran with TF32 convolutions off: slower than PyTorch's default for conv2d
+    legacy = {int(r["job_id"]) for r in csv.DictReader(io.StringIO(kiln(
+        a.kiln, "query", "--catalog", a.catalog, "--csv",
+        "SELECT DISTINCT job_id FROM confirmations WHERE baseline = 'eager' "
+        "AND json_extract(conditions, '$.baseline_precision') IS NULL")))}
+    tf32_off = {int(j["id"]) for j in jobs if j["op"] in CUDNN_OPS and int(j["id"]) in legacy}
     lines = []
     done = [j for j in jobs if j["state"] == "done"]
     incorrect = sum(int(j["incorrect"] or 0) for j in jobs)
@@ -79,7 +89,8 @@ def main() -> int:
         table.append(f"| {j['problem']} | {j['op']} | {j['shape']} | {j['state']} | "
                      f"{ms:.4f} |" if ms and j["state"] == "done" else
                      f"| {j['problem']} | {j['op']} | {j['shape']} | {j['state']} | - |")
-        table[-1] += f" {sp:.3f} |" if sp else f" {cause((j['message'] or '') + ' ' + (j['first_bad'] or '')) if j['state'] == 'failed' else '-'} |"
+        mark = " (eager with TF32 off)" if int(j["id"]) in tf32_off else ""
+        table[-1] += f" {sp:.3f}{mark} |" if sp else f" {cause((j['message'] or '') + ' ' + (j['first_bad'] or '')) if j['state'] == 'failed' else '-'} |"
     lines.append(f"served by templates: {len(jobs)}; done with a correct kernel: {len(done)}; "
                  f"failed: {sum(causes.values())}; other: {len(jobs) - len(done) - sum(causes.values())}")
     lines.append(f"candidates evaluated: {evaluated}; found incorrect by the checker: {incorrect}")
@@ -88,6 +99,10 @@ def main() -> int:
         g = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
         lines.append(f"geometric-mean speedup over eager (confirmed, {len(speedups)} jobs): {g:.3f}x; "
                      f"at or above 1.0x: {sum(s >= 1.0 for s in speedups)}")
+    if tf32_off & {int(j["id"]) for j in done}:
+        lines.append(f"of which {len(tf32_off)} with eager timed with TF32 convolutions off (the "
+                     "worker's reference flags, before the baselines ran with PyTorch's defaults): "
+                     "slower than a PyTorch user's eager, their speedups overstated")
     lines += ["", "| problem | operator | shape | state | Kiln ms | speedup over eager (or cause) |",
               "|---|---|---|---|---|---|", *table]
     text = "\n".join(lines) + "\n"
