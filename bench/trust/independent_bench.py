@@ -184,6 +184,20 @@ def eager_fn(k: dict):
     return lambda ins: fn(k["operator"], ins, k.get("params") or {})
 
 
+def judge(outs, eouts, refs, dtype: str) -> tuple[bool, float, float]:
+    """(correct, worst, eager's worst): the outputs against the float64
+    references by |error| / (tol + tol |ref|), the module docstring's rule."""
+    tol = 1e-2 if dtype in ("fp16", "bf16") else 1e-4
+    finite, worst, eworst = True, 0.0, 0.0
+    for o, e, r in zip(outs, eouts, refs):
+        r = r.to(torch.float64).reshape(o.shape)
+        bound = tol + tol * r.abs()
+        finite &= bool(torch.isfinite(o.double()).all())
+        worst = max(worst, float(((o.double() - r).abs() / bound).max()))
+        eworst = max(eworst, float(((e.double().reshape(o.shape) - r).abs() / bound).max()))
+    return finite and worst <= max(4.0, 2.0 * eworst), worst, eworst
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pkg")
@@ -225,17 +239,9 @@ def main() -> int:
             eager_call = eager_fn(k)
             eout = eager_call(ins)
             eouts = list(eout) if isinstance(eout, (tuple, list)) else [eout]
-            tol = 1e-2 if k["dtype"] in ("fp16", "bf16") else 1e-4
-            finite, worst, eworst = True, 0.0, 0.0
-            for o, e, r in zip(outs, eouts, refs):
-                r = r.to(torch.float64).reshape(o.shape)
-                bound = tol + tol * r.abs()
-                finite &= bool(torch.isfinite(o.double()).all())
-                worst = max(worst, float(((o.double() - r).abs() / bound).max()))
-                eworst = max(eworst, float(((e.double().reshape(o.shape) - r).abs() / bound).max()))
+            row["correct"], row["worst_err_over_tol"], row["eager_worst_err_over_tol"] = \
+                judge(outs, eouts, refs, k["dtype"])
             del eout, eouts
-            row["correct"] = finite and worst <= max(4.0, 2.0 * eworst)
-            row["worst_err_over_tol"], row["eager_worst_err_over_tol"] = worst, eworst
             ms = [triton.testing.do_bench(launch, warmup=50, rep=300, return_mode="median")
                   for _ in range(args.rounds)]
             row["ms"] = statistics.median(ms)
