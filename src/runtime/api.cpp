@@ -4,6 +4,7 @@
 #include <string>
 
 #include "error.h"
+#include "dtype.h"
 #include "kiln/runtime.h"
 #include "package.h"
 #include "verify_data.h"

@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "error.h"
+#include "dtype.h"
 
 namespace kiln::rt {
 
@@ -140,13 +141,10 @@ std::vector<std::string> check_static(const Variant& v, const TargetSpec& t, con
     }
     // the manifest's argument list against the kernel's own (count and sizes)
     if (!k->args.empty() || k->kernarg_segment_size == 0) {
+      // a TMA descriptor's size in the code object is the backend's business: not compared
       auto type_bytes = [](const std::string& ty) -> int64_t {
-        if (!ty.empty() && ty[0] == '*') return 8;
-        if (ty == "i64" || ty == "u64" || ty == "fp64") return 8;
-        if (ty == "i32" || ty == "u32" || ty == "fp32") return 4;
-        if (ty == "i16" || ty == "u16" || ty == "fp16" || ty == "bf16") return 2;
-        if (ty == "i8" || ty == "u8" || ty == "i1") return 1;
-        return -1;
+        const int n = ty == "nvTmaDesc" ? 0 : arg_size(ty);
+        return n > 0 ? n : -1;
       };
       if (k->args.size() != v.args.size()) {
         out.push_back(file + ": the manifest lists " + std::to_string(v.args.size()) + " arguments for " +

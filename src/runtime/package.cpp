@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "error.h"
+#include "dtype.h"
 #include "integrity.h"
 #include "verify_data.h"
 
@@ -31,10 +32,8 @@ long long manifest_size(const void* ctx, const std::string& rel) {
 }
 
 size_t dtype_bytes(const std::string& t) {
-  if (t == "fp64" || t == "i64" || t == "u64") return 8;
-  if (t == "fp32" || t == "f32" || t == "i32" || t == "u32") return 4;
-  if (t == "fp16" || t == "bf16" || t == "i16" || t == "u16") return 2;
-  return 1;  // 8-bit types, and a lower bound for anything else
+  const int n = dtype_size(t);
+  return n > 0 ? static_cast<size_t>(n) : 1;  // 1: a lower bound for an unknown dtype
 }
 
 // Declared sizes against sane bounds: the variant's code-object size must be
@@ -261,15 +260,7 @@ void log_miss(const std::string& op, const std::vector<int64_t>& shape, const st
 
 namespace {
 
-size_t type_size(const std::string& t) {
-  if (!t.empty() && t[0] == '*') return 8;
-  if (t == "i32" || t == "u32" || t == "fp32" || t == "f32") return 4;
-  if (t == "i64" || t == "u64" || t == "fp64") return 8;
-  if (t == "i16" || t == "u16" || t == "fp16" || t == "bf16") return 2;
-  if (t == "i8" || t == "u8" || t == "i1") return 1;
-  if (t == "nvTmaDesc") return 128;
-  return 0;
-}
+size_t type_size(const std::string& t) { return static_cast<size_t>(arg_size(t)); }
 
 void store_scalar(unsigned char* dst, const std::string& t, double fv, int64_t iv, bool is_int, const std::string& name) {
   auto range = [&](int64_t lo, int64_t hi) {

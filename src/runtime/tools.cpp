@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "error.h"
+#include "dtype.h"
 #include "integrity.h"
 #include "verify_data.h"
 

@@ -12,9 +12,6 @@
 
 namespace kiln::rt {
 
-// Element size in bytes of a kiln dtype ("fp32", "bf16", "fp16", "fp64", "i32",
-// "i64", "i16", "i8", "u8", "fp8e4nv", "fp8e5", "bool"); 0 when unknown.
-int dtype_size(std::string_view dtype);
 
 class SplitMix64 {
  public:

@@ -9,6 +9,7 @@
 
 #include "code_object.h"
 #include "compat.h"
+#include "dtype.h"
 #include "manifest.h"
 #include "error.h"
 #include "runtime_test_util.h"
