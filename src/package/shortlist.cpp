@@ -49,6 +49,7 @@ std::vector<size_t> pick_shortlist(const std::vector<ShortlistEntry>& by_estimat
     if (static_cast<int>(out.size()) >= max) break;
     out.push_back(i);
   }
+  std::sort(out.begin() + 1, out.end());  // ship in estimate order: the ranks stay the estimate's
   return out;
 }
 

@@ -17,15 +17,16 @@ struct ShortlistEntry {
 
 // `by_estimate`: rank 0 (the selected candidate) first, then the other correct
 // candidates in increasing estimate (ties in candidate order). Returns the
-// indices to ship, in order, at most `max` (at least rank 0; none for an
-// empty pool):
+// indices to ship, at most `max` (at least rank 0; none for an empty pool),
+// in increasing order (rank 0, then by estimate); which ones:
 //  1. One per tile: of candidates that share a tile (same_tile), only the
 //     first by estimate counts.
 //  2. Rank 0, then every blind spot of the model once before any twice: the
 //     remaining candidates are taken in rounds; round r holds each one that
 //     is the r-th of its blind_axes value (rank 0 is the 0th of its own, so
 //     its value's next candidate waits for round 1), each round in estimate
-//     order, until `max`.
+//     order, until `max` are taken. A smaller `max` keeps a prefix of that
+//     order.
 // The list is always filled, however far an estimate lies from rank 0's: the
 // model's error on shapes it was not fitted on reaches 2x, and a slot costs
 // only tuning time.
