@@ -10,9 +10,12 @@ and reports per job:
   rho      Spearman rank correlation of estimate and measured median latency
   pick     measured latency of the estimate's first choice / the measured best
   top1/4/8 whether the estimate's first 1/4/8 hold a config within 3% of the best
-  list     the shortlist a package would ship (src/package/shortlist.h): rank 0,
-           then the first candidates by estimate, one per tile, 8 in all; its
-           size, and whether it holds a config within 3%
+  list     the shortlist a package would ship, by the package's own rule
+           (src/package/shortlist.h, run through build/kiln-shortlist): rank 0,
+           then one per tile, each value of the knobs the model does not rank
+           once before any twice, 8 in all; its size, and whether it holds a
+           config within 3%
+  lpick    the list's fastest, measured, / the measured best (what tuning on the device would keep)
   old      the fixed rule before: every candidate within 1.5x, at most 8
   need     how far (estimate / rank 0's) the first near-best config of the first 8 lies
 
@@ -22,7 +25,8 @@ Jobs are split: `fit` (the anchors, the quickstart shapes and conv2d
 shapes), so the held-out numbers are out of sample. A job recorded in several
 catalogs (repeat runs) counts once: the catalog with the most timed candidates.
 
-  python3 bench/deploy/estimate_quality.py [--bin build/kiln-estimate] [--json OUT.json]
+  python3 bench/deploy/estimate_quality.py [--bin build/kiln-estimate] [--shortlist-bin build/kiln-shortlist]
+         [--json OUT.json]
          [--recorded]   (rank by the estimate_ms recorded at run time instead)
          [--before]     (the model without its config terms, and the fixed 1.5x rule)
 """
@@ -160,22 +164,34 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / (va * vb) if va > 0 and vb > 0 else 0.0
 
 
-def tile(c: dict) -> str:
-    return json.dumps({k: v for k, v in c["config"].items() if k != "num_stages"}, sort_keys=True)
-
-
-def shortlist(order: list[dict], key: str, ratio: float = math.inf, one_per_tile: bool = True) -> list[dict]:
-    """src/package/shortlist.cpp pick_shortlist: rank 0, then each candidate by estimate whose tile
-    (config without num_stages) no earlier pick shares, 8 in all.
-    ratio=1.5, one_per_tile=False: the fixed rule before it (every candidate within 1.5x, at most 8)."""
+def ratio_list(order: list[dict], key: str) -> list[dict]:
+    """The fixed rule before the shortlist (until 2026-12-02): every candidate within 1.5x of rank 0's
+    estimate, at most 8. Kept for comparison; no package applies it."""
     r0, out = order[0][key], []
     for c in order:
-        if c[key] > r0 * ratio or len(out) == LIST_MAX:
+        if c[key] > r0 * OLD_RATIO or len(out) == LIST_MAX:
             break
-        if one_per_tile and any(tile(c) == tile(x) for x in out):
-            continue
         out.append(c)
     return out
+
+
+def shortlists(orders: list[list[dict]], key: str, binary: str) -> list[list[dict]]:
+    """The shortlist kiln package ships for each job (src/package/shortlist.h pick_shortlist), computed by
+    that C++ rule through kiln-shortlist: rank 0, then one per tile, each value of the knobs the model does
+    not rank once before any twice, 8 in all."""
+    lines = [json.dumps({"max": LIST_MAX, "candidates": [{"estimate_ms": c[key], "config": c["config"]}
+                                                          for c in order]}) for order in orders]
+    out = subprocess.run([binary], input="\n".join(lines) + "\n", capture_output=True, text=True,
+                         check=True).stdout
+    picked = []
+    for order, line in zip(orders, out.splitlines()):
+        r = json.loads(line)
+        if "error" in r:
+            raise SystemExit(f"kiln-shortlist: {r['error']}")
+        picked.append([order[i] for i in r["picked"]])
+    if len(picked) != len(orders):
+        raise SystemExit(f"kiln-shortlist answered {len(picked)} lines for {len(orders)} jobs")
+    return picked
 
 
 def needed_factor(order: list[dict], key: str, best: float) -> float:
@@ -187,16 +203,15 @@ def needed_factor(order: list[dict], key: str, best: float) -> float:
     return math.inf
 
 
-def evaluate(jobs: list[dict], key: str) -> list[dict]:
+def evaluate(jobs: list[dict], key: str, shortlist_bin: str) -> list[dict]:
     rows = []
-    for j in jobs:
+    # ties in candidate order, as the package's query (ORDER BY estimate_ms, c.id)
+    orders = [sorted(j["cands"], key=lambda c: c[key]) for j in jobs]
+    for j, order, sl in zip(jobs, orders, shortlists(orders, key, shortlist_bin)):
         cs = j["cands"]
         best = min(c["measured"] for c in cs)
-        # ties in candidate order, as the package's query (ORDER BY estimate_ms, c.id)
-        order = sorted(cs, key=lambda c: c[key])
         good = lambda sub: any(c["measured"] <= best * TOL for c in sub)
-        sl = shortlist(order, key)
-        old = shortlist(order, key, OLD_RATIO, one_per_tile=False)
+        old = ratio_list(order, key)
         rows.append({
             "split": j["split"], "tuned": j["tuned"], "op": j["op"], "shape": j["shape"], "dtype": j["dtype"], "params": j["params"],
             "catalog": j["catalog"], "n": len(cs),
@@ -229,6 +244,7 @@ def summary(rows: list[dict]) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "kiln-estimate"))
+    ap.add_argument("--shortlist-bin", default=os.path.join(ROOT, "build", "kiln-shortlist"))
     ap.add_argument("--json", help="write per-job rows and summaries here")
     ap.add_argument("--recorded", action="store_true", help="rank by the estimate_ms recorded at run time")
     ap.add_argument("--before", action="store_true",
@@ -242,15 +258,15 @@ def main() -> int:
         jobs = [j for j in jobs if all(c["recorded"] is not None for c in j["cands"])]
     else:
         estimate_all(jobs, a.bin, with_config=not a.before)
-    rows = evaluate(jobs, key)
+    rows = evaluate(jobs, key, a.shortlist_bin)
 
     print(f"{'split':8} {'op':13} {'shape':22} {'n':>3} {'rho':>6} {'pick':>6} top1 top4 top8 "
-          f"{'list':>4} ok {'old':>4} ok  need")
+          f"{'list':>4} ok lpick {'old':>4} ok  need")
     yn = lambda b: " y  " if b else " -  "
     for r in rows:
         print(f"{r['split']:8} {r['op']:13} {json.dumps(r['shape'], separators=(',', ':')):22} {r['n']:3d} "
               f"{r['rho']:6.2f} {r['pick']:6.2f} {yn(r['top1'])} {yn(r['top4'])} {yn(r['top8'])} "
-              f"{r['list_n']:4d} {'y' if r['list_ok'] else '-':2} {r['old_list_n']:4d} "
+              f"{r['list_n']:4d} {'y' if r['list_ok'] else '-':2} {r['list_pick']:5.3f} {r['old_list_n']:4d} "
               f"{'y' if r['old_list_ok'] else '-':2} {r['needed_factor']:5.2f}")
     sums = {}
     for split in ("fit", "held-out"):

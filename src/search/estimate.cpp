@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "search/knob_model.h"
 #include "search/model_terms.h"
 
 namespace kiln {
@@ -73,10 +74,10 @@ std::optional<double> in_flight_fraction(const Target& t, const std::string& dty
   if (!config.is_object() || resident_blocks <= 0) return std::nullopt;
   const double eb = element_bytes(dtype);
   const double latency_s = positive_number(t.raw, "memory_latency_ns").value_or(kMemoryLatencyNs) * 1e-9;
-  const double stages = positive_number(config, "num_stages").value_or(1);
+  const double stages = ranked_knob(config, "num_stages").value_or(1);
   const double pipelined = std::max(1.0, stages - 1);
-  const auto bm = positive_number(config, "BLOCK_M"), bn = positive_number(config, "BLOCK_N"),
-             bk = positive_number(config, "BLOCK_K");
+  const auto bm = ranked_knob(config, "BLOCK_M"), bn = ranked_knob(config, "BLOCK_N"),
+             bk = ranked_knob(config, "BLOCK_K");
   double per_block, rate;  // bytes one block has loading; bytes/s one SM must load
   if (bk) {
     if (!bm || !bn || traffic.flops <= 0 || ideal_ms <= 0) return std::nullopt;
@@ -86,10 +87,10 @@ std::optional<double> in_flight_fraction(const Target& t, const std::string& dty
   } else {
     double tile = 0;
     for (auto it = config.begin(); it != config.end(); ++it)
-      if (it.key().rfind("BLOCK", 0) == 0 && it->is_number() && it->get<double>() > 0)
-        tile = (tile > 0 ? tile : 1) * it->get<double>();
+      if (is_tile_knob(it.key()))
+        if (auto v = ranked_knob(config, it.key())) tile = (tile > 0 ? tile : 1) * *v;
     if (tile <= 0) return std::nullopt;
-    per_block = tile * eb * (positive_number(config, "programs") ? pipelined : 1.0);
+    per_block = tile * eb * (ranked_knob(config, "programs") ? pipelined : 1.0);
     rate = t.memory_bandwidth_gbs * 1e9 / t.compute_units;
   }
   return std::clamp(resident_blocks * per_block / (rate * latency_s), 1e-3, 1.0);
@@ -176,8 +177,8 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
   // reads the whole row operand again, flops / 2 / BLOCK_N elements in all,
   // from L2 at best. A narrow BLOCK_N re-reads (for conv2d: re-gathers) the
   // input many times; the minimum traffic above counts it once.
-  if (positive_number(config, "BLOCK_K") && traffic.flops > 0)
-    if (auto bn = positive_number(config, "BLOCK_N")) {
+  if (ranked_knob(config, "BLOCK_K") && traffic.flops > 0)
+    if (auto bn = ranked_knob(config, "BLOCK_N")) {
       const double l2 = positive_number(t.raw, "l2_bandwidth_gbs").value_or(kL2OverHbm * t.memory_bandwidth_gbs);
       e.operand_ms = traffic.flops / 2.0 / *bn * element_bytes(dtype) / (l2 * 1e9 * kBandwidthEfficiency) * 1e3;
     }

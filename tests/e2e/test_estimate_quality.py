@@ -3,8 +3,9 @@
 bench/deploy/estimate_quality.py recomputes the estimate of every candidate of the
 exhaustive H200 runs under bench/results/ with the current model (kiln-estimate,
 the C++ of src/evaluate/estimate.cpp) and asks whether the shortlist an
-estimated target's package would ship holds a config within 3% of the measured
-best (docs/packaging.md). These tests check that the harness reads the
+estimated target's package would ship (the package's own rule, through
+kiln-shortlist) holds a config within 3% of the measured best
+(docs/packaging.md). These tests check that the harness reads the
 catalogs as the engine did (the model without its config terms reproduces the
 estimate_ms recorded at run time) and that the current model and shortlist
 rule catch at least as many jobs as the fixed 1.5x rule on the model before,
@@ -22,14 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # built beside kiln (bench/CMakeLists.txt)
 EST = Path(os.environ.get("KILN_ESTIMATE",
                           Path(os.environ.get("KILN_BIN", ROOT / "build" / "kiln")).parent / "kiln-estimate"))
+# the package's shortlist rule (src/package/shortlist.h), built beside kiln-estimate
+SHORTLIST = Path(os.environ.get("KILN_SHORTLIST", EST.parent / "kiln-shortlist"))
 SCRIPT = ROOT / "bench" / "deploy" / "estimate_quality.py"
 
 
 def quality(tmp_path, *flags):
     if not EST.is_file():
         pytest.fail(f"{EST} is missing: build it (cmake --build build --target kiln-estimate)")
+    if not SHORTLIST.is_file():
+        pytest.fail(f"{SHORTLIST} is missing: build it (cmake --build build --target kiln-shortlist)")
     out = tmp_path / ("q" + "".join(f.strip("-") for f in flags) + ".json")
-    subprocess.run([sys.executable, str(SCRIPT), "--bin", str(EST), "--json", str(out), *flags], check=True,
+    subprocess.run([sys.executable, str(SCRIPT), "--bin", str(EST), "--shortlist-bin", str(SHORTLIST), "--json", str(out), *flags], check=True,
                    capture_output=True, text=True, cwd=ROOT)
     return json.loads(out.read_text())
 
