@@ -24,7 +24,7 @@
 #include "evaluate/gpu_binding.h"
 #include "evaluate/worker_process.h"
 #include "explore/run_supervisor.h"
-#include "explore/scheduler.h"
+#include "explore/run_counts.h"
 #include "explore/scheduling.h"
 #include "manifest/manifest.h"
 #include "metrics/run_metrics.h"

@@ -22,6 +22,7 @@
 #include "evaluate/protocol.h"
 #include "evaluate/worker_process.h"
 #include "explore/dispatch.h"
+#include "explore/run_counts.h"
 #include "explore/scheduling.h"
 #include "generate/generator.h"
 #include "manifest/manifest.h"
@@ -63,17 +64,6 @@ struct SchedulerOptions {
   // Where evaluations, jobs' ends, best-so-far latencies, confirmation rounds
   // and (through JobContext) LLM calls are published; null: nowhere. Not owned.
   metrics::RunMetrics* metrics = nullptr;
-};
-
-// What a run has done so far: the counts a run's summary reports
-// (explorer.h RunSummary, mpi's CoordinatorSummary) and its progress lines.
-struct RunCounts {
-  int jobs_done = 0, jobs_failed = 0;
-  int jobs_confirmed = 0, confirm_failures = 0;   // confirmation rounds recorded / lost (best then from the exploration)
-  int candidates = 0, candidate_failures = 0;
-  // Jobs failed because their generator needs an LLM that is not configured or
-  // not reachable (a generator's "llm-unavailable: " note); the run goes on.
-  int jobs_need_llm = 0;
 };
 
 struct SchedulerStats : RunCounts {
