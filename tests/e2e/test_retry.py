@@ -142,3 +142,11 @@ def test_retry_requeues_a_job_that_failed_for_want_of_an_llm(binary, tmp_path):
     (again,) = db_dicts(catalog, "SELECT state, message, attempts FROM jobs WHERE id = ?", (llm["id"],))
     assert again["state"] == "failed" and again["message"] == llm["message"] and again["attempts"] == 2, again
     assert db_dicts(catalog, "SELECT count(*) AS n FROM retries") == [{"n": 1}]
+
+
+def test_retry_never_creates_a_catalog(binary, tmp_path):
+    r = kiln("retry", catalog=tmp_path / "none.db", check=False)
+    assert r.returncode == 1 and "no catalog at" in r.stderr, r.stderr
+    assert not (tmp_path / "none.db").exists()
+    r = kiln("retry", "--job", "seven", catalog=tmp_path / "none.db", check=False)
+    assert r.returncode == 2 and "usage: kiln retry" in r.stderr, r.stderr
