@@ -28,6 +28,12 @@ class CatalogError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An id the caller named (a batch, a job) is not in the catalog.
+class CatalogNotFound : public CatalogError {
+ public:
+  using CatalogError::CatalogError;
+};
+
 namespace sql {
 struct Access;  // src/catalog/sql.h: the statement helper of the catalog's own files
 }
@@ -145,6 +151,37 @@ struct ConfirmationRow {
   double created_at = 0;               // set when read back
 };
 
+// What Catalog::retry_failed (kiln retry) does, and what it did.
+struct RetryRequest {
+  std::optional<std::string> batch_id;  // only this batch's jobs
+  std::vector<long long> job_ids;       // only these jobs; empty: every failed job (of the batch)
+  bool forget_evaluations = true;       // forget the evaluations that are no verdict (is_verdict)
+  bool dry_run = false;                 // report what would change; change nothing
+};
+
+struct RetriedJob {
+  long long job_id = 0;
+  std::string op, dtype, target;
+  nlohmann::json shape;
+  std::string state;                    // the job's state before: failed when retried
+  bool retried = false;                 // false: named in job_ids, but not failed (state says why)
+  std::string message;                  // its message before (the failure's)
+  std::map<std::string, int> forgotten; // evaluations forgotten, by status
+};
+
+struct RetryReport {
+  std::vector<RetriedJob> jobs;         // by job id: the retried ones and the named ones left alone
+  int retried = 0;                      // jobs requeued
+  int forgotten = 0;                    // evaluations forgotten, in all
+};
+
+// Whether an evaluation status is a verdict on the candidate's own code, which
+// a retry keeps: ok, incorrect, compile_error, resource_error, rejected (and any
+// status this kiln does not know). Not verdicts: timeout and crash, where the
+// evaluation stopped before it could judge the code (the worker died or was
+// killed, out of GPU memory, no answer in time, the engine refused the reply).
+bool is_verdict(const std::string& status);
+
 // float32 little-endian bytes of the samples and back (the confirmations.samples
 // encoding; exposed for tools and tests). decode throws CatalogError when the
 // size is not a multiple of 4.
@@ -242,6 +279,20 @@ class Catalog {
   void release_job(long long job_id, const std::string& owner);
   // failed -> queued for every failed job (of one batch, if given); returns the count.
   int requeue_failed(const std::optional<std::string>& batch_id = std::nullopt);
+  // kiln retry: requeues failed jobs (every one, one batch's, or the given
+  // ids) and, with forget_evaluations, deletes the evaluations of their
+  // candidates that are no verdict (is_verdict), with those candidates'
+  // artifacts (and blobs no other artifact uses), so the next run evaluates
+  // them again; verdicts are kept. Per retried job it writes a row of table
+  // `retries` (0007_retries.sql: its message and attempts before, and what was
+  // forgotten) and sets its message to "retried at TIME; was: MESSAGE".
+  // Jobs that are queued, running (under a live lease or not: the next claim
+  // reclaims an expired one) or done are never changed; named in job_ids they
+  // are reported with retried = false. One transaction, all or nothing: an
+  // unknown batch or job id, or a job id not in the given batch, throws
+  // CatalogNotFound naming it and changes nothing; dry_run rolls the
+  // transaction back and returns the same report. Same thread as the Catalog.
+  RetryReport retry_failed(const RetryRequest& request);
   // One job by id; nullopt if there is none.
   std::optional<JobRow> job(long long job_id) const;
   // How many jobs are in each state (of one batch, if given): what a run's
@@ -343,8 +394,8 @@ class Catalog {
 // batch links, candidates by (job key, candidate key), evaluations (one per
 // candidate), blobs by sha256, artifacts by (candidate, target), the best
 // candidate per job (measured beats estimated; on the same basis the lower
-// value_ms wins; a tie keeps `into`'s), and llm_calls and confirmations where
-// both catalogs have them. `from` is opened read-only and never changed; it may be an older schema
+// value_ms wins; a tie keeps `into`'s), and llm_calls, confirmations,
+// imported_measurements and retries where both catalogs have them. `from` is opened read-only and never changed; it may be an older schema
 // version (columns it lacks take their defaults). Merging the same file twice
 // changes nothing the second time. `into` should not be in use by a run.
 struct MergeStats {
@@ -355,6 +406,7 @@ struct MergeStats {
   int llm_calls = 0;
   int confirmations = 0;                    // rows of confirmation rounds (0005), by (job, run, entry)
   int imported_measurements = 0;            // kiln-rt tune rows (0006), by (candidate, device)
+  int retries = 0;                          // kiln retry's records (0007), by (job, retried_at)
   std::vector<std::string> skipped_tables;  // tables of `from` this kiln does not merge
 
   // Adds `o`'s row counts to these (skipped_tables is left as it is).

@@ -148,7 +148,8 @@ void MergeStats::add_counts(const MergeStats& o) {
                               {&blobs, &o.blobs}, {&artifacts, &o.artifacts},
                               {&best_new, &o.best_new}, {&best_replaced, &o.best_replaced},
                               {&llm_calls, &o.llm_calls}, {&confirmations, &o.confirmations},
-                              {&imported_measurements, &o.imported_measurements}})
+                              {&imported_measurements, &o.imported_measurements},
+                              {&retries, &o.retries}})
     *mine += *theirs;
 }
 
@@ -186,7 +187,7 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
   MergeStats st;
   const std::set<std::string> known = {"batches", "jobs", "batch_jobs", "candidates", "evaluations",
                                        "blobs", "artifacts", "best", "llm_calls", "confirmations",
-                                       "imported_measurements"};
+                                       "imported_measurements", "retries"};
   {
     Stmt q(from, from_path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
            "merge: list tables");
@@ -516,6 +517,9 @@ MergeStats merge_catalog(Catalog& into_cat, const fs::path& from_path) {
   if (has_table(from, "imported_measurements") && has_table(into, "imported_measurements"))
     merge_child("imported_measurements", {"candidate_id", "device"}, {"candidate_id"}, true,
                 st.imported_measurements);
+  // retries: by (job, time); `forgotten` names candidates by key, so it needs no mapping
+  if (has_table(from, "retries") && has_table(into, "retries"))
+    merge_child("retries", {"job_id", "retried_at"}, {}, true, st.retries);
 
   tx.commit();
   return st;

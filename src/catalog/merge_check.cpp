@@ -236,6 +236,13 @@ const std::map<std::string, Rules>& rules() {
         {"samples", js(JsonKind::kArray, 64 * kMiB)},
         {"source", text(4 * kKiB)},
         {"imported_at", time()}}},
+      {"retries",
+       {{"id", id()},
+        {"job_id", id()},
+        {"retried_at", time()},
+        {"attempts", integer(0, 1e9)},
+        {"message", text(16 * kMiB, true)},
+        {"forgotten", js(JsonKind::kArray, 64 * kMiB)}}},
   };
   return r;
 }

@@ -19,7 +19,8 @@ json stats_json(const MergeStats& s) {
           {"blobs", s.blobs},             {"artifacts", s.artifacts},
           {"best_new", s.best_new},       {"best_replaced", s.best_replaced},
           {"llm_calls", s.llm_calls},     {"confirmations", s.confirmations},
-          {"imported_measurements", s.imported_measurements}, {"skipped_tables", s.skipped_tables}};
+          {"imported_measurements", s.imported_measurements}, {"retries", s.retries},
+          {"skipped_tables", s.skipped_tables}};
 }
 
 }  // namespace

@@ -22,6 +22,7 @@ int cmd_merge(const Args& args);    // cli/cmd_merge.cpp
 int cmd_nightly(const Args& args);  // cli/cmd_nightly.cpp
 int cmd_decide(const Args& args);   // cli/cmd_nightly.cpp: the regression decision on samples from stdin
 int cmd_lineage(const Args& args);  // cli/cmd_lineage.cpp
+int cmd_retry(const Args& args);    // cli/cmd_retry.cpp
 int cmd_serve(const Args& args);    // cli/cmd_serve.cpp
 int cmd_report(const Args& args);   // cli/cmd_serve.cpp
 

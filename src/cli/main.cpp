@@ -15,6 +15,7 @@ commands:
   submit MANIFEST      validate a manifest, expand it into jobs, store them
   run                  process queued jobs until none remain
   status               jobs and candidates per state
+  retry                failed jobs back to the queue, their crashed/timed-out evaluations forgotten
   best                 the best kernel per job, its metrics and their basis
   query "SELECT ..."   read-only SQL over the catalog
   package              a kiln-package/2 of the best code objects for targets
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
       {"best", kiln::cmd_best},       {"query", kiln::cmd_query},     {"package", kiln::cmd_package},
       {"import-measurements", kiln::cmd_import_measurements},         {"merge", kiln::cmd_merge},
       {"nightly", kiln::cmd_nightly}, {"decide", kiln::cmd_decide},   {"lineage", kiln::cmd_lineage},
-      {"serve", kiln::cmd_serve},     {"report", kiln::cmd_report}};
+      {"serve", kiln::cmd_serve},     {"report", kiln::cmd_report},   {"retry", kiln::cmd_retry}};
   for (const auto& [name, run] : kCommands)
     if (cmd == name) return run(args);
   std::cerr << "kiln: unknown command '" << cmd << "'\n\n" << kUsage;

@@ -587,6 +587,293 @@ TEST_F(CatalogTest, ClaimFinishReleaseTransitions) {
   EXPECT_FALSE(cat.job(999999));
 }
 
+// --- retry_failed (kiln retry) ---------------------------------------------------
+
+namespace {
+
+EvaluationIn evaluation(const std::string& status, const std::string& message = "") {
+  EvaluationIn e;
+  e.status = status;
+  e.message = message.empty() ? status + " message" : message;
+  e.result = status == "ok" ? ok_result() : json::object();
+  e.worker = "pid 1";
+  return e;
+}
+
+// Adds a template candidate with `tag` in its config to job `job_id`; returns its id.
+long long add_cand(Catalog& cat, long long job_id, const std::string& tag) {
+  CandidateRow c;
+  c.job_id = job_id;
+  c.generator = "template";
+  c.template_name = "softmax";
+  c.config = {{"tag", tag}};
+  return cat.add_candidate(c).id;
+}
+
+// The statuses of job_id's evaluations, sorted.
+std::vector<std::string> eval_statuses(const Catalog& cat, long long job_id) {
+  std::vector<std::string> out;
+  for (const auto& row : cat.query("SELECT e.status FROM evaluations e JOIN candidates c ON c.id = e.candidate_id "
+                                   "WHERE c.job_id = " + std::to_string(job_id) + " ORDER BY e.status").rows)
+    out.push_back(row[0].get<std::string>());
+  return out;
+}
+
+// Every row of the tables retry_failed may write, as text: equal before and after means nothing changed.
+std::string catalog_dump(const Catalog& cat) {
+  std::string s;
+  for (const char* t : {"jobs", "candidates", "evaluations", "artifacts", "blobs", "retries"})
+    for (const auto& row : cat.query(std::string("SELECT * FROM ") + t + " ORDER BY 1").rows)
+      s += std::string(t) + json(row).dump() + "\n";
+  return s;
+}
+
+}  // namespace
+
+TEST(RetryVerdicts, OnlyTimeoutAndCrashAreNoVerdict) {
+  for (const char* s : {"ok", "incorrect", "compile_error", "resource_error", "rejected", "some_future_status"})
+    EXPECT_TRUE(is_verdict(s)) << s;
+  for (const char* s : {"timeout", "crash"}) EXPECT_FALSE(is_verdict(s)) << s;
+}
+
+TEST_F(CatalogTest, RetryForgetsTheEvaluationsThatAreNoVerdict) {
+  auto cat = open();
+  cat.submit("b", "m", "t", {make_job("r")});
+  const std::string o = live_owner("run");
+  auto job = cat.claim_job(o, 60);
+  ASSERT_TRUE(job);
+  std::map<std::string, long long> cand;
+  for (const char* s : {"ok", "incorrect", "compile_error", "resource_error", "rejected", "timeout", "crash"}) {
+    cand[s] = add_cand(cat, job->id, s);
+    EvaluationIn e = evaluation(s);
+    if (std::string(s) == "crash") e.artifact = artifact("crash's own code object");
+    if (std::string(s) == "ok") e.artifact = artifact("ok's code object");
+    cat.record_evaluation(cand[s], e);
+  }
+  cat.finish_job(job->id, o, false, "no correct candidate among 7 (crash 1, timeout 1)\nsecond line");
+  ASSERT_EQ(count(cat, "blobs"), 2);
+
+  const RetryReport r = cat.retry_failed({});
+  EXPECT_EQ(r.retried, 1);
+  EXPECT_EQ(r.forgotten, 2);
+  ASSERT_EQ(r.jobs.size(), 1u);
+  EXPECT_TRUE(r.jobs[0].retried);
+  EXPECT_EQ(r.jobs[0].job_id, job->id);
+  EXPECT_EQ(r.jobs[0].state, "failed");
+  EXPECT_EQ(r.jobs[0].op, "softmax");
+  EXPECT_EQ(r.jobs[0].message, "no correct candidate among 7 (crash 1, timeout 1)\nsecond line");
+  EXPECT_EQ(r.jobs[0].forgotten, (std::map<std::string, int>{{"crash", 1}, {"timeout", 1}}));
+
+  // The verdicts stay, the crash and the timeout are gone with the crash's code object.
+  EXPECT_EQ(eval_statuses(cat, job->id),
+            (std::vector<std::string>{"compile_error", "incorrect", "ok", "rejected", "resource_error"}));
+  for (const CandidateRow& c : cat.candidates(job->id))
+    EXPECT_EQ(c.evaluated, c.id != cand["crash"] && c.id != cand["timeout"]) << c.config.dump();
+  EXPECT_EQ(scalar(cat, "SELECT count(*) FROM artifacts WHERE candidate_id = " + std::to_string(cand["crash"])), 0);
+  EXPECT_EQ(scalar(cat, "SELECT count(*) FROM artifacts WHERE candidate_id = " + std::to_string(cand["ok"])), 1);
+  EXPECT_EQ(count(cat, "blobs"), 1);
+
+  // The job is queued again, its message and the retries row keep the history.
+  const auto after = cat.job(job->id);
+  EXPECT_EQ(after->state, "queued");
+  EXPECT_EQ(after->message.rfind("retried at ", 0), 0u) << after->message;
+  EXPECT_NE(after->message.find("; was: no correct candidate among 7"), std::string::npos) << after->message;
+  EXPECT_EQ(after->attempts, 1);
+  auto log = cat.query("SELECT job_id, attempts, message, forgotten FROM retries");
+  ASSERT_EQ(log.rows.size(), 1u);
+  EXPECT_EQ(log.rows[0][0], job->id);
+  EXPECT_EQ(log.rows[0][1], 1);
+  EXPECT_EQ(log.rows[0][2], "no correct candidate among 7 (crash 1, timeout 1)\nsecond line");
+  const json forgotten = json::parse(log.rows[0][3].get<std::string>());
+  ASSERT_EQ(forgotten.size(), 2u);
+  std::set<std::string> keys;
+  for (const auto& f : forgotten) {
+    keys.insert(f["candidate_key"].get<std::string>());
+    EXPECT_EQ(f["message"], f["status"].get<std::string>() + " message");
+    EXPECT_EQ(f["worker"], "pid 1");
+  }
+  std::set<std::string> want;
+  for (const CandidateRow& c : cat.candidates(job->id))
+    if (c.id == cand["crash"] || c.id == cand["timeout"]) want.insert(c.key);
+  EXPECT_EQ(keys, want);
+
+  // The next run evaluates the forgotten candidates again, code object and all.
+  auto again = cat.claim_job(o, 60);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->attempts, 2);
+  EvaluationIn e = evaluation("ok");
+  e.artifact = artifact("crash's own code object");
+  cat.record_evaluation(cand["crash"], e);
+  cat.record_evaluation(cand["timeout"], evaluation("incorrect"));
+  EXPECT_THROW(cat.record_evaluation(cand["incorrect"], evaluation("ok")), CatalogError);  // kept: still one
+}
+
+TEST_F(CatalogTest, RetryFiltersAndNeverTouchesRunningOrDoneJobs) {
+  auto cat = open();
+  // Batch A: f1 f2 done live expired; batch B: f3 and queued.
+  std::vector<NewJob> a = {make_job("f1"), make_job("f2"), make_job("done"), make_job("live"), make_job("expired")};
+  std::vector<NewJob> b = {make_job("f3"), make_job("queued")};
+  const std::string batch_a = cat.submit("A", "a", "", a).batch_id;
+  const std::string batch_b = cat.submit("B", "b", "", b).batch_id;
+  std::map<std::string, long long> id;
+  for (const auto& row : cat.query("SELECT id, json_extract(spec, '$.tag') FROM jobs").rows)
+    id[row[1].get<std::string>()] = row[0].get<long long>();
+  const std::string o = live_owner("o"), live = live_owner("live"), gone = live_owner("expired");
+  // Claims go by id here (no priorities): f1 f2 done live expired f3, then "queued" is left.
+  // "live" and "expired" run under owners of their own (one lease live, one lapsed below).
+  for (const char* tag : {"f1", "f2", "done", "live", "expired", "f3"}) {
+    const std::string t = tag;
+    const std::string& owner = t == "live" ? live : t == "expired" ? gone : o;
+    auto j = cat.claim_job(owner, 600);
+    ASSERT_TRUE(j);
+    ASSERT_EQ(j->spec["tag"], t);
+    cat.record_evaluation(add_cand(cat, j->id, t), evaluation("crash"));
+    if (t == "done") cat.finish_job(j->id, o, true, "");
+    else if (t != "live" && t != "expired") cat.finish_job(j->id, o, false, t + " failed");
+  }
+  ASSERT_EQ(cat.renew_leases(gone, -5), 1);  // lapsed 5 s ago
+  ASSERT_EQ(cat.job(id["queued"])->state, "queued");
+
+  // One batch.
+  RetryRequest only_b;
+  only_b.batch_id = batch_b;
+  const RetryReport rb = cat.retry_failed(only_b);
+  ASSERT_EQ(rb.jobs.size(), 1u);
+  EXPECT_EQ(rb.jobs[0].job_id, id["f3"]);
+  EXPECT_EQ(rb.forgotten, 1);
+  EXPECT_EQ(cat.job(id["f1"])->state, "failed");
+  EXPECT_EQ(cat.job(id["f3"])->state, "queued");
+
+  // Named jobs: f1 is retried, the others are reported and left as they are.
+  RetryRequest named;
+  named.job_ids = {id["done"], id["live"], id["expired"], id["queued"], id["f1"], id["f1"]};
+  const RetryReport rn = cat.retry_failed(named);
+  EXPECT_EQ(rn.retried, 1);
+  EXPECT_EQ(rn.forgotten, 1);
+  ASSERT_EQ(rn.jobs.size(), 5u);  // f1 once
+  std::map<long long, RetriedJob> by_id;
+  for (const auto& j : rn.jobs) by_id[j.job_id] = j;
+  EXPECT_TRUE(by_id[id["f1"]].retried);
+  for (const char* t : {"done", "live", "expired", "queued"}) {
+    EXPECT_FALSE(by_id[id[t]].retried) << t;
+    EXPECT_TRUE(by_id[id[t]].forgotten.empty()) << t;
+  }
+  EXPECT_EQ(by_id[id["done"]].state, "done");
+  EXPECT_EQ(by_id[id["live"]].state, "running");
+  EXPECT_EQ(by_id[id["expired"]].state, "running");
+  EXPECT_EQ(by_id[id["queued"]].state, "queued");
+  for (const char* t : {"done", "live", "expired"}) EXPECT_EQ(eval_statuses(cat, id[t]), std::vector<std::string>{"crash"}) << t;
+  EXPECT_EQ(cat.job(id["live"])->lease_owner, live);
+  EXPECT_EQ(cat.job(id["expired"])->lease_owner, gone);
+  EXPECT_EQ(cat.job(id["done"])->state, "done");
+  EXPECT_EQ(cat.job(id["f2"])->state, "failed");  // not named
+
+  // Everything failed: f2 only now (f1, f3 are queued).
+  const RetryReport rest = cat.retry_failed({});
+  ASSERT_EQ(rest.jobs.size(), 1u);
+  EXPECT_EQ(rest.jobs[0].job_id, id["f2"]);
+  EXPECT_EQ(cat.retry_failed({}).jobs.size(), 0u);  // nothing failed is left
+  EXPECT_EQ(count(cat, "retries"), 3);
+  RetryRequest only_a;
+  only_a.batch_id = batch_a;
+  EXPECT_EQ(cat.retry_failed(only_a).jobs.size(), 0u);
+}
+
+TEST_F(CatalogTest, RetryIsAllOrNothingAndDryRunChangesNothing) {
+  auto cat = open();
+  const std::string batch = cat.submit("A", "a", "", {make_job("f1"), make_job("f2")}).batch_id;
+  cat.submit("B", "b", "", {make_job("other")});
+  const std::string o = live_owner("o");
+  std::map<std::string, long long> id;
+  while (auto j = cat.claim_job(o, 60)) {
+    const std::string tag = j->spec["tag"];
+    id[tag] = j->id;
+    cat.record_evaluation(add_cand(cat, j->id, tag + "-crash"), evaluation("crash"));
+    cat.record_evaluation(add_cand(cat, j->id, tag + "-bad"), evaluation("incorrect"));
+    cat.finish_job(j->id, o, false, tag + " failed");
+  }
+  const std::string before = catalog_dump(cat);
+
+  // An unknown job among known ones: nothing changes, and the message names it.
+  RetryRequest bad;
+  bad.job_ids = {id["f1"], 987654};
+  std::string w = thrown<CatalogNotFound>([&] { cat.retry_failed(bad); });
+  EXPECT_NE(w.find("no job 987654"), std::string::npos) << w;
+  EXPECT_EQ(catalog_dump(cat), before);
+  // An unknown batch; a job of another batch.
+  RetryRequest no_batch;
+  no_batch.batch_id = "feedfacecafe";
+  w = thrown<CatalogNotFound>([&] { cat.retry_failed(no_batch); });
+  EXPECT_NE(w.find("no batch feedfacecafe"), std::string::npos) << w;
+  RetryRequest wrong_batch;
+  wrong_batch.batch_id = batch;
+  wrong_batch.job_ids = {id["f1"], id["other"]};
+  w = thrown<CatalogNotFound>([&] { cat.retry_failed(wrong_batch); });
+  EXPECT_NE(w.find("job " + std::to_string(id["other"]) + " is not in batch " + batch), std::string::npos) << w;
+  EXPECT_EQ(catalog_dump(cat), before);
+
+  // The dry run reports what the real one does and changes nothing.
+  RetryRequest dry;
+  dry.batch_id = batch;
+  dry.dry_run = true;
+  const RetryReport preview = cat.retry_failed(dry);
+  EXPECT_EQ(catalog_dump(cat), before);
+  EXPECT_EQ(preview.retried, 2);
+  EXPECT_EQ(preview.forgotten, 2);
+  dry.dry_run = false;
+  const RetryReport done = cat.retry_failed(dry);
+  EXPECT_EQ(done.retried, preview.retried);
+  EXPECT_EQ(done.forgotten, preview.forgotten);
+  ASSERT_EQ(done.jobs.size(), preview.jobs.size());
+  for (size_t i = 0; i < done.jobs.size(); ++i) {
+    EXPECT_EQ(done.jobs[i].job_id, preview.jobs[i].job_id);
+    EXPECT_EQ(done.jobs[i].forgotten, preview.jobs[i].forgotten);
+  }
+  EXPECT_NE(catalog_dump(cat), before);
+  EXPECT_EQ(cat.job(id["other"])->state, "failed");
+  EXPECT_EQ(eval_statuses(cat, id["f1"]), std::vector<std::string>{"incorrect"});
+}
+
+TEST_F(CatalogTest, RetryCanKeepEveryEvaluation) {
+  auto cat = open();
+  cat.submit("b", "m", "", {make_job("k")});
+  const std::string o = live_owner("o");
+  auto j = cat.claim_job(o, 60);
+  ASSERT_TRUE(j);
+  cat.record_evaluation(add_cand(cat, j->id, "t"), evaluation("timeout"));
+  cat.finish_job(j->id, o, false, "llm-unavailable");
+  RetryRequest keep;
+  keep.forget_evaluations = false;
+  const RetryReport r = cat.retry_failed(keep);
+  EXPECT_EQ(r.retried, 1);
+  EXPECT_EQ(r.forgotten, 0);
+  EXPECT_EQ(eval_statuses(cat, j->id), std::vector<std::string>{"timeout"});
+  EXPECT_EQ(cat.job(j->id)->state, "queued");
+  EXPECT_EQ(scalar(cat, "SELECT json_array_length(forgotten) FROM retries"), 0);
+}
+
+TEST_F(CatalogTest, MergeCopiesTheRetries) {
+  const fs::path other = dir / "other.db";
+  {
+    auto src = Catalog::open(other, false, kMigrations);
+    src.submit("b", "m", "", {make_job("m")});
+    const std::string o = live_owner("o");
+    auto j = src.claim_job(o, 60);
+    ASSERT_TRUE(j);
+    src.record_evaluation(add_cand(src, j->id, "c"), evaluation("crash"));
+    src.finish_job(j->id, o, false, "crashed");
+    ASSERT_EQ(src.retry_failed({}).retried, 1);
+  }
+  auto cat = open();
+  EXPECT_EQ(merge_catalog(cat, other).retries, 1);
+  EXPECT_EQ(merge_catalog(cat, other).retries, 0);  // by (job, time): once
+  auto row = cat.query("SELECT r.message, json_extract(r.forgotten, '$[0].candidate_key') = c.key "
+                       "FROM retries r JOIN candidates c ON c.job_id = r.job_id");
+  ASSERT_EQ(row.rows.size(), 1u);
+  EXPECT_EQ(row.rows[0][0], "crashed");
+  EXPECT_EQ(row.rows[0][1], 1);
+}
+
 TEST_F(CatalogTest, ClaimRestrictedToBatch) {
   auto cat = open();
   auto ra = cat.submit("A", "a", "A", make_jobs(2, "a"));

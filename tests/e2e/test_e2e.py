@@ -280,7 +280,7 @@ def test_bad_manifest_leaves_existing_catalog_unchanged(binary, tmp_path):
 
 def test_every_command_has_help(binary, tmp_path):
     for cmd in ["submit", "run", "status", "best", "query", "package", "lineage", "merge", "nightly",
-                "import-measurements"]:
+                "import-measurements", "retry"]:
         r = kiln(cmd, "--help", catalog=tmp_path / "none.db")
         assert "usage: kiln " + cmd in r.stdout
     assert not (tmp_path / "none.db").exists()

@@ -34,6 +34,11 @@ artifact_dotdot / artifact_kind_null (claims $FAKE_OUTSIDE_FILE, with its true s
 path, through a symlink in the artifact_dir, as artifact_dir/../..
 /that file, or by its path with kind and kernel_name null)). $FAKE_EVALUATOR_DELAY_S sleeps that long before each evaluate
 answer (a run long enough to be killed at random points).
+$FAKE_STATUSES, a comma-separated list of statuses, answers the evaluate
+requests of the configs BLOCK = 64 x 1, 2, ... with that status instead of ok
+("" or "ok" leaves one ok): "crash" as the real worker reports a candidate out
+of GPU memory on a shared GPU, "incorrect" as a wrong result, "compile_error"
+as a compiler's refusal (kiln retry's tests: which evaluations are verdicts).
 
 Start-up failures (the slot pool's policy, explore/slot_pool.h):
 $FAKE_HELLO_FAIL=always answers every hello with an error; a number N fails
@@ -113,6 +118,9 @@ def answer(req):
             with open(path, "wb") as f:
                 f.write(b"code object bytes")
             art = {"kind": "cubin", "kernel_name": "k", "path": path, "sha256": "0" * 64}
+        scripted = scripted_status(req["config"])
+        if scripted:
+            return scripted
         return {"status": "ok", "message": "", "exec_device": "NVIDIA H200",
                 "correctness": {"seeds": 1, "passed": True, "max_abs_err": 0.0, "max_rel_err": 0.0},
                 "latency": {"device": "NVIDIA H200", "runs": runs, "warmup": 0, "median_ms": ms, "mean_ms": ms,
@@ -149,6 +157,27 @@ def answer(req):
                                "rounds": rounds, "clock_drop": False},
                 "timings": {"setup_s": 0.0, "time_s": 0.0, "kernel_s": sum(sum(e["samples_ms"]) for e in entries) / 1e3}}
     raise ValueError(f"unknown method {m!r}")
+
+
+def scripted_status(config):
+    """The evaluate answer $FAKE_STATUSES scripts for this config, else None."""
+    statuses = os.environ.get("FAKE_STATUSES", "").split(",")
+    i = config["BLOCK"] // 64 - 1
+    status = statuses[i].strip() if 0 <= i < len(statuses) else ""
+    if status in ("", "ok"):
+        return None
+    messages = {
+        "crash": "out of GPU memory twice, the second time holding the GPU alone (other workers' cached memory "
+                 "still counts; use fewer --workers per GPU): CUDA out of memory. Tried to allocate 2.00 GiB",
+        "incorrect": "max abs error 0.5 > atol 1e-05 at seed 0",
+        "compile_error": "on NVIDIA H200: CompilationError: scripted",
+    }
+    res = {"status": status, "message": messages.get(status, "scripted " + status), "exec_device": "NVIDIA H200",
+           "correctness": None, "latency": None, "artifact": None,
+           "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0}}
+    if status == "incorrect":
+        res["correctness"] = {"seeds": 1, "passed": False, "max_abs_err": 0.5, "max_rel_err": 1.0}
+    return res
 
 
 def package_info(req):
