@@ -14,7 +14,7 @@
 #   KILN_RUN_TIMEOUT  seconds for `kiln run` (default 360)
 #   KILN_SKIP_BUILD=1 reuse build-gpu/
 #   TAG               name of the result folder (default trust)
-# Writes $OUT/$TAG.tgz (run log, best, package manifest, verify, benches, slim catalog).
+# Writes $OUT/$TAG.tgz (run log, nvidia-smi utilisation every 200 ms, best, package manifest, verify, benches, slim catalog).
 set -uo pipefail
 TAG=${TAG:-trust}
 W=/tmp/$TAG
@@ -24,8 +24,14 @@ export KILN_CATALOG=$W/kiln.db
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv >"$W/gpu.txt"
 for m in ${MANIFESTS:-jobs/quickstart.yaml jobs/examples/anchors_h200.yaml}; do $K submit "$m" >/dev/null; done
 t0=$(date +%s)
+# the driver's own utilisation every 200 ms beside the run (bench/trust/util_timeline.py)
+nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 200 >"$W/smi.csv" 2>/dev/null &
+smi=$!
 timeout -s TERM "${KILN_RUN_TIMEOUT:-360}" $K run --device gpu --json >"$W/run.json" 2>"$W/run.log"
-echo "run: rc=$? $(( $(date +%s) - t0 )) s; $(grep -o '"gpu_kernel_fraction":[0-9.]*' "$W/run.json")"
+rc=$?
+kill "$smi" 2>/dev/null
+echo "run: rc=$rc $(( $(date +%s) - t0 )) s; $(grep -oE '"gpu_(busy|kernel|driver)_fraction":[0-9.]*' "$W/run.json" | tr '\n' ' ')"
+python3 bench/trust/util_timeline.py "$W/smi.csv" | tee "$W/util.txt"
 $K best >"$W/best.txt" 2>&1; $K best --json >"$W/best.json" 2>/dev/null
 grep -E "H200" "$W/best.txt" | cut -c1-200
 python3 bench/perf_table.py --catalog "$KILN_CATALOG" --kiln "$K" --copy-tbs 4.25 --matmul-tflops 671 \
