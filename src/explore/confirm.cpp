@@ -57,7 +57,8 @@ json confirm_request(const json& job, const std::vector<Finalist>& finalists, co
   return {{"method", "confirm"}, {"job", job}, {"entries", entries},
           {"rounds", settings.rounds}, {"reps", settings.reps},
           {"throttle_threshold", settings.throttle_threshold},
-          {"throttle_recovery_s", settings.throttle_recovery_s}};
+          {"throttle_recovery_s", settings.throttle_recovery_s},
+          {"preheat_s", settings.preheat_s}};
 }
 
 std::vector<ConfirmationRow> confirmation_rows(long long job_id, const std::string& run_id,

@@ -23,6 +23,11 @@ struct ConfirmSettings {
   int rounds = 5, reps = 20;     // the worker's rounds and timed calls per entry and round
   double throttle_threshold = 0.90;   // retime a round below this share of the max SM clock (0: off)
   double throttle_recovery_s = 0.05;  // the GPU's idle pause before the retime
+  // Back-to-back calls of the best finalist before the rounds (device time);
+  // where the SM clock then reads below the throttle threshold the job is
+  // power-limited, each round starts with such a run of its first entry and
+  // is judged against that sustained clock (0: off).
+  double preheat_s = 0.3;
   std::vector<std::string> baselines = {"eager"};  // exploration.baselines (eager always)
 };
 
@@ -45,7 +50,7 @@ std::vector<Finalist> pick_finalists(const std::vector<EvaluatedCandidate>& eval
                                      bool measured, const ConfirmSettings& settings);
 
 // The worker request (without id): {"method": "confirm", job, entries, rounds,
-// reps, throttle_threshold, throttle_recovery_s}.
+// reps, throttle_threshold, throttle_recovery_s, preheat_s}.
 nlohmann::json confirm_request(const nlohmann::json& job, const std::vector<Finalist>& finalists,
                                const ConfirmSettings& settings);
 

@@ -415,6 +415,7 @@ bool Scheduler::start_confirmation(Job& job) {
   ConfirmSettings cs = confirm_settings(job.ctx.row.spec, s.confirm_rounds, s.confirm_reps);
   cs.throttle_threshold = s.confirm_throttle;
   cs.throttle_recovery_s = s.confirm_throttle_recovery_s;
+  cs.preheat_s = s.confirm_preheat_s;
   try {
     job.finalists = pick_finalists(catalog_.evaluated_candidates(job.ctx.row.id), *job.ctx.target,
                                    job.ctx.measured, cs);

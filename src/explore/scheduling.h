@@ -34,6 +34,9 @@ struct SchedulingSettings {
   // --throttle-threshold / --throttle-recovery-delay; 0: off). The worker
   // measures the clock; confirm.h.
   double confirm_throttle = 0.90, confirm_throttle_recovery_s = 0.05;
+  // Seconds of back-to-back calls that find out whether a job is
+  // power-limited and, where it is, start each of its rounds (0: off); confirm.h.
+  double confirm_preheat_s = 0.3;
   // Also on runs that only estimate, timing on the CPU (basis "cpu"): the test
   // path of the stage (KILN_CONFIRM_CPU=1). Never a measurement of the target.
   bool confirm_cpu = false;

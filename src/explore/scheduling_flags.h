@@ -35,7 +35,11 @@ inline void add_scheduling_flags(boost::program_options::options_description& d)
       "a confirmation round whose SM clock, measured right after it, fell below this percentage of the "
       "device's maximum is timed again after --throttle-recovery-delay, at most 3 times (0: never)")(
       "throttle-recovery-delay", po::value<double>()->default_value(def.confirm_throttle_recovery_s),
-      "seconds the GPU is left idle before a throttled confirmation round is timed again");
+      "seconds the GPU is left idle before a throttled confirmation round is timed again")(
+      "confirm-preheat", po::value<double>()->default_value(def.confirm_preheat_s),
+      "seconds of back-to-back calls of a job's best finalist before its confirmation rounds; where the "
+      "SM clock then reads below --throttle-threshold the job is power-limited and each round starts "
+      "with such a run, so it is timed in the steady state a deployment gets (0: off)");
 }
 
 // What is wrong with the flags' values (the message of a usage error), if anything.
@@ -50,6 +54,8 @@ inline std::optional<std::string> scheduling_flags_error(const SchedulingFlags& 
     return std::string("--throttle-threshold must be a percentage in [0, 100]");
   if (!(f.confirm_throttle_recovery_s >= 0 && f.confirm_throttle_recovery_s <= 60))
     return std::string("--throttle-recovery-delay must be in [0, 60] seconds");
+  if (!(f.confirm_preheat_s >= 0 && f.confirm_preheat_s <= 60))
+    return std::string("--confirm-preheat must be in [0, 60] seconds");
   return std::nullopt;
 }
 
@@ -62,6 +68,7 @@ inline SchedulingFlags read_scheduling_flags(const boost::program_options::varia
   f.confirm_reps = vm["confirm-reps"].as<int>();
   f.confirm_throttle = vm["throttle-threshold"].as<double>() / 100;
   f.confirm_throttle_recovery_s = vm["throttle-recovery-delay"].as<double>();
+  f.confirm_preheat_s = vm["confirm-preheat"].as<double>();
   // The CPU test path of the confirmation round (scheduling.h).
   const char* cpu = std::getenv("KILN_CONFIRM_CPU");
   f.confirm_cpu = cpu && std::string(cpu) == "1";

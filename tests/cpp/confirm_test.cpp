@@ -72,11 +72,14 @@ TEST(Confirm, SettingsFromTheSpecAndTheRequest) {
   EXPECT_EQ(req["entries"][0]["id"], 3);
   EXPECT_EQ(req["entries"][2]["baseline"], "compile");
   EXPECT_DOUBLE_EQ(req["throttle_threshold"].get<double>(), 0.90);  // the default: NVBench's rule at 90%
+  EXPECT_DOUBLE_EQ(req["preheat_s"].get<double>(), 0.3);
   s.throttle_threshold = 0;
   s.throttle_recovery_s = 0.2;
+  s.preheat_s = 0;
   const json off = confirm_request({{"op", "add"}}, {{3, {{"BLOCK", 64}}, 0.1}}, s);
   EXPECT_DOUBLE_EQ(off["throttle_threshold"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(off["throttle_recovery_s"].get<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(off["preheat_s"].get<double>(), 0.0);
 }
 
 TEST(Confirm, SelectionByConfirmedMedianAmongPassedRechecks) {

@@ -49,7 +49,7 @@ def cpu_run(tmp_path_factory):
     man.write_text(CPU_MANIFEST)
     kiln("submit", man, catalog=cat)
     r = kiln("run", "--device", "cpu", "--scratch", tmp / "s", "--confirm-rounds", "3", "--confirm-reps", "4",
-             "--throttle-threshold", "85", "--throttle-recovery-delay", "0.2",
+             "--throttle-threshold", "85", "--throttle-recovery-delay", "0.2", "--confirm-preheat", "0.7",
              "--json", catalog=cat, env={"KILN_CONFIRM_CPU": "1"})
     return {"tmp": tmp, "cat": cat, "summary": json.loads(r.stdout.splitlines()[-1]), "stderr": r.stderr}
 
@@ -78,12 +78,14 @@ def test_cpu_run_records_raw_samples(cpu_run):
             # the run's throttle flags reached the worker (no clock measured on the CPU)
             t = cond["throttle"]
             assert (t["threshold"], t["recovery_s"], t["rounds_retimed"]) == (0.85, 0.2, 0)
+            assert cond["sustained"] == {"preheat_s": 0.7}  # nothing probed on the CPU
         for r in cands:
             assert json.loads(r[8])["check"]["passed"] is True
 
 
 @pytest.mark.parametrize("flag,value", [("--throttle-threshold", "101"), ("--throttle-threshold", "-1"),
-                                        ("--throttle-recovery-delay", "61")])
+                                        ("--throttle-recovery-delay", "61"), ("--confirm-preheat", "-1"),
+                                        ("--confirm-preheat", "61")])
 def test_bad_throttle_flags_are_usage_errors(tmp_path, flag, value):
     r = kiln("run", "--device", "cpu", flag, value, catalog=tmp_path / "k.db", check=False)
     assert r.returncode == 2 and flag in r.stderr, r.stderr

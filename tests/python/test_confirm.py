@@ -288,3 +288,72 @@ def test_confirm_reports_its_throttle_settings(worker):
     for bad in ({"throttle_threshold": 1.5}, {"throttle_threshold": -0.1}, {"throttle_recovery_s": "1"}):
         ans = worker.call("confirm", job=job(), entries=[{"id": 1, "config": cfg}], rounds=1, reps=1, **bad)
         assert not ans["ok"] and next(iter(bad)) in str(ans), ans
+
+
+def test_sustain_runs_back_to_back_until_the_device_time_has_passed():
+    """The preheat: flush + call, back to back, in chunks of ~SUSTAIN_CHUNK_MS,
+    until `seconds` of device time (the fake clock) have passed; nothing on
+    the CPU or for 0 s."""
+    from kiln_worker.evaluation.confirm import SUSTAIN_CHUNK_MS, _Clock
+    log, clock = [], [0.0]
+
+    class Dev:
+        is_gpu = False
+
+    def launch():
+        clock[0] += 2.0
+        log.append("launch")
+
+    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock))
+    n = c.sustain(launch, 0.1, call_ms=2.0)  # 100 ms of 2 ms calls: 5 chunks of 10
+    assert int(SUSTAIN_CHUNK_MS / 2.0) == 10 and n == 50 and clock[0] == pytest.approx(100.0)
+    assert log.count("launch") == 50 and log.count("flush") == 50 and log.count("sync") == 5
+    assert log[1:3] == ["flush", "launch"]  # each call after the L2 flush, as the timed calls run
+    assert c.sustain(launch, 0.0, call_ms=2.0) == 0
+    assert _Clock(Dev(), None).sustain(launch, 1.0, call_ms=2.0) == 0  # the CPU: no preheat
+
+
+def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_threshold(monkeypatch):
+    """The probe: the best finalist back to back, then the SM clock measured
+    by the spin; below the threshold of NVML's maximum the job is
+    power-limited. A fake device whose clock reads 1500 or 1950 MHz."""
+    import contextlib
+    from kiln_worker.evaluation import confirm
+    monkeypatch.setattr(confirm, "_lock", lambda dev, shared, kind: contextlib.nullcontext())
+
+    class Gpu:
+        is_gpu = True
+
+    def probe(cycles_per_ms, preheat_s=0.05, nvml_max=1980.0, dev=Gpu()):
+        log, clock = [], [0.0]
+        api = FakeDeviceApi(log, clock, cycles_per_ms=cycles_per_ms)
+        c = confirm._Clock(dev, {"l2_bytes": 1 << 20}, api=api)
+
+        def launch():
+            clock[0] += 1.0
+        lead = {"fns": [launch], "call_ms": 1.0}
+        return confirm._probe_sustained(dev, c, lead, preheat_s, 0.9, nvml_max)
+
+    hot = probe(1.5e6)
+    assert hot["power_limited"] is True and hot["mhz"] == pytest.approx(1500.0)
+    assert hot["probe_calls"] == 60 and hot["preheat_s"] == 0.05  # 3 chunks of 20 x 1 ms >= 50 ms
+    cool = probe(1.95e6)
+    assert cool["power_limited"] is False and cool["mhz"] == pytest.approx(1950.0)
+    # nothing probed: preheat off, no NVML maximum, the CPU
+    assert probe(1.5e6, preheat_s=0) == {"preheat_s": 0}
+    assert probe(1.5e6, nvml_max=None) == {"preheat_s": 0.05}
+
+    class Cpu:
+        is_gpu = False
+    assert probe(1.5e6, dev=Cpu()) == {"preheat_s": 0.05}
+    # the guard of a power-limited job judges against its sustained clock
+    g = confirm._ThrottleGuard(0.9, hot["mhz"], None, label="sustained clock of this job")
+    assert not g.throttled(1400.0) and g.throttled(1300.0)  # 0.9 x 1500 = 1350
+    assert g.describe(0.05, [])["reference"] == "sustained clock of this job"
+
+
+@pytest.mark.parametrize("bad", [-0.1, 61, "1", True])
+def test_bad_preheat_is_refused(worker, bad):
+    cfg = config_of(worker)[0]
+    ans = worker.call("confirm", job=job(), entries=[{"id": 1, "config": cfg}], rounds=1, reps=1, preheat_s=bad)
+    assert not ans["ok"] and "preheat_s" in str(ans), ans
