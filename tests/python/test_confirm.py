@@ -305,12 +305,38 @@ def test_sustain_runs_back_to_back_until_the_device_time_has_passed():
         log.append("launch")
 
     c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock))
-    n = c.sustain(launch, 0.1, call_ms=2.0)  # 100 ms of 2 ms calls: 5 chunks of 10
-    assert int(SUSTAIN_CHUNK_MS / 2.0) == 10 and n == 50 and clock[0] == pytest.approx(100.0)
+    n, ms = c.sustain(launch, 0.1, call_ms=2.0)  # 100 ms of 2 ms calls: 5 chunks of 10
+    assert int(SUSTAIN_CHUNK_MS / 2.0) == 10 and n == 50 and ms == pytest.approx(100.0)
     assert log.count("launch") == 50 and log.count("flush") == 50 and log.count("sync") == 5
     assert log[1:3] == ["flush", "launch"]  # each call after the L2 flush, as the timed calls run
-    assert c.sustain(launch, 0.0, call_ms=2.0) == 0
-    assert _Clock(Dev(), None).sustain(launch, 1.0, call_ms=2.0) == 0  # the CPU: no preheat
+    assert c.sustain(launch, 0.0, call_ms=2.0) == (0, 0.0)
+    assert _Clock(Dev(), None).sustain(launch, 1.0, call_ms=2.0) == (0, 0.0)  # the CPU: no preheat
+
+
+def test_timed_calls_started_back_to_back_are_read_after_one_wait():
+    """A round's lead-in and its entries' timed calls are enqueued with no
+    wait for the device between them (an idle GPU lets the clock back up);
+    the one wait comes when the times are read."""
+    from kiln_worker.evaluation.confirm import _Clock
+    log, clock = [], [0.0]
+
+    class Dev:
+        is_gpu = False
+
+    def launch(ms):
+        def f():
+            clock[0] += ms
+            log.append(("launch", ms))
+        return f
+
+    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock))
+    c.enqueue_calls(launch(3.0), 4)
+    first = c.start_calls(launch(1.0), 2, 100, None)
+    second = c.start_calls(launch(2.0), 3, 100, None)
+    assert "sync" not in log                        # nothing waited for yet
+    assert log[:2] == ["flush", ("launch", 3.0)] and log.count(("launch", 3.0)) == 4
+    assert first() == pytest.approx([1.0, 1.0]) and second() == pytest.approx([2.0, 2.0, 2.0])
+    assert log.index("sync") > max(i for i, x in enumerate(log) if x == ("launch", 2.0))
 
 
 def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_threshold(monkeypatch):
@@ -337,6 +363,7 @@ def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_thresho
     hot = probe(1.5e6)
     assert hot["power_limited"] is True and hot["mhz"] == pytest.approx(1500.0)
     assert hot["probe_calls"] == 60 and hot["preheat_s"] == 0.05  # 3 chunks of 20 x 1 ms >= 50 ms
+    assert hot["probe_ms"] == pytest.approx(60.0) and hot["flush_ms"] == pytest.approx(0.0)  # a free flush
     cool = probe(1.95e6)
     assert cool["power_limited"] is False and cool["mhz"] == pytest.approx(1950.0)
     # nothing probed: preheat off, no NVML maximum, the CPU

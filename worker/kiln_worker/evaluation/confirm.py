@@ -52,8 +52,10 @@ how many it got);
   time, as a deployment runs it, and the SM clock is measured. Where it fell
   below the throttle threshold of NVML's maximum (a large GEMM on an H200
   settles near 1500 of 1980 MHz at its power limit within a few hundred
-  ms), every round starts with the same back-to-back run of its first entry
-  (the order rotates, so each entry leads once per len(entries) rounds), and
+  ms), every round starts with as long a back-to-back run of its first entry
+  (the order rotates, so each entry leads once per len(entries) rounds), all
+  the round's timed calls enqueued behind it with no wait for the device
+  in between (one wait at the end: an idle GPU lets the clock back up), and
   the throttle guard judges the rounds against that sustained clock instead
   of the maximum. Timed in 20-call bursts such a kernel reads up to ~10%
   faster than under sustained load (`triton.testing.do_bench`'s 100-300 ms of
@@ -329,29 +331,42 @@ class _Clock:
         self.api.synchronize()
         return a.elapsed_time(b)
 
-    def sustain(self, fn, seconds: float, call_ms: float) -> int:
+    def sustain(self, fn, seconds: float, call_ms: float) -> tuple[int, float]:
         """fn back to back, each call after the L2 flush as the timed calls
         run, until about `seconds` of device time have passed (read between
-        chunks of ~SUSTAIN_CHUNK_MS); returns the calls made. Nothing on the
-        CPU or for seconds <= 0."""
+        chunks of ~SUSTAIN_CHUNK_MS); returns the calls made and the device
+        time they took (ms). Nothing on the CPU or for seconds <= 0."""
         if not self.gpu or seconds <= 0:
-            return 0
+            return 0, 0.0
         chunk = max(1, min(10_000, math.ceil(SUSTAIN_CHUNK_MS / max(call_ms, 1e-3))))
         a = self.api.event()
         a.record()
         calls = 0
         while True:
-            for _ in range(chunk):
-                self.cache.zero_()
-                fn()
+            self.enqueue_calls(fn, chunk)
             calls += chunk
             b = self.api.event()
             b.record()
             self.api.synchronize()
-            if a.elapsed_time(b) >= seconds * 1e3 or calls >= 1_000_000:
-                return calls
+            ms = a.elapsed_time(b)
+            if ms >= seconds * 1e3 or calls >= 1_000_000:
+                return calls, ms
+
+    def enqueue_calls(self, fn, n: int) -> None:
+        """n calls of fn, each after the L2 flush, enqueued without waiting
+        for the device (a round's lead-in: no idle gap before its timed calls)."""
+        for _ in range(n):
+            self.cache.zero_()
+            fn()
 
     def time_calls(self, fn, reps: int, cycles: int, inject_ms: float | None) -> list[float]:
+        return self.start_calls(fn, reps, cycles, inject_ms)()
+
+    def start_calls(self, fn, reps: int, cycles: int, inject_ms: float | None):
+        """The timed calls enqueued; returns what reads their times (ms): on
+        a GPU it waits for the device, so calls started one after another
+        run back to back and are read after one wait. On the CPU the calls
+        run (and are timed) here."""
         if not self.gpu:
             out = []
             for _ in range(reps):
@@ -362,7 +377,7 @@ class _Clock:
                     while time.perf_counter() < until:
                         pass
                 out.append((time.perf_counter() - t0) * 1e3)
-            return out
+            return lambda: out
         inject = int(inject_ms * self.calibrate_sleep()) if inject_ms else 0
         starts = [self.api.event() for _ in range(reps)]
         ends = [self.api.event() for _ in range(reps)]
@@ -374,8 +389,11 @@ class _Clock:
                 self.api.sleep(inject)
             fn()
             ends[i].record()
-        self.api.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+        def read() -> list[float]:
+            self.api.synchronize()
+            return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return read
 
 
 def _lock(dev, shared: bool, kind: str):
@@ -505,27 +523,36 @@ def run(lib, dev, req: dict) -> dict:
         s = sets[s_idx]
 
         def attempt(s=s, s_idx=s_idx, order=order, r=r):
-            pre = 0
-            if preheat:  # the round's first entry back to back: the power steady state
-                lead = calls[order[0]]
-                pre = clock.sustain(lead["fns"][s_idx], preheat_s, lead["call_ms"])
-            if not shared_output:  # poison the candidates' outputs before the round (after the preheat)
-                for c in calls:
-                    if c["out"] is not None:
-                        _poison(c["out"])
             got: list[list[float]] = [[] for _ in calls]
             if dev.is_gpu:
                 torch.cuda.synchronize()
+            pre = 0
+            if preheat:
+                # The round's first entry back to back into the power steady
+                # state, and then every entry's timed calls enqueued behind it
+                # with no wait between them: the GPU never idles (an idle
+                # moment lets the clock back up).
+                lead = calls[order[0]]
+                pre = math.ceil(preheat_s * 1e3 / (lead["call_ms"] + sustained["flush_ms"]))
+                clock.enqueue_calls(lead["fns"][s_idx], pre)
+            if not shared_output:  # poison the candidates' outputs before the round (after the lead-in)
+                for c in calls:
+                    if c["out"] is not None:
+                        _poison(c["out"])
             start = read_sensors(dev)
             t0 = time.time()
+            pending = []
             for k in order:
                 c = calls[k]
                 if shared_output and c["out"] is not None:
                     _poison(c["out"])
-                got[k] = clock.time_calls(c["fns"][s_idx], c["reps"], c["cycles"],
-                                          c["entry"].get("inject_ms"))
+                pending.append((k, clock.start_calls(c["fns"][s_idx], c["reps"], c["cycles"],
+                                                     c["entry"].get("inject_ms"))))
                 if shared_output and c["out"] is not None:
+                    got[k] = pending.pop()[1]()
                     _check_entry(c, s, r, atol, rtol)  # before the next finalist overwrites it
+            for k, read in pending:
+                got[k] = read()
             mhz = clock.sm_mhz() if threshold > 0 else None
             return (got, start, read_sensors(dev), t0, time.time(), pre), mhz
 
@@ -617,12 +644,14 @@ def _probe_sustained(dev, clock: "_Clock", lead: dict | None, preheat_s: float, 
     if not dev.is_gpu or preheat_s <= 0 or lead is None or not nvml_max:
         return out
     with _lock(dev, False, "bench"):
-        calls = clock.sustain(lead["fns"][0], preheat_s, lead["call_ms"])
+        calls, ms = clock.sustain(lead["fns"][0], preheat_s, lead["call_ms"])
         mhz = clock.sm_mhz()
     if mhz is None:
         return out
-    out.update({"probe_calls": calls, "mhz": round(mhz, 1), "max_mhz": nvml_max,
-                "power_limited": mhz < threshold * nvml_max})
+    # what one call's L2 flush adds (sizes the rounds' lead-ins of other entries)
+    flush_ms = max(0.0, ms / max(1, calls) - lead["call_ms"])
+    out.update({"probe_calls": calls, "probe_ms": round(ms, 3), "flush_ms": round(flush_ms, 5),
+                "mhz": round(mhz, 1), "max_mhz": nvml_max, "power_limited": mhz < threshold * nvml_max})
     return out
 
 
