@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_lines.h"
 #include "search/estimate.h"
 #include "knowledge/targets.h"
 
@@ -32,25 +33,13 @@ int main(int argc, char** argv) {
     std::cerr << "kiln-estimate: " << e.what() << "\n";
     return 2;
   }
-  std::string line;
-  long long n = 0;
-  while (std::getline(std::cin, line)) {
-    ++n;
-    if (line.empty()) continue;
-    nlohmann::json out;
-    try {
-      const auto in = nlohmann::json::parse(line);
-      const auto* t = targets.find(in.at("target").get<std::string>());
-      if (!t) throw std::invalid_argument("unknown target " + in.at("target").dump());
-      const auto k = kiln::KernelResources::from_artifact(in.value("artifact", nlohmann::json::object()));
-      const auto tr = kiln::Traffic::from_json(in.value("traffic", nlohmann::json::object()));
-      out = kiln::estimate_latency(*t, in.at("dtype").get<std::string>(), tr, k,
-                                   in.value("config", nlohmann::json::object()))
-                .to_json();
-    } catch (const std::exception& e) {
-      out = {{"error", "line " + std::to_string(n) + ": " + e.what()}};
-    }
-    std::cout << out.dump() << "\n";
-  }
-  return 0;
+  return kiln::bench::answer_json_lines([&](const nlohmann::json& in) {
+    const auto* t = targets.find(in.at("target").get<std::string>());
+    if (!t) throw std::invalid_argument("unknown target " + in.at("target").dump());
+    const auto k = kiln::KernelResources::from_artifact(in.value("artifact", nlohmann::json::object()));
+    const auto tr = kiln::Traffic::from_json(in.value("traffic", nlohmann::json::object()));
+    return kiln::estimate_latency(*t, in.at("dtype").get<std::string>(), tr, k,
+                                  in.value("config", nlohmann::json::object()))
+        .to_json();
+  });
 }
