@@ -1,10 +1,10 @@
-// kiln-estimate: the static estimate (src/evaluate/estimate.cpp) for offline
+// kiln-estimate: the static estimate (src/search/estimate.cpp) for offline
 // evaluation. Reads JSON lines on stdin, one candidate each:
 //   {"target": "H200", "dtype": "fp16", "traffic": {"bytes": .., "flops": ..},
 //    "artifact": {"grid": [..], "num_warps": .., "registers": .., "occupancy": ..},
 //    "config": {"BLOCK_M": .., ...}}
 // and writes one JSON line per input: the estimate's terms (Estimate::to_json),
-// or {"error": "..."} for a line it cannot estimate. bench/estimate_quality.py
+// or {"error": "..."} for a line it cannot estimate. bench/deploy/estimate_quality.py
 // drives it. Usage: kiln-estimate [--targets DIR]  (default configs/targets)
 #include <iostream>
 #include <string>
