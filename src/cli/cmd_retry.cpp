@@ -11,13 +11,6 @@ using namespace kiln::cli;
 
 namespace {
 
-// The first line of a message, at most `max` characters.
-std::string short_message(const std::string& s, size_t max = 80) {
-  std::string l = s.substr(0, s.find('\n'));
-  if (l.size() > max) l = l.substr(0, max - 3) + "...";
-  return l;
-}
-
 std::string forgotten_text(const std::map<std::string, int>& by_status) {
   int n = 0;
   std::string parts;
@@ -89,7 +82,7 @@ int cmd_retry(const Args& args) {
       const std::string label = j.op + " " + shape_text(j.shape) + " " + j.dtype + " " + j.target;
       std::string line = "job " + std::to_string(j.job_id) + " " + label + ": ";
       if (j.retried)
-        line += std::string(verb) + "; was: " + (j.message.empty() ? "(no message)" : short_message(j.message)) +
+        line += std::string(verb) + "; was: " + (j.message.empty() ? "(no message)" : first_line(j.message, 80)) +
                 "; " + forgotten_text(j.forgotten);
       else
         line += "left alone: " + why_left(j);
