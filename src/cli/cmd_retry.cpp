@@ -45,7 +45,8 @@ int cmd_retry(const Args& args) {
                     "reply refused) -- so the next `kiln run` evaluates those candidates again. Verdicts\n"
                     "(ok, incorrect, compile_error, resource_error, rejected) are kept. Queued, running and\n"
                     "done jobs are never changed. Each retry is recorded in table `retries`\n"
-                    "(docs/catalog.md). Exit: 0 done, 1 error, 2 usage or an unknown batch or job id.");
+                    "(docs/catalog.md). Exit: 0 done, 1 error (an unknown batch or job id: nothing changed),\n"
+                    "2 usage.");
     if (!vm) return 0;
     RetryRequest req;
     if (vm->count("batch")) req.batch_id = (*vm)["batch"].as<std::string>();
@@ -60,7 +61,8 @@ int cmd_retry(const Args& args) {
     try {
       r = catalog.retry_failed(req);
     } catch (const CatalogNotFound& e) {
-      throw UsageError(std::string(e.what()) + "; nothing changed");
+      // exit 1, as kiln status and kiln lineage for an id the catalog lacks
+      throw std::runtime_error(std::string(e.what()) + "; nothing changed");
     }
     if (vm->count("json")) {
       json jobs = json::array();
