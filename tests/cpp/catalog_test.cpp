@@ -22,6 +22,7 @@
 #include <sqlite3.h>
 
 #include "catalog/job_key.h"
+#include "catalog_rows.h"
 #include "common/hash.h"
 #include "temp_dir.h"
 #include "thrown.h"
@@ -29,6 +30,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace kiln;
+using kiln_test::add_template_candidate;
 using kiln_test::thrown;
 
 namespace {
@@ -120,12 +122,7 @@ class CatalogTest : public ::testing::Test {
     cat.submit("b", "m.yaml", "text", {make_job(tag)});
     auto j = cat.query("SELECT id FROM jobs WHERE key = '" + make_job(tag).key + "'");
     long long job_id = j.rows.at(0).at(0).get<long long>();
-    CandidateRow c;
-    c.job_id = job_id;
-    c.generator = "template";
-    c.template_name = "softmax";
-    c.config = {{"num_warps", 4}, {"BLOCK", 1024}};
-    return {job_id, cat.add_candidate(c).id};
+    return {job_id, add_template_candidate(cat, job_id, {{"num_warps", 4}, {"BLOCK", 1024}})};
   }
 
   // Submits one job per value, tagged PREFIX0, PREFIX1, ..., each set up by set(job, value).
@@ -602,12 +599,7 @@ EvaluationIn evaluation(const std::string& status, const std::string& message = 
 
 // Adds a template candidate with `tag` in its config to job `job_id`; returns its id.
 long long add_cand(Catalog& cat, long long job_id, const std::string& tag) {
-  CandidateRow c;
-  c.job_id = job_id;
-  c.generator = "template";
-  c.template_name = "softmax";
-  c.config = {{"tag", tag}};
-  return cat.add_candidate(c).id;
+  return add_template_candidate(cat, job_id, {{"tag", tag}});
 }
 
 // The statuses of job_id's evaluations, sorted.
