@@ -1,6 +1,5 @@
 // Catalog::retry_failed (kiln retry): failed jobs back to the queue, their
 // evaluations that are no verdict forgotten. See catalog.h and docs/catalog.md.
-#include <algorithm>
 #include <chrono>
 #include <set>
 
