@@ -4,7 +4,7 @@
 Reads the slim H200 catalogs committed under tests/data/search/ (every job explored
 with the exhaustive strategy: each config of the job was compiled, checked and
 timed on the device), recomputes the estimate of every recorded candidate with
-the CURRENT model (build/kiln-estimate, the C++ of src/evaluate/estimate.cpp),
+the CURRENT model (build/kiln-estimate, the C++ of src/search/estimate.cpp),
 and reports per job:
 
   rho      Spearman rank correlation of estimate and measured median latency

@@ -8,11 +8,11 @@
 // it cannot read. bench/deploy/estimate_quality.py drives it.
 // Usage: kiln-shortlist < kernels.jsonl
 #include <iostream>
-#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "json_lines.h"
 #include "package/shortlist.h"
 
 int main(int argc, char**) {
@@ -20,22 +20,10 @@ int main(int argc, char**) {
     std::cerr << "usage: kiln-shortlist < kernels.jsonl\n";
     return 2;
   }
-  std::string line;
-  long long n = 0;
-  while (std::getline(std::cin, line)) {
-    ++n;
-    if (line.empty()) continue;
-    nlohmann::json out;
-    try {
-      const auto in = nlohmann::json::parse(line);
-      std::vector<kiln::ShortlistEntry> pool;
-      for (const auto& c : in.at("candidates"))
-        pool.push_back({c.at("estimate_ms").get<double>(), c.value("config", nlohmann::json::object())});
-      out = {{"picked", kiln::pick_shortlist(pool, in.value("max", 8))}};
-    } catch (const std::exception& e) {
-      out = {{"error", "line " + std::to_string(n) + ": " + e.what()}};
-    }
-    std::cout << out.dump() << "\n";
-  }
-  return 0;
+  return kiln::bench::answer_json_lines([](const nlohmann::json& in) {
+    std::vector<kiln::ShortlistEntry> pool;
+    for (const auto& c : in.at("candidates"))
+      pool.push_back({c.at("estimate_ms").get<double>(), c.value("config", nlohmann::json::object())});
+    return nlohmann::json{{"picked", kiln::pick_shortlist(pool, in.value("max", 8))}};
+  });
 }

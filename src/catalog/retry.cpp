@@ -1,30 +1,15 @@
 // Catalog::retry_failed (kiln retry): failed jobs back to the queue, their
 // evaluations that are no verdict forgotten. See catalog.h and docs/catalog.md.
-#include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <set>
 
 #include "catalog/catalog.h"
 #include "catalog/sql.h"
+#include "common/utc_text.h"
 
 namespace kiln {
 
 bool is_verdict(const std::string& status) { return status != "timeout" && status != "crash"; }
-
-namespace {
-
-// "2026-12-03T14:05:09Z"
-std::string retry_time_text(double unix_s) {
-  const std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-}  // namespace
 
 RetryReport Catalog::retry_failed(const RetryRequest& req) {
   using sql::Stmt;
@@ -131,7 +116,7 @@ RetryReport Catalog::retry_failed(const RetryRequest& req) {
         .bind(5, forgotten.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
         .run();
     const std::string was = r.message.empty() ? "" : "; was: " + r.message;
-    requeue.reset().bind(1, "retried at " + retry_time_text(now) + was).bind(2, id).run();
+    requeue.reset().bind(1, "retried at " + utc_text(now, "%Y-%m-%dT%H:%M:%SZ") + was).bind(2, id).run();
     if (requeue.changes() != 1) sql::fail(nullptr, path_, "retry: job " + std::to_string(id) + " changed under us");
     r.retried = true;
     ++report.retried;

@@ -147,6 +147,14 @@ inline std::string config_text(const json& config) {
   return s;
 }
 
+// The first line of `s`, cut to `max` characters (its last three "...") when
+// longer: a catalog message in a one-line listing.
+inline std::string first_line(const std::string& s, size_t max) {
+  std::string l = s.substr(0, s.find('\n'));
+  if (l.size() > max) l = l.substr(0, max - 3) + "...";
+  return l;
+}
+
 // A nullable catalog value as JSON: null when unset.
 template <class T>
 json or_null(const std::optional<T>& v) {

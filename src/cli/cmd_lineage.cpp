@@ -16,12 +16,6 @@ using namespace kiln::cli;
 
 namespace {
 
-std::string first_line(const std::string& s, size_t max = 90) {
-  std::string l = s.substr(0, s.find('\n'));
-  if (l.size() > max) l = l.substr(0, max - 3) + "...";
-  return l;
-}
-
 std::string ms_text(const json& v) {
   if (!v.is_number()) return "";
   std::ostringstream os;
@@ -143,7 +137,7 @@ int cmd_lineage(const Args& args) {
         const std::string m = ms_text(c["median_ms"]);
         out << " " << (m.empty() ? ms_text(c["estimate_ms"]) + " (estimated)" : m);
       } else if (c["message"].is_string() && !c["message"].get<std::string>().empty()) {
-        out << " — " << first_line(c["message"].get<std::string>());
+        out << " — " << first_line(c["message"].get<std::string>(), 90);
       }
       if (c["llm_call"].is_object()) {
         const json& l = c["llm_call"];

@@ -11,13 +11,6 @@ using namespace kiln::cli;
 
 namespace {
 
-// The first line of a message, at most `max` characters.
-std::string short_message(const std::string& s, size_t max = 80) {
-  std::string l = s.substr(0, s.find('\n'));
-  if (l.size() > max) l = l.substr(0, max - 3) + "...";
-  return l;
-}
-
 std::string forgotten_text(const std::map<std::string, int>& by_status) {
   int n = 0;
   std::string parts;
@@ -52,7 +45,8 @@ int cmd_retry(const Args& args) {
                     "reply refused) -- so the next `kiln run` evaluates those candidates again. Verdicts\n"
                     "(ok, incorrect, compile_error, resource_error, rejected) are kept. Queued, running and\n"
                     "done jobs are never changed. Each retry is recorded in table `retries`\n"
-                    "(docs/catalog.md). Exit: 0 done, 1 error, 2 usage or an unknown batch or job id.");
+                    "(docs/catalog.md). Exit: 0 done, 1 error (an unknown batch or job id: nothing changed),\n"
+                    "2 usage.");
     if (!vm) return 0;
     RetryRequest req;
     if (vm->count("batch")) req.batch_id = (*vm)["batch"].as<std::string>();
@@ -67,7 +61,8 @@ int cmd_retry(const Args& args) {
     try {
       r = catalog.retry_failed(req);
     } catch (const CatalogNotFound& e) {
-      throw UsageError(std::string(e.what()) + "; nothing changed");
+      // exit 1, as kiln status and kiln lineage for an id the catalog lacks
+      throw std::runtime_error(std::string(e.what()) + "; nothing changed");
     }
     if (vm->count("json")) {
       json jobs = json::array();
@@ -89,7 +84,7 @@ int cmd_retry(const Args& args) {
       const std::string label = j.op + " " + shape_text(j.shape) + " " + j.dtype + " " + j.target;
       std::string line = "job " + std::to_string(j.job_id) + " " + label + ": ";
       if (j.retried)
-        line += std::string(verb) + "; was: " + (j.message.empty() ? "(no message)" : short_message(j.message)) +
+        line += std::string(verb) + "; was: " + (j.message.empty() ? "(no message)" : first_line(j.message, 80)) +
                 "; " + forgotten_text(j.forgotten);
       else
         line += "left alone: " + why_left(j);

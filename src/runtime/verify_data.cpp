@@ -4,7 +4,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "dtype.h"
 #include "error.h"
 
 namespace kiln::rt {

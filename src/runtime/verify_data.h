@@ -12,7 +12,6 @@
 
 namespace kiln::rt {
 
-
 class SplitMix64 {
  public:
   SplitMix64(uint64_t seed, uint64_t stream) : state_(seed + stream * 0x9E3779B97F4A7C15ull) {}
@@ -29,7 +28,7 @@ class SplitMix64 {
   uint64_t state_;
 };
 
-// Writes n elements of dtype into out (n * dtype_size bytes): lo + (hi-lo)*u,
+// Writes n elements of dtype into out (n * dtype_size bytes, dtype.h): lo + (hi-lo)*u,
 // rounded to the dtype to nearest even. Throws std::runtime_error on an unknown dtype.
 void fill_inputs(uint64_t seed, int tensor, double lo, double hi, std::string_view dtype,
                  void* out, int64_t n);

@@ -449,8 +449,11 @@ std::optional<ConfigPrediction> predict_config(const Target& t, const std::strin
     bpc = std::min(bpc, std::floor(static_cast<double>(t.registers_per_cu) / (alloc * threads)));
   p.blocks_per_cu = std::max(1.0, bpc);
 
-  // Waves and tail over the grid, as in estimate.cpp; no grid: assume exactly
-  // full rounds (no tail term).
+  // Waves and tail over the grid; no grid: assume exactly full rounds (no
+  // tail term). The tail below is estimate.cpp's compute-bound one (an empty
+  // slot of the last round is lost) for every kernel: estimate.cpp's
+  // memory-bound tail (a partly filled last round streams at the latency
+  // hiding its own blocks reach) is not modelled here.
   double blocks = p.blocks_per_cu * t.compute_units;
   if (hint.is_object())
     if (auto g = hint.find("grid"); g != hint.end() && g->is_array() && !g->empty()) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/shape_text.h"
+#include "common/utc_text.h"
 #include "catalog/job_key.h"
 #include "catalog/service_reads.h"
 #include "server/svg.h"
@@ -38,14 +39,7 @@ Chart latency_chart(std::string id, std::string title, std::string x_label) {
                .y = {.label = "latency (ms)", .log = true}};
 }
 
-std::string date_text(double unix_s) {
-  const std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &tm);
-  return buf;
-}
+std::string date_text(double unix_s) { return utc_text(unix_s, "%Y-%m-%d %H:%M"); }
 
 std::string ms_text(double ms) { return short_number(ms) + " ms"; }
 
@@ -491,13 +485,6 @@ std::string render_dashboard(reports::Reader& reader, const TargetRegistry& targ
   return p.o.str();
 }
 
-std::string utc_now_text() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
+std::string utc_now_text() { return utc_text(static_cast<double>(std::time(nullptr)), "%Y-%m-%d %H:%M:%S UTC"); }
 
 }  // namespace kiln::server

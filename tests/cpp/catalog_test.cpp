@@ -22,6 +22,7 @@
 #include <sqlite3.h>
 
 #include "catalog/job_key.h"
+#include "catalog_rows.h"
 #include "common/hash.h"
 #include "temp_dir.h"
 #include "thrown.h"
@@ -29,6 +30,7 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace kiln;
+using kiln_test::add_template_candidate;
 using kiln_test::thrown;
 
 namespace {
@@ -120,12 +122,7 @@ class CatalogTest : public ::testing::Test {
     cat.submit("b", "m.yaml", "text", {make_job(tag)});
     auto j = cat.query("SELECT id FROM jobs WHERE key = '" + make_job(tag).key + "'");
     long long job_id = j.rows.at(0).at(0).get<long long>();
-    CandidateRow c;
-    c.job_id = job_id;
-    c.generator = "template";
-    c.template_name = "softmax";
-    c.config = {{"num_warps", 4}, {"BLOCK", 1024}};
-    return {job_id, cat.add_candidate(c).id};
+    return {job_id, add_template_candidate(cat, job_id, {{"num_warps", 4}, {"BLOCK", 1024}})};
   }
 
   // Submits one job per value, tagged PREFIX0, PREFIX1, ..., each set up by set(job, value).
@@ -602,12 +599,16 @@ EvaluationIn evaluation(const std::string& status, const std::string& message = 
 
 // Adds a template candidate with `tag` in its config to job `job_id`; returns its id.
 long long add_cand(Catalog& cat, long long job_id, const std::string& tag) {
-  CandidateRow c;
-  c.job_id = job_id;
-  c.generator = "template";
-  c.template_name = "softmax";
-  c.config = {{"tag", tag}};
-  return cat.add_candidate(c).id;
+  return add_template_candidate(cat, job_id, {{"tag", tag}});
+}
+
+// Submits one job tagged `tag` and claims it for `owner`: a running job for the
+// test to fail. Throws when the claim finds none.
+JobRow running_job(Catalog& cat, const std::string& tag, const std::string& owner) {
+  cat.submit("b", "m", "", {make_job(tag)});
+  auto j = cat.claim_job(owner, 60);
+  if (!j) throw std::runtime_error("no job to claim for " + tag);
+  return *j;
 }
 
 // The statuses of job_id's evaluations, sorted.
@@ -638,19 +639,17 @@ TEST(RetryVerdicts, OnlyTimeoutAndCrashAreNoVerdict) {
 
 TEST_F(CatalogTest, RetryForgetsTheEvaluationsThatAreNoVerdict) {
   auto cat = open();
-  cat.submit("b", "m", "t", {make_job("r")});
   const std::string o = live_owner("run");
-  auto job = cat.claim_job(o, 60);
-  ASSERT_TRUE(job);
+  const JobRow job = running_job(cat, "r", o);
   std::map<std::string, long long> cand;
   for (const char* s : {"ok", "incorrect", "compile_error", "resource_error", "rejected", "timeout", "crash"}) {
-    cand[s] = add_cand(cat, job->id, s);
+    cand[s] = add_cand(cat, job.id, s);
     EvaluationIn e = evaluation(s);
     if (std::string(s) == "crash") e.artifact = artifact("crash's own code object");
     if (std::string(s) == "ok") e.artifact = artifact("ok's code object");
     cat.record_evaluation(cand[s], e);
   }
-  cat.finish_job(job->id, o, false, "no correct candidate among 7 (crash 1, timeout 1)\nsecond line");
+  cat.finish_job(job.id, o, false, "no correct candidate among 7 (crash 1, timeout 1)\nsecond line");
   ASSERT_EQ(count(cat, "blobs"), 2);
 
   const RetryReport r = cat.retry_failed({});
@@ -658,30 +657,30 @@ TEST_F(CatalogTest, RetryForgetsTheEvaluationsThatAreNoVerdict) {
   EXPECT_EQ(r.forgotten, 2);
   ASSERT_EQ(r.jobs.size(), 1u);
   EXPECT_TRUE(r.jobs[0].retried);
-  EXPECT_EQ(r.jobs[0].job_id, job->id);
+  EXPECT_EQ(r.jobs[0].job_id, job.id);
   EXPECT_EQ(r.jobs[0].state, "failed");
   EXPECT_EQ(r.jobs[0].op, "softmax");
   EXPECT_EQ(r.jobs[0].message, "no correct candidate among 7 (crash 1, timeout 1)\nsecond line");
   EXPECT_EQ(r.jobs[0].forgotten, (std::map<std::string, int>{{"crash", 1}, {"timeout", 1}}));
 
   // The verdicts stay, the crash and the timeout are gone with the crash's code object.
-  EXPECT_EQ(eval_statuses(cat, job->id),
+  EXPECT_EQ(eval_statuses(cat, job.id),
             (std::vector<std::string>{"compile_error", "incorrect", "ok", "rejected", "resource_error"}));
-  for (const CandidateRow& c : cat.candidates(job->id))
+  for (const CandidateRow& c : cat.candidates(job.id))
     EXPECT_EQ(c.evaluated, c.id != cand["crash"] && c.id != cand["timeout"]) << c.config.dump();
   EXPECT_EQ(scalar(cat, "SELECT count(*) FROM artifacts WHERE candidate_id = " + std::to_string(cand["crash"])), 0);
   EXPECT_EQ(scalar(cat, "SELECT count(*) FROM artifacts WHERE candidate_id = " + std::to_string(cand["ok"])), 1);
   EXPECT_EQ(count(cat, "blobs"), 1);
 
   // The job is queued again, its message and the retries row keep the history.
-  const auto after = cat.job(job->id);
+  const auto after = cat.job(job.id);
   EXPECT_EQ(after->state, "queued");
   EXPECT_EQ(after->message.rfind("retried at ", 0), 0u) << after->message;
   EXPECT_NE(after->message.find("; was: no correct candidate among 7"), std::string::npos) << after->message;
   EXPECT_EQ(after->attempts, 1);
   auto log = cat.query("SELECT job_id, attempts, message, forgotten FROM retries");
   ASSERT_EQ(log.rows.size(), 1u);
-  EXPECT_EQ(log.rows[0][0], job->id);
+  EXPECT_EQ(log.rows[0][0], job.id);
   EXPECT_EQ(log.rows[0][1], 1);
   EXPECT_EQ(log.rows[0][2], "no correct candidate among 7 (crash 1, timeout 1)\nsecond line");
   const json forgotten = json::parse(log.rows[0][3].get<std::string>());
@@ -693,7 +692,7 @@ TEST_F(CatalogTest, RetryForgetsTheEvaluationsThatAreNoVerdict) {
     EXPECT_EQ(f["worker"], "pid 1");
   }
   std::set<std::string> want;
-  for (const CandidateRow& c : cat.candidates(job->id))
+  for (const CandidateRow& c : cat.candidates(job.id))
     if (c.id == cand["crash"] || c.id == cand["timeout"]) want.insert(c.key);
   EXPECT_EQ(keys, want);
 
@@ -836,19 +835,17 @@ TEST_F(CatalogTest, RetryIsAllOrNothingAndDryRunChangesNothing) {
 
 TEST_F(CatalogTest, RetryCanKeepEveryEvaluation) {
   auto cat = open();
-  cat.submit("b", "m", "", {make_job("k")});
   const std::string o = live_owner("o");
-  auto j = cat.claim_job(o, 60);
-  ASSERT_TRUE(j);
-  cat.record_evaluation(add_cand(cat, j->id, "t"), evaluation("timeout"));
-  cat.finish_job(j->id, o, false, "llm-unavailable");
+  const JobRow j = running_job(cat, "k", o);
+  cat.record_evaluation(add_cand(cat, j.id, "t"), evaluation("timeout"));
+  cat.finish_job(j.id, o, false, "llm-unavailable");
   RetryRequest keep;
   keep.forget_evaluations = false;
   const RetryReport r = cat.retry_failed(keep);
   EXPECT_EQ(r.retried, 1);
   EXPECT_EQ(r.forgotten, 0);
-  EXPECT_EQ(eval_statuses(cat, j->id), std::vector<std::string>{"timeout"});
-  EXPECT_EQ(cat.job(j->id)->state, "queued");
+  EXPECT_EQ(eval_statuses(cat, j.id), std::vector<std::string>{"timeout"});
+  EXPECT_EQ(cat.job(j.id)->state, "queued");
   EXPECT_EQ(scalar(cat, "SELECT json_array_length(forgotten) FROM retries"), 0);
 }
 
@@ -856,12 +853,10 @@ TEST_F(CatalogTest, MergeCopiesTheRetries) {
   const fs::path other = dir / "other.db";
   {
     auto src = Catalog::open(other, false, kMigrations);
-    src.submit("b", "m", "", {make_job("m")});
     const std::string o = live_owner("o");
-    auto j = src.claim_job(o, 60);
-    ASSERT_TRUE(j);
-    src.record_evaluation(add_cand(src, j->id, "c"), evaluation("crash"));
-    src.finish_job(j->id, o, false, "crashed");
+    const JobRow j = running_job(src, "m", o);
+    src.record_evaluation(add_cand(src, j.id, "c"), evaluation("crash"));
+    src.finish_job(j.id, o, false, "crashed");
     ASSERT_EQ(src.retry_failed({}).retried, 1);
   }
   auto cat = open();

@@ -8,6 +8,7 @@
 
 #include "catalog/catalog.h"
 #include "catalog/job_key.h"
+#include "catalog_rows.h"
 #include "stats/stats.h"
 
 namespace fs = std::filesystem;
@@ -41,17 +42,9 @@ struct Fixture {
     auto r1 = cat.claim_job(owner, 60);
     auto r2 = cat.claim_job(owner, 60);
     job = r1->id;
-    auto add = [&](long long jid, int warps) {
-      CandidateRow c;
-      c.job_id = jid;
-      c.generator = "template";
-      c.template_name = "softmax";
-      c.config = {{"num_warps", warps}};
-      return cat.add_candidate(c).id;
-    };
-    c1 = add(job, 4);
-    c2 = add(job, 8);
-    other_job_cand = add(r2->id, 4);
+    c1 = kiln_test::add_template_candidate(cat, job, {{"num_warps", 4}});
+    c2 = kiln_test::add_template_candidate(cat, job, {{"num_warps", 8}});
+    other_job_cand = kiln_test::add_template_candidate(cat, r2->id, {{"num_warps", 4}});
   }
   ~Fixture() { fs::remove_all(dir); }
 };

@@ -5,16 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include "h200_like.h"
 #include "search/estimate.h"
 
 namespace kiln {
 namespace {
 
-Target h200_like() {
-  return {.name = "H200", .vendor = "nvidia", .backend = "cuda", .arch = "sm_90", .warp_size = 32,
-          .compute_units = 132, .simds_per_cu = 4, .max_waves_per_simd = 16, .memory_bandwidth_gbs = 4800,
-          .peak_tflops = {{"fp32", 67}, {"fp16", 989}}};
-}
+using testing_targets::h200_like;
 
 KernelResources kernel(long long blocks, int warps, double occupancy) {
   return {.num_warps = warps, .warp_size = 32, .grid = {blocks, 1, 1}, .spills = 0, .occupancy = occupancy};
@@ -53,7 +50,7 @@ TEST(KnobModel, BlindKnobsDoNotMoveTheEstimate) {
       {{2.7e8, 6.7e7}, "fp32", kernel(261, 8, 64),
        {{"BLOCK_M", 1}, {"BLOCK_N", 4096}, {"num_stages", 2}, {"programs", 261}}},
       // a GEMM, compute-bound
-      {{5.7e7, 5.8e10}, "fp16", kernel(576, 8, 16),
+      {{5.7e7, 5.8e10}, "bf16", kernel(576, 8, 16),
        {{"BLOCK_M", 128}, {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"num_stages", 3}}},
   };
   for (const Case& c : cases) {

@@ -2,7 +2,7 @@
 
 bench/deploy/estimate_quality.py recomputes the estimate of every candidate of the
 exhaustive H200 runs under bench/results/ with the current model (kiln-estimate,
-the C++ of src/evaluate/estimate.cpp) and asks whether the shortlist an
+the C++ of src/search/estimate.cpp) and asks whether the shortlist an
 estimated target's package would ship (the package's own rule, through
 kiln-shortlist) holds a config within 3% of the measured best
 (docs/packaging.md). These tests check that the harness reads the

@@ -79,11 +79,16 @@ def test_retry_reevaluates_crashed_candidates_and_keeps_verdicts(binary, tmp_pat
     assert dry_json["dry_run"] is True and dry_json["retried"] == 1 and dry_json["forgotten"] == 2, dry_json
     assert snapshot(catalog) == before
 
-    # Unknown ids: exit 2 naming the id, nothing changed.
+    # Unknown ids: exit 1 naming the id, nothing changed -- as kiln lineage and
+    # kiln status answer an id the catalog lacks (2 is for usage errors).
     bad = kiln("retry", "--job", str(job["id"]), "--job", "4242", catalog=catalog, check=False)
-    assert bad.returncode == 2 and "no job 4242" in bad.stderr and "nothing changed" in bad.stderr, bad.stderr
+    assert bad.returncode == 1 and "no job 4242" in bad.stderr and "nothing changed" in bad.stderr, bad.stderr
+    lineage = kiln("lineage", "--job", "4242", catalog=catalog, check=False)
+    assert lineage.returncode == bad.returncode and "no job 4242" in lineage.stderr, lineage.stderr
     bad = kiln("retry", "--batch", "0123456789ab", catalog=catalog, check=False)
-    assert bad.returncode == 2 and "no batch 0123456789ab" in bad.stderr, bad.stderr
+    assert bad.returncode == 1 and "no batch 0123456789ab" in bad.stderr, bad.stderr
+    status = kiln("status", "--batch", "0123456789ab", catalog=catalog, check=False)
+    assert status.returncode == bad.returncode and "no batch 0123456789ab" in status.stderr, status.stderr
     assert snapshot(catalog) == before
 
     out = json.loads(kiln("retry", "--json", catalog=catalog).stdout)
