@@ -18,6 +18,9 @@ and reports per job:
   lpick    the list's fastest, measured, / the measured best (what tuning on the device would keep)
   old      the fixed rule before: every candidate within 1.5x, at most 8
   need     how far (estimate / rank 0's) the first near-best config of the first 8 lies
+  rties    (with --random-ties N) the fraction of N orders, equal estimates shuffled instead of kept in
+           candidate order, whose shortlist holds a config within 3%: how much of a catch the model
+           ranks and how much the candidates' order decides
 
 Jobs are split: `fit` (the anchors, the quickstart shapes and conv2d
 32x64x56x56, which the model and the search priors were tuned on) and
@@ -29,6 +32,7 @@ catalogs (repeat runs) counts once: the catalog with the most timed candidates.
          [--json OUT.json]
          [--recorded]   (rank by the estimate_ms recorded at run time instead)
          [--before]     (the model without its config terms, and the fixed 1.5x rule)
+         [--random-ties N]  (also the shortlist over N orders with equal estimates shuffled)
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ import glob
 import json
 import math
 import os
+import random
 import sqlite3
 import subprocess
 import sys
@@ -203,12 +208,32 @@ def needed_factor(order: list[dict], key: str, best: float) -> float:
     return math.inf
 
 
-def evaluate(jobs: list[dict], key: str, shortlist_bin: str) -> list[dict]:
+def random_ties(jobs: list[dict], key: str, shortlist_bin: str, n: int, seed: int = 1) -> list[float]:
+    """Per job, the fraction of n orders whose shortlist holds a config within 3% of the measured best, where
+    equal estimates are shuffled (seeded) instead of kept in candidate order. Jobs whose estimates all differ
+    get their candidate-order answer (0 or 1) every time."""
+    rng = random.Random(seed)
+    hits = [0] * len(jobs)
+    for _ in range(n):
+        orders = []
+        for j in jobs:
+            cs = list(j["cands"])
+            rng.shuffle(cs)
+            orders.append(sorted(cs, key=lambda c: c[key]))  # stable: ties stay shuffled
+        for i, (j, sl) in enumerate(zip(jobs, shortlists(orders, key, shortlist_bin))):
+            best = min(c["measured"] for c in j["cands"])
+            hits[i] += any(c["measured"] <= best * TOL for c in sl)
+    return [h / n for h in hits]
+
+
+def evaluate(jobs: list[dict], key: str, shortlist_bin: str, ties_n: int = 0) -> list[dict]:
     rows = []
     # ties in candidate order, as the package's query (ORDER BY estimate_ms, c.id)
     orders = [sorted(j["cands"], key=lambda c: c[key]) for j in jobs]
-    for j, order, sl in zip(jobs, orders, shortlists(orders, key, shortlist_bin)):
+    rties = random_ties(jobs, key, shortlist_bin, ties_n) if ties_n > 0 else [None] * len(jobs)
+    for j, order, sl, rt in zip(jobs, orders, shortlists(orders, key, shortlist_bin), rties):
         cs = j["cands"]
+        estimates = [c[key] for c in cs]
         best = min(c["measured"] for c in cs)
         good = lambda sub: any(c["measured"] <= best * TOL for c in sub)
         old = ratio_list(order, key)
@@ -221,6 +246,9 @@ def evaluate(jobs: list[dict], key: str, shortlist_bin: str) -> list[dict]:
             "list_n": len(sl), "list_ok": good(sl), "list_pick": min(c["measured"] for c in sl) / best,
             "old_list_n": len(old), "old_list_ok": good(old), "old_list_pick": min(c["measured"] for c in old) / best,
             "needed_factor": needed_factor(order, key, best),
+            # candidates whose estimate another candidate shares (their order is the candidates')
+            "tied": sum(estimates.count(e) > 1 for e in estimates),
+            "list_ok_random_ties": rt,
         })
     return rows
 
@@ -238,7 +266,9 @@ def summary(rows: list[dict]) -> dict:
             "median_rho": sorted(r["rho"] for r in rows)[n // 2],
             "worst_pick": max(r["pick"] for r in rows),
             "worst_list_pick": max(r["list_pick"] for r in rows),
-            "worst_old_list_pick": max(r["old_list_pick"] for r in rows)}
+            "worst_old_list_pick": max(r["old_list_pick"] for r in rows),
+            "list_ok_random_ties": (sum(r["list_ok_random_ties"] for r in rows)
+                                    if all(r["list_ok_random_ties"] is not None for r in rows) else None)}
 
 
 def main() -> int:
@@ -249,6 +279,9 @@ def main() -> int:
     ap.add_argument("--recorded", action="store_true", help="rank by the estimate_ms recorded at run time")
     ap.add_argument("--before", action="store_true",
                     help="the model before the config terms (no config passed)")
+    ap.add_argument("--random-ties", type=int, default=0, metavar="N",
+                    help="also the shortlist over N orders with equal estimates shuffled (seeded), per job the "
+                         "fraction that holds a config within 3%%")
     ap.add_argument("catalogs", nargs="*",
                     default=sorted(glob.glob(os.path.join(ROOT, "tests", "data", "search", "**", "*.db"), recursive=True)))
     a = ap.parse_args()
@@ -258,16 +291,20 @@ def main() -> int:
         jobs = [j for j in jobs if all(c["recorded"] is not None for c in j["cands"])]
     else:
         estimate_all(jobs, a.bin, with_config=not a.before)
-    rows = evaluate(jobs, key, a.shortlist_bin)
+    if a.random_ties < 0:
+        ap.error("--random-ties must be >= 0")
+    rows = evaluate(jobs, key, a.shortlist_bin, a.random_ties)
 
+    ties = a.random_ties > 0
     print(f"{'split':8} {'op':13} {'shape':22} {'n':>3} {'rho':>6} {'pick':>6} top1 top4 top8 "
-          f"{'list':>4} ok lpick {'old':>4} ok  need")
+          f"{'list':>4} ok lpick {'old':>4} ok  need" + (" rties" if ties else ""))
     yn = lambda b: " y  " if b else " -  "
     for r in rows:
         print(f"{r['split']:8} {r['op']:13} {json.dumps(r['shape'], separators=(',', ':')):22} {r['n']:3d} "
               f"{r['rho']:6.2f} {r['pick']:6.2f} {yn(r['top1'])} {yn(r['top4'])} {yn(r['top8'])} "
               f"{r['list_n']:4d} {'y' if r['list_ok'] else '-':2} {r['list_pick']:5.3f} {r['old_list_n']:4d} "
-              f"{'y' if r['old_list_ok'] else '-':2} {r['needed_factor']:5.2f}")
+              f"{'y' if r['old_list_ok'] else '-':2} {r['needed_factor']:5.2f}"
+              + (f" {r['list_ok_random_ties']:5.2f}" if ties else ""))
     sums = {}
     for split in ("fit", "held-out"):
         s = summary([r for r in rows if r["split"] == split])
@@ -278,19 +315,23 @@ def main() -> int:
                   f"worst pick {s['worst_pick']:.2f}x; shortlist holds one: {s['list_ok']} "
                   f"(mean size {s['list_mean_n']:.1f}, worst {s['worst_list_pick']:.3f}x), "
                   f"1.5x rule: {s['old_list_ok']} (mean size {s['old_list_mean_n']:.1f}, "
-                  f"worst {s['worst_old_list_pick']:.3f}x)")
+                  f"worst {s['worst_old_list_pick']:.3f}x)"
+                  + (f"; with equal estimates in random order the shortlist holds one in "
+                     f"{s['list_ok_random_ties']:.2f} on average" if ties else ""))
     tuned = [r for r in rows if r["tuned"]]
     sums["tuned"] = summary(tuned)
     if tuned:
         missed = ", ".join(f"{r['op']} {'x'.join(map(str, r['shape']))}" for r in tuned if not r["list_ok"])
         print(f"shortlist_tune.sh kernels recorded here: {len(tuned)}; the shortlist holds a config within 3%: "
-              f"{sum(r['list_ok'] for r in tuned)}" + (f" (missed: {missed})" if missed else ""))
+              f"{sum(r['list_ok'] for r in tuned)}" + (f" (missed: {missed})" if missed else "")
+              + (f"; with equal estimates in random order: {sum(r['list_ok_random_ties'] for r in tuned):.2f} "
+                 f"on average" if ties else ""))
     if a.json:
         with open(a.json, "w") as f:
             for r in rows:  # JSON has no infinity: "no factor catches it" is null
                 r["needed_factor"] = None if math.isinf(r["needed_factor"]) else r["needed_factor"]
             json.dump({"basis": key, "model": "before" if a.before else ("recorded" if a.recorded else "current"),
-                       "tolerance": TOL, "rows": rows, "summary": sums,
+                       "tolerance": TOL, "random_ties": a.random_ties, "rows": rows, "summary": sums,
                        "catalogs": [os.path.relpath(p, ROOT) for p in a.catalogs]}, f, indent=1)
     return 0
 

@@ -145,8 +145,34 @@ Estimate estimate_latency(const Target& t, const std::string& dtype, const Traff
   const double hiding = hiding_at(std::min(blocks, slots) / t.compute_units, &e.in_flight);
   const bool knows_in_flight =
       in_flight_fraction(t, dtype, traffic, config, 1.0, ideal_ms).has_value();
-  if (e.memory_ms >= e.compute_ms && knows_in_flight) {
-    // Memory-bound: every CU streams from the one DRAM, so a slot left empty
+  // A single-pass block loads its one tile, all of it at once, and retires: a
+  // tiled kernel whose config has neither a contraction's K loop (BLOCK_K)
+  // nor a persistent program's row loop (`programs`): row kernels,
+  // elementwise. (Attention's configs have no BLOCK_K though its blocks loop
+  // over K/V; they count here as in in_flight_fraction, a rough stand-in.)
+  const bool single_pass = !ranked_knob(config, "BLOCK_K") && !ranked_knob(config, "programs");
+  if (e.memory_ms >= e.compute_ms && knows_in_flight && single_pass) {
+    // Memory-bound single-pass blocks do not run in rounds. Each block puts
+    // its whole tile in flight when it starts, and nothing paces the blocks
+    // of a round alike: the DRAM serves the round's loads over the round's
+    // duration, whichever block's bytes come back first retires first, and
+    // the scheduler starts the next block in its slot at once. After the
+    // first round the resident blocks are at staggered stages and the grid
+    // streams at the full round's rate until its queue is empty; a partly
+    // filled last round is not a phase of its own (the lock-step formula
+    // below charged the best row_sum 16384x4096 config, 31 rounds and 16
+    // blocks, a last round alone). What remains is the drain of the last
+    // resident blocks, about one memory latency for every config of this
+    // kind, which the model leaves out as it leaves out the launch ramp. So
+    // the utilisation is the latency hiding of the resident blocks,
+    // min(blocks, slots) of them: a grid of one partial round still runs at
+    // the hiding its own count reaches.
+    e.utilisation = hiding;
+  } else if (e.memory_ms >= e.compute_ms && knows_in_flight) {
+    // Memory-bound blocks that loop (a contraction's K steps, a persistent
+    // program's rows) run in lock-step rounds: each keeps only its pipeline's
+    // few steps in flight and waits for them before loading more, which
+    // paces every block alike, so blocks started together finish together. Every CU streams from the one DRAM, so a slot left empty
     // costs nothing while the resident blocks keep the bytes in flight the
     // DRAM needs; the blocks of a partly filled last round each get a larger
     // share of the bandwidth. Time in full-round units: rounds - 1 full

@@ -229,27 +229,68 @@ TEST(Estimate, AMemoryBoundGridSmallerThanItsSlotsLosesNothingWhenItsBytesCoverT
               1e-12);
 }
 
-TEST(Estimate, AMemoryBoundTailCostsWhatItsLastBlocksCannotHide) {
-  // Whole 4096-wide fp32 rows (16 KiB a block), 16 warps, 64 resident warps
-  // per SM: 4 blocks per SM, 528 slots. 529 blocks: a second round of one
-  // block. Every SM streams from the one DRAM, so that block gets more than
-  // a slot's share of the bandwidth, bounded by its own latency hiding:
-  // warps 1/132 x 16 / 4 SIMDs / 2 = 1/66; bytes in flight 1/132 x 16384 /
-  // (4.8e12 / 132 x 700e-9 = 25454.5) = 16384 / 3.36e6. The lower, bytes,
-  // bounds it: it moves 1/528 of a round's bytes at that fraction of the
-  // rate. Time 1 + (1/528) / (16384 / 3.36e6) rounds for 529/528 of work.
+TEST(Estimate, ASinglePassGridHasNoLastRoundOfItsOwn) {
+  // Whole 4096-wide fp32 rows (16 KiB a block, loaded at once), 16 warps, 64
+  // resident warps per SM: 4 blocks per SM, 528 slots. 529 blocks: one more
+  // than a round. The first round's blocks retire one after another as the
+  // DRAM serves them and the 529th starts in the first freed slot, so the
+  // grid streams at the full round's rate throughout; utilisation 1, as for
+  // exactly one round (the lock-step slot count would say 529 / (2 x 528)).
   const nlohmann::json row = {{"BLOCK_M", 1}, {"BLOCK_N", 4096}, {"num_warps", 16}, {"num_stages", 1}};
-  const auto k = nv_kernel(529, 16, 64);
-  const Traffic tr{529.0 * 4096 * 4, 529.0 * 4096};
-  const double need = 4800e9 * 700e-9;  // bytes in flight machine-wide
-  const Estimate tail = estimate_latency(h200(), "fp32", tr, k, row);
-  EXPECT_NEAR(tail.utilisation, (529.0 / 528) / (1 + (1.0 / 528) / (16384 / need)), 1e-12);
-  EXPECT_NEAR(tail.ms, tail.memory_ms / tail.utilisation + 0.004, 1e-12);
-  // 1 / (1 + 0.389) = 0.72; the slot count alone would say 529 / (2 x 528) = 0.50.
-  EXPECT_GT(tail.utilisation, 1.4 * 529.0 / (2 * 528));
+  const Estimate over = estimate_latency(h200(), "fp32", Traffic{529.0 * 4096 * 4, 529.0 * 4096},
+                                         nv_kernel(529, 16, 64), row);
   const Estimate exact = estimate_latency(h200(), "fp32", Traffic{528.0 * 4096 * 4, 528.0 * 4096},
                                           nv_kernel(528, 16, 64), row);
+  EXPECT_DOUBLE_EQ(over.utilisation, 1.0);
   EXPECT_DOUBLE_EQ(exact.utilisation, 1.0);
+  EXPECT_NEAR(over.ms, over.memory_ms + 0.004, 1e-12);
+  // 16384 rows, one a block (31 rounds and 16 blocks) against two a block
+  // (8192 blocks: 15 rounds and 272): the same bytes, both keep 64 KiB or
+  // more loading per SM, so the same estimate; the size of the last round
+  // does not rank them.
+  const Traffic tr{16384.0 * 4096 * 4, 16384.0 * 4096};
+  const nlohmann::json two = {{"BLOCK_M", 2}, {"BLOCK_N", 4096}, {"num_warps", 16}, {"num_stages", 1}};
+  const Estimate one_row = estimate_latency(h200(), "fp32", tr, nv_kernel(16384, 16, 64), row);
+  const Estimate two_rows = estimate_latency(h200(), "fp32", tr, nv_kernel(8192, 16, 64), two);
+  EXPECT_DOUBLE_EQ(one_row.utilisation, 1.0);
+  EXPECT_DOUBLE_EQ(one_row.ms, two_rows.ms);
+}
+
+TEST(Estimate, ASinglePassGridStillLosesWhatItsResidentBlocksCannotHide) {
+  // 1024-wide chunks (4 KiB a block), 4 blocks per SM: 16 KiB loading per SM
+  // of the 4.8e12 / 132 x 700e-9 = 25.5 KB needed, whatever the number of
+  // rounds (here 31 and 16 blocks).
+  const Traffic tr{16384.0 * 4096 * 4, 16384.0 * 4096};
+  const nlohmann::json chunk = {{"BLOCK_M", 1}, {"BLOCK_N", 1024}, {"num_warps", 16}, {"num_stages", 1}};
+  const Estimate e = estimate_latency(h200(), "fp32", tr, nv_kernel(16384, 16, 64), chunk);
+  EXPECT_NEAR(e.utilisation, 4 * 4096.0 / (4800e9 / 132 * 700e-9), 1e-12);
+  EXPECT_DOUBLE_EQ(e.utilisation, e.in_flight);
+}
+
+TEST(Estimate, AMemoryBoundContractionsTailCostsWhatItsLastBlockCannotHide) {
+  // A memory-bound tiled contraction: M = 529 x 128, N = 64, K = 256 fp16
+  // (0.0106 ms of bytes against 0.003 ms of flops), 128 x 64 tiles, BLOCK_K
+  // 32, 2 stages: one K step of both operands (12 KiB) loading a block. Its
+  // blocks loop over K and run in lock-step rounds. 16 warps at 16 resident
+  // warps per SM: 1 block per SM, 132 slots; 529 blocks make 4 full rounds
+  // and one of a single block. That block streams at what its own bytes in
+  // flight allow, 1/132 of a full round's: its 1/132 of a round's bytes take
+  // a whole round. Time 4 / full + (1/132) / (full/132) = 5 / full rounds for
+  // 529/132 of work.
+  const double m = 529.0 * 128, n = 64, kdim = 256;
+  const Traffic tr{(m * kdim + kdim * n + m * n) * 2, 2 * m * n * kdim};
+  const auto k = nv_kernel(529, 16, 16);
+  const Estimate tail = estimate_latency(h200(), "fp16", tr, k, gemm_tile(128, 64, 32, 2, 16));
+  ASSERT_GT(tail.memory_ms, tail.compute_ms);
+  const double full = tail.in_flight;  // a full round's hiding: 16 warps / 4 SIMDs hide, bytes do not
+  ASSERT_LT(full, 0.9);
+  EXPECT_NEAR(tail.utilisation, (529.0 / 132) / (5 / full), 1e-12);
+  // The same tile as a single-pass block (no K loop): no last round of its
+  // own, the grid runs at the full round's hiding.
+  const nlohmann::json flat = {{"BLOCK_M", 128}, {"BLOCK_N", 64}, {"num_warps", 16}, {"num_stages", 2}};
+  const Estimate single = estimate_latency(h200(), "fp16", tr, k, flat);
+  EXPECT_LT(single.in_flight, 1.0);
+  EXPECT_DOUBLE_EQ(single.utilisation, single.in_flight);
 }
 
 TEST(Estimate, APersistentProgramsPipelineDepthCountsInFlight) {

@@ -63,3 +63,21 @@ def test_the_shortlist_catches_at_least_what_the_fixed_rule_did(tmp_path):
         assert n["worst_list_pick"] <= b["worst_old_list_pick"], split
     for r in now["rows"]:
         assert 1 <= r["list_n"] <= min(8, r["n"])
+
+
+def test_random_ties_move_only_jobs_with_equal_estimates(tmp_path):
+    q = quality(tmp_path, "--random-ties", "10")
+    assert q["random_ties"] == 10
+    rows = q["rows"]
+    for r in rows:
+        frac = r["list_ok_random_ties"]
+        assert 0 <= frac <= 1, r["op"]
+        if r["tied"] == 0:
+            # every estimate differs: shuffling changes no order, so no answer
+            assert frac == float(r["list_ok"]), (r["op"], r["shape"])
+    # the row kernels' configs tie (the model cannot tell them apart): there the order decides
+    assert any(r["tied"] > 0 and 0 < r["list_ok_random_ties"] < 1 for r in rows)
+    for split in ("fit", "held-out"):
+        s = q["summary"][split]
+        assert s["list_ok_random_ties"] == pytest.approx(
+            sum(r["list_ok_random_ties"] for r in rows if r["split"] == split))
