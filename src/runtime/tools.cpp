@@ -108,7 +108,8 @@ std::string verify_on_device(Package& p, size_t k, size_t v, InputCache* cache) 
   return {};
 }
 
-Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, InputCache* cache) {
+Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, InputCache* cache,
+                      double preheat_s) {
   const KernelSpec& ks = p.manifest().kernels[k];
   Kernel kern(p, k, v, ks.shape);
   Buffers buf = make_buffers(p, kern);
@@ -121,28 +122,57 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, Inpu
   }
   size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);
   void* flush = b->alloc(flush_bytes);
-  void* e0 = b->event_create();
-  void* e1 = b->event_create();
+  // Events: [0, 3) for the lead-in, then a start and an end per timed launch.
+  std::vector<void*> ev;
+  auto release = [&] {
+    for (void* e : ev) b->event_destroy(e);
+    b->free(flush);
+  };
   Timing t;
   try {
+    for (int i = 0; i < 3 + 2 * reps; ++i) ev.push_back(b->event_create());
+    auto flushed_launch = [&](int i) {
+      b->fill_async(flush, static_cast<unsigned char>(i), flush_bytes, nullptr);
+      kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
+    };
     for (int i = 0; i < warmup; ++i) kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
     b->synchronize();
-    for (int i = 0; i < reps; ++i) {
-      b->fill(flush, static_cast<unsigned char>(i), flush_bytes);
-      b->event_record(e0, nullptr);
-      kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
-      b->event_record(e1, nullptr);
-      t.samples_ms.push_back(b->event_elapsed_ms(e0, e1));
+    if (preheat_s > 0) {
+      // One flushed launch's time sizes chunks of ~20 ms. A chunk is always
+      // queued behind the one whose end is waited for, so the device never
+      // idles; the lead-in stops once preheat_s has passed and the timed
+      // launches queue behind its last chunk.
+      b->event_record(ev[0], nullptr);
+      flushed_launch(0);
+      b->event_record(ev[1], nullptr);
+      const double one_ms = std::max(1e-3, static_cast<double>(b->event_elapsed_ms(ev[0], ev[1])));
+      const long chunk = std::clamp(static_cast<long>(20.0 / one_ms) + 1, 1L, 10000L);
+      void* done = ev[1];
+      void* next = ev[2];
+      b->event_record(ev[0], nullptr);
+      for (long i = 0; i < chunk; ++i) flushed_launch(static_cast<int>(i));
+      b->event_record(done, nullptr);
+      t.preheat_launches = chunk;
+      for (;;) {
+        for (long i = 0; i < chunk; ++i) flushed_launch(static_cast<int>(i));
+        b->event_record(next, nullptr);
+        t.preheat_launches += chunk;
+        if (b->event_elapsed_ms(ev[0], done) >= preheat_s * 1e3 || t.preheat_launches >= 1000000) break;
+        std::swap(done, next);
+      }
     }
+    for (int i = 0; i < reps; ++i) {
+      b->fill_async(flush, static_cast<unsigned char>(i), flush_bytes, nullptr);
+      b->event_record(ev[3 + 2 * i], nullptr);
+      kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
+      b->event_record(ev[4 + 2 * i], nullptr);
+    }
+    for (int i = 0; i < reps; ++i) t.samples_ms.push_back(b->event_elapsed_ms(ev[3 + 2 * i], ev[4 + 2 * i]));
   } catch (...) {
-    b->event_destroy(e0);
-    b->event_destroy(e1);
-    b->free(flush);
+    release();
     throw;
   }
-  b->event_destroy(e0);
-  b->event_destroy(e1);
-  b->free(flush);
+  release();
   std::vector<double> s = t.samples_ms;
   std::sort(s.begin(), s.end());
   t.median_ms = s.empty() ? 0 : (s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]));

@@ -29,13 +29,15 @@ constexpr long kMaxReps = 100000;
 const char* kUsageText =
     "usage: kiln-rt info   PKG [--target ID] [--device N]\n"
     "       kiln-rt verify PKG [--pubkey PEM] [--target ID] [--device N]\n"
-    "       kiln-rt bench  PKG [--reps N] [--device N]\n"
-    "       kiln-rt tune   PKG --out measurements.json [--reps N] [--device N]\n"
+    "       kiln-rt bench  PKG [--reps N] [--preheat S] [--device N]\n"
+    "       kiln-rt tune   PKG --out measurements.json [--reps N] [--preheat S] [--device N]\n"
+    "--preheat S: seconds of back-to-back launches before each kernel's timed ones (default 0.3; 0: none)\n"
     "exit: 0 ok, 1 a check failed, 2 usage, 3 verified statically only (no device, or --target)\n";
 
 struct Args {
   std::string cmd, pkg, target, pubkey, out;
   int device = 0, reps = 50;
+  double preheat_s = 0.3;  // time_on_device's lead-in
 };
 
 bool parse(int argc, char** argv, Args& a) {
@@ -65,6 +67,17 @@ bool parse(int argc, char** argv, Args& a) {
         return false;
       }
       a.reps = (int)n;
+    }
+    else if (s == "--preheat") {
+      if (!value(v)) return false;
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end || !(x >= 0 && x <= 60)) {
+        std::fprintf(stderr, "kiln-rt: --preheat %s: must be a number of seconds from 0 to 60\n",
+                     v.substr(0, 32).c_str());
+        return false;
+      }
+      a.preheat_s = x;
     }
     else if (!s.empty() && s[0] == '-') return false;
     else if (a.pkg.empty()) a.pkg = s;
@@ -179,7 +192,7 @@ int cmd_bench(const Args& a) {
     for (size_t v = 0; v < m.kernels[k].variants.size(); ++v) {
       const Variant& var = m.kernels[k].variants[v];
       if (!p->runs_here(k, v) || var.rank != 0) continue;
-      Timing t = time_on_device(*p, k, v, a.reps, 3, &inputs);
+      Timing t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s);
       double ref = var.confirmed_median_ms.value_or(var.value_ms);
       double ratio = ref > 0 ? t.median_ms / ref : 0;
       bool flag = ref > 0 && ratio > 1.03;
@@ -210,7 +223,7 @@ int cmd_tune(const Args& a) {
       std::string why;
       try {
         why = verify_on_device(*p, k, v, &inputs);
-        if (why.empty()) t = time_on_device(*p, k, v, a.reps, 3, &inputs);
+        if (why.empty()) t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s);
       } catch (const Error& e) {
         why = e.what();
       }
