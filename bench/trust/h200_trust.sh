@@ -14,7 +14,7 @@
 #   KILN_RUN_TIMEOUT  seconds for `kiln run` (default 360)
 #   KILN_SKIP_BUILD=1 reuse build-gpu/
 #   TAG               name of the result folder (default trust)
-# Writes $OUT/$TAG.tgz (run log, nvidia-smi utilisation every 200 ms, best, package manifest, verify, benches, slim catalog).
+# Writes $OUT/$TAG.tgz (run log, nvidia-smi utilisation every 200 ms, best, package manifest, verify, benches, slim catalog, the docs copy of the catalog).
 set -uo pipefail
 TAG=${TAG:-trust}
 W=/tmp/$TAG
@@ -47,4 +47,7 @@ echo "kiln-rt bench: rc=$?"; tail -20 "$W/rtbench.txt"
 python3 bench/trust/independent_bench.py "$W/pkg" --json "$W/independent.json" >"$W/independent.txt" 2>&1
 echo "independent harness: rc=$?"; cat "$W/independent.txt" | tail -20
 python3 bench/search/slim_catalog.py "$KILN_CATALOG" "$W/kiln-h200-slim.db" >/dev/null 2>&1
+# the catalog without its code objects' bytes: perf_table.py regenerates the tables from it
+python3 bench/search/slim_catalog.py "$KILN_CATALOG" "$W/kiln-h200-docs.db" --keep-best >/dev/null 2>&1 \
+  && xz -f "$W/kiln-h200-docs.db"
 tar czf "$OUT/$TAG.tgz" -C /tmp --exclude="$TAG/pkg/objects" --exclude="$TAG/kiln.db*" "$TAG"

@@ -242,3 +242,19 @@ def test_kiln_decide(tmp_path):
     assert d[0]["verdict"] == "regressed" and d[1]["verdict"] == "unchanged" and d[1]["p"] == 1.0
     r = subprocess.run([str(KILN), "decide"], input="{}", capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "pairs" in r.stderr
+
+
+def test_a_docs_copy_of_the_catalog_keeps_what_kiln_best_reads(cpu_run, tmp_path):
+    """bench/search/slim_catalog.py --keep-best: the code objects' bytes gone,
+    `kiln best --json` (what bench/perf_table.py reads) unchanged but for the
+    summary decoded from those bytes."""
+    copy = tmp_path / "docs.db"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "search" / "slim_catalog.py"), str(cpu_run["cat"]),
+                    str(copy), "--keep-best"], check=True, timeout=120)
+    assert db_rows(cpu_run["cat"], "SELECT COUNT(*) FROM blobs WHERE length(data) > 0")[0][0] > 0
+    assert db_rows(copy, "SELECT COUNT(*) FROM blobs WHERE length(data) > 0")[0][0] == 0
+    best = [json.loads(kiln("best", "--json", catalog=c).stdout) for c in (cpu_run["cat"], copy)]
+    for b in best:  # the code object's summary is decoded from its bytes: gone in the copy
+        for row in b:
+            row.pop("code_object")
+    assert best[0] and best[0] == best[1]
