@@ -1,0 +1,45 @@
+"""bench/trust/trust_compare.py on two hand-written runs: the latency rule and
+the same-run speedup rule of its reproducibility tables."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "trust"))
+from trust_compare import holds  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "trust" / "trust_compare.py"
+
+
+def test_holds_inside_either_interval_or_within_two_percent():
+    assert holds(1.00, [0.99, 1.01], 1.005, [1.0, 1.1])          # B inside A's interval
+    assert holds(1.00, [0.999, 1.001], 1.05, [0.99, 1.06])      # A inside B's interval
+    assert holds(1.00, [0.999, 1.001], 1.019, [1.018, 1.02])    # 1.9% apart
+    assert not holds(1.00, [0.999, 1.001], 1.03, [1.029, 1.031])  # 3% apart, disjoint intervals
+
+
+def best(op, ms, ci, eager_ms, sp, sp_ci):
+    return {"op": op, "shape": [4096], "dtype": "bf16", "target": "H200",
+            "confirmed": {"median_ms": ms, "ci95_ms": ci, "conditions": {},
+                          "baselines": {"eager": {"median_ms": eager_ms, "speedup": sp, "speedup_ci95": sp_ci}}}}
+
+
+def test_a_device_that_moves_both_kernel_and_baseline_holds_in_the_speedup_table(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    # gemm: kernel and eager both 4% slower in run B (the power state); add: unchanged
+    (a / "best.json").write_text(json.dumps([best("gemm", 0.40, [0.399, 0.401], 0.50, 1.25, [1.24, 1.26]),
+                                             best("add", 0.19, [0.189, 0.191], 0.19, 1.0, [0.99, 1.01])]))
+    (b / "best.json").write_text(json.dumps([best("gemm", 0.416, [0.415, 0.417], 0.52, 1.25, [1.24, 1.26]),
+                                             best("add", 0.19, [0.189, 0.191], 0.19, 1.0, [0.99, 1.01])]))
+    (b / "independent.json").write_text(json.dumps({"device": "X", "torch": "t", "triton": "3", "rows": [
+        {"operator": "add", "shape": [4096], "dtype": "bf16", "ms": 0.1957, "catalog_ms": 0.19, "correct": True}]}))
+    out = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "| gemm 4096 bf16 | 0.4000 [0.3990, 0.4010] | 0.4160 [0.4150, 0.4170] | 1.040 | **no** |" in out
+    assert "1 of 2 jobs hold." in out
+    assert "| gemm 4096 bf16 | 1.250 [1.240, 1.260] | 1.250 [1.240, 1.260] | 1.000 | yes |" in out
+    assert "2 of 2 speedups over the same run's eager hold." in out
+    assert "0 of 1 confirmed medians reproduced within 3%" in out  # 0.1957 / 0.19 = 1.030
