@@ -7,7 +7,7 @@ OMP_NUM_THREADS = cores / N), sends each a hello and times it from the spawn to
 the answer. Each worker reports its own steps (hello's "startup": process =
 interpreter start and imports before main, imports = torch and triton, and on a
 GPU context, compile = check.compare's kernel, kernels = the warm-up's tiny
-kernels, library = the template library). Rounds:
+kernels, library = the template library, hello = the answer's own work). Rounds:
 
   cold  a fresh, empty Triton cache (what bench/scale/two_gpu.sh's runs see)
   warm  the same cache again (what a second run on the node sees)
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 HOME = Path(__file__).resolve().parents[2]
-STEPS = ("process_s", "imports_s", "context_s", "compile_s", "kernels_s", "library_s")
+STEPS = ("process_s", "imports_s", "context_s", "compile_s", "kernels_s", "library_s", "hello_s")
 
 
 def start_round(n: int, device: str, cache: str) -> dict:

@@ -76,6 +76,16 @@ class Reader {
     const json* p = member(key, "array");
     return p && p->is_array() ? p : nullptr;
   }
+  // A member that is an object of numbers, as a map (members of another type
+  // are skipped; absent or not an object: empty).
+  std::map<std::string, double> numbers(const char* key) const {
+    std::map<std::string, double> out;
+    const json* p = member(key, "object");
+    if (p && p->is_object())
+      for (const auto& [k, v] : p->items())
+        if (v.is_number()) out[k] = v.get<double>();
+    return out;
+  }
   // Reads each (key, field) pair in turn, the member's expected type taken
   // from the field's: fields("runs", k.runs, "mean_ms", k.mean_ms).
   template <class T, class... Rest>
@@ -156,6 +166,20 @@ EvaluationResult read(const json& top, std::vector<std::pair<std::string, std::s
     Timings& k = out.timings;
     t->fields("compile_s", k.compile_s, "check_s", k.check_s, "bench_s", k.bench_s, "setup_s", k.setup_s,
               "preload_s", k.preload_s, "gpu_s", k.gpu_s, "kernel_s", k.kernel_s);
+    t->fields("module_s", k.module_s, "plan_s", k.plan_s, "inputs_s", k.inputs_s, "reference_s", k.reference_s,
+              "setup_wait_s", k.setup_wait_s, "setup_warm_wait_s", k.setup_warm_wait_s, "memory_wait_s",
+              k.memory_wait_s, "util_s", k.util_s, "worker_s", k.worker_s);
+    k.lock_wait_s = t->numbers("lock_wait_s");
+    if (auto w = t->object("warm_up")) {
+      WarmUpTimings u;
+      w->fields("context_s", u.context_s, "compile_s", u.compile_s, "kernels_s", u.kernels_s, "wait_s", u.wait_s);
+      k.warm_up = u;
+    }
+    if (auto i = t->object("plan_import")) {
+      PlanImportTimings u;
+      i->fields("import_s", u.import_s, "wait_s", u.wait_s);
+      k.plan_import = u;
+    }
     if (const json* spans = t->array("gpu_spans"))
       for (const auto& s : *spans) {
         // [start, end, kind]: a span of another shape is skipped
@@ -187,7 +211,8 @@ const std::vector<std::pair<std::string, std::string>>& evaluation_result_fields
   static const std::vector<std::pair<std::string, std::string>> fields = [] {
     std::vector<std::pair<std::string, std::string>> seen;
     const json all = {{"correctness", json::object()}, {"latency", json::object()}, {"artifact", json::object()},
-                      {"traffic", json::object()}, {"timings", json::object()}};
+                      {"traffic", json::object()},
+                      {"timings", {{"warm_up", json::object()}, {"plan_import", json::object()}}}};
     read(all, &seen);
     return seen;
   }();

@@ -11,6 +11,7 @@
 // Threading: pure functions and value types, no state.
 #pragma once
 #include <array>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,9 +73,33 @@ struct GpuSpan {
   std::string kind;  // bench | check | setup
 };
 
+// $defs.timings.warm_up: a GPU worker's warm-up, in its first evaluation.
+struct WarmUpTimings {
+  std::optional<double> context_s, compile_s, kernels_s;
+  std::optional<double> wait_s;  // the first evaluation's wait for it
+};
+
+// $defs.timings.plan_import: the memory plan's fake-tensor import, in the
+// worker's first evaluation after it finished.
+struct PlanImportTimings {
+  std::optional<double> import_s;  // its own seconds (a thread of the worker's start)
+  std::optional<double> wait_s;    // what the memory plans waited for it
+};
+
 // $defs.timings
 struct Timings {
   std::optional<double> compile_s, check_s, bench_s, setup_s, preload_s, gpu_s, kernel_s;
+  // Where the evaluation's time went besides those (a worker's first one
+  // pays for its set-up): the template module's import, the job's memory plan,
+  // the set-up's input draws and references, the check's wait for the set-up
+  // thread (and that thread's for the warm-up), the memory wait of a check
+  // alone, reading the driver's utilisation samples, and the whole
+  // evaluation in the worker.
+  std::optional<double> module_s, plan_s, inputs_s, reference_s, setup_wait_s, setup_warm_wait_s, memory_wait_s,
+      util_s, worker_s;
+  std::map<std::string, double> lock_wait_s;  // the wait for the GPU lock per kind (setup, check, bench)
+  std::optional<WarmUpTimings> warm_up;
+  std::optional<PlanImportTimings> plan_import;
   std::vector<GpuSpan> gpu_spans;
   // The GPU driver's utilisation samples since the worker's previous answer:
   // (unix seconds, percent of the sample period during which a kernel ran).

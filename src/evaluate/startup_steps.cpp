@@ -16,8 +16,8 @@ std::map<std::string, double> startup_steps(const nlohmann::json& hello_result) 
 }
 
 std::string describe_startup(const std::map<std::string, double>& steps) {
-  static constexpr std::array<const char*, 7> kOrder = {"preload_s", "process_s", "imports_s", "context_s",
-                                                        "compile_s", "kernels_s", "library_s"};
+  static constexpr std::array<const char*, 8> kOrder = {"preload_s", "process_s", "imports_s", "context_s",
+                                                        "compile_s", "kernels_s", "library_s", "hello_s"};
   std::string out;
   auto add = [&out](const std::string& key, double seconds) {
     std::string name = key.size() > 2 && key.compare(key.size() - 2, 2, "_s") == 0

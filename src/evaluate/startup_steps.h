@@ -4,7 +4,8 @@
 // (the interpreter and the imports before main; a forked worker: since the fork), imports (torch, triton, the
 // device query), and on a GPU context (the CUDA/HIP context), compile (the
 // check's comparison kernel) and kernels (the warm-up's tiny kernels, the wait
-// for the GPU lock included), then library (the template library).
+// for the GPU lock included), then library (the template library) and hello
+// (the hello answer's own work: the templates' digests).
 #pragma once
 #include <map>
 #include <string>

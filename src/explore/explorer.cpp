@@ -28,6 +28,7 @@
 #include "search/estimate.h"
 #include "evaluate/startup_steps.h"
 #include "evaluate/worker_process.h"
+#include "explore/first_results.h"
 #include "explore/select.h"
 #include "explore/run_supervisor.h"
 #include "explore/scheduler.h"
@@ -143,6 +144,7 @@ class Explorer {
 
   RunSummary run() {
     const auto t0 = Clock::now();
+    run_t0_ = t0;
     start_epoch_ = epoch_now();
     if (opts_.metrics) opts_.metrics->run_started(start_epoch_, std::max(1, opts_.workers));
     // The signal handlers go in before any worker starts: a SIGTERM while the
@@ -181,6 +183,7 @@ class Explorer {
       summary_.gpu_driver_coverage = u->coverage;
     }
     static_cast<RunCounts&>(summary_) = scheduler_->stats();
+    note_first_results(true);
     out_ << stamp() << progress_line(true) << std::endl;
     std::error_code ec;
     std::filesystem::remove_all(artifact_dir_, ec);
@@ -222,6 +225,7 @@ class Explorer {
     gpu_kernel_each_s_.assign(gpu_spans_.size(), 0);
     driver_util_ = std::make_unique<DriverUtilisation>(gpu_spans_.size());
     slot_gpu_.assign(static_cast<size_t>(n), 0);
+    first_results_ = std::make_unique<FirstResults>(static_cast<size_t>(n));
     if (!ids.empty()) {
       // Slot i on GPU i mod G: consecutive slots alternate GPUs, so a job's
       // first candidates already spread over all of them.
@@ -248,7 +252,11 @@ class Explorer {
       on_ready(i, r, startup_s, first);
     };
     hooks.idle = [this] { pump(); };
-    hooks.dropped = [this](size_t, const std::string&) { note_started(); };
+    hooks.dropped = [this](size_t i, const std::string&) {
+      first_results_->dropped(i);
+      note_started();
+      note_first_results(false);
+    };
     hooks.exhausted = [this](const std::string& why) { stop("no evaluator worker is left: " + why); };
     if (opts_.metrics) hooks.restarting = [this](const char* reason) { opts_.metrics->worker_restart(reason); };
     pool_->start(std::move(hooks));
@@ -266,7 +274,7 @@ class Explorer {
     return "worker " + std::to_string(i) + " was bound to GPU " + want + " but reports " + var + "=" + got;
   }
 
-  void on_ready(size_t, const json& r, double startup_s, bool first) {
+  void on_ready(size_t i, const json& r, double startup_s, bool first) {
     if (summary_.device.empty()) {
       summary_.device = r.value("device", json::object()).value("name", "unknown");
       scheduler_->set_device(summary_.device);
@@ -275,6 +283,7 @@ class Explorer {
     }
     if (opts_.metrics) opts_.metrics->workers_ready(pool_->ready());
     if (first) {  // a worker restarted later is not part of the run's start
+      first_results_->ready(i, since_start());
       first_ready_.push_back(startup_s);
       for (const auto& [k, v] : startup_steps(r)) startup_steps_[k].push_back(v);
       note_started();
@@ -304,6 +313,20 @@ class Explorer {
     out_ << line.str() << std::endl;
   }
 
+  // Seconds since run() began.
+  double since_start() const { return std::chrono::duration<double>(Clock::now() - run_t0_).count(); }
+
+  // Once, the line on the run's first results (first_results.h): when every
+  // slot has answered its first evaluation, or at the end of the run with those
+  // that have.
+  void note_first_results(bool at_end) {
+    if (first_noted_ || !first_results_ || !(at_end || first_results_->all_answered())) return;
+    const std::string line = first_results_->line();
+    if (line.empty()) return;
+    first_noted_ = true;
+    out_ << stamp() << line << std::endl;
+  }
+
   // Gives every idle slot work; stops the loop when the scheduler is done.
   void pump() {
     if (stopping_) return;
@@ -312,7 +335,9 @@ class Explorer {
       std::optional<WorkItem> item = scheduler_->next(static_cast<int>(i));
       if (!item) break;
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(item->timeout_s * 1000));
-      pool_->submit(i, item->request, timeout, [this, i, w = *item](WorkerOutcome o, int pid) {
+      const double sent = since_start();
+      if (item->kind == WorkItem::Kind::kEvaluate) first_results_->sent(i, sent);
+      pool_->submit(i, item->request, timeout, [this, i, sent, w = *item](WorkerOutcome o, int pid) {
         if (o.kind == WorkerOutcome::Kind::kReply) {
           const size_t g = slot_gpu_[i];
           driver_util_->take(g, o.reply);  // the GPU's samples, not the candidate's: not recorded with it
@@ -321,10 +346,17 @@ class Explorer {
           summary_.gpu_kernel_s += kernel_s;
           gpu_kernel_each_s_[g] += kernel_s;
         }
+        if (w.kind == WorkItem::Kind::kSpace) first_results_->space(sent, since_start());
+        if (w.kind == WorkItem::Kind::kEvaluate) {
+          const EvaluationResult r = o.kind == WorkerOutcome::Kind::kReply ? read_evaluation_result(o.reply)
+                                                                           : EvaluationResult{};
+          first_results_->answered(i, since_start(), o.kind == WorkerOutcome::Kind::kReply ? &r.timings : nullptr);
+        }
         // evaluations.worker: the evaluator's pid, and its GPU where the run spans several
         std::string who = "pid " + std::to_string(pid);
         if (opts_.gpus.ids.size() > 1) who += " gpu " + opts_.gpus.ids[slot_gpu_[i]];
         scheduler_->complete(w, o, who);
+        note_first_results(false);
       });
     }
     if (!pool_->any_busy() && scheduler_->finished()) stop("");
@@ -446,7 +478,9 @@ class Explorer {
   std::unique_ptr<RunSupervisor> supervisor_;
   std::unique_ptr<SlotPool> pool_;
   std::vector<size_t> slot_gpu_;                         // each slot's index into opts_.gpus.ids (0 unbound)
-  bool stopping_ = false, noted_ = false;
+  bool stopping_ = false, noted_ = false, first_noted_ = false;
+  Clock::time_point run_t0_ = Clock::now();
+  std::unique_ptr<FirstResults> first_results_;           // the slots' first evaluations (the run's start)
   RunSummary summary_;
   std::vector<double> first_ready_;                      // each slot's first start-up, seconds
   std::map<std::string, std::vector<double>> startup_steps_;  // hello's "startup", per step

@@ -129,3 +129,25 @@ TEST(Protocol, ReadingIsTyped) {
   EXPECT_EQ(read_evaluation_result(json::object()).status, EvalStatus::kCrash);
   EXPECT_EQ(read_evaluation_result(nullptr).raw, json::object());
 }
+
+TEST(Protocol, ReadsTheSetUpPhases) {
+  const json r = {{"status", "ok"},
+                  {"timings", {{"plan_s", 2.5}, {"worker_s", "slow"}, {"setup_wait_s", 1.0},
+                               {"lock_wait_s", {{"setup", 0.25}, {"bench", 1}, {"check", "x"}}},
+                               {"warm_up", {{"context_s", 1.5}, {"wait_s", 0.5}, {"kernels_s", nullptr}}},
+                               {"plan_import", {{"import_s", 3.0}, {"error", "ImportError: no"}}}}}};
+  const Timings t = read_evaluation_result(r).timings;
+  EXPECT_EQ(t.plan_s, 2.5);
+  EXPECT_FALSE(t.worker_s);  // not a number: left unset
+  EXPECT_EQ(t.setup_wait_s, 1.0);
+  EXPECT_FALSE(t.inputs_s);
+  EXPECT_EQ(t.lock_wait_s, (std::map<std::string, double>{{"setup", 0.25}, {"bench", 1.0}}));
+  ASSERT_TRUE(t.warm_up);
+  EXPECT_EQ(t.warm_up->context_s, 1.5);
+  EXPECT_EQ(t.warm_up->wait_s, 0.5);
+  EXPECT_FALSE(t.warm_up->kernels_s);
+  ASSERT_TRUE(t.plan_import);
+  EXPECT_EQ(t.plan_import->import_s, 3.0);
+  EXPECT_FALSE(t.plan_import->wait_s);
+  EXPECT_FALSE(read_evaluation_result(json{{"status", "ok"}, {"timings", {{"warm_up", 1}}}}).timings.warm_up);
+}

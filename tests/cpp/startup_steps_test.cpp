@@ -17,13 +17,13 @@ TEST(StartupSteps, TakesTheNumbersOfHellosStartup) {
 }
 
 TEST(StartupSteps, DescribesThemInTheOrderTheyHappen) {
-  // not the map's (alphabetical) order: process, imports, context, compile, kernels, library
+  // not the map's (alphabetical) order: process, imports, context, compile, kernels, library, hello
   const std::map<std::string, double> steps = {{"compile_s", 1.234}, {"imports_s", 4.5}, {"kernels_s", 0.6},
                                                {"library_s", 0.03}, {"process_s", 0.07}, {"context_s", 0.5},
-                                               {"zz_s", 1}};
+                                               {"hello_s", 0.12}, {"zz_s", 1}};
   EXPECT_EQ(describe_startup(steps),
             "process 0.07 s, imports 4.50 s, context 0.50 s, compile 1.23 s, kernels 0.60 s, "
-            "library 0.03 s, zz 1.00 s");
+            "library 0.03 s, hello 0.12 s, zz 1.00 s");
   EXPECT_EQ(describe_startup({}), "");
 }
 

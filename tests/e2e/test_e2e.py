@@ -145,6 +145,18 @@ def test_run_reports_the_workers_start_up(quickstart):
     assert len(line) == 1 and "imports" in line[0], quickstart["run2"].stderr[-2000:]
 
 
+def test_run_reports_its_first_results(quickstart):
+    # once both workers have answered their first evaluation: when, and where
+    # their time went, before the run's last line
+    err = quickstart["run2"].stderr.splitlines()
+    first = [i for i, ln in enumerate(err) if "first results: the first after" in ln]
+    assert len(first) == 1, quickstart["run2"].stderr[-3000:]
+    line = err[first[0]]
+    assert re.search(r"\([12] of 2 workers\)", line) and "in the worker" in line and "compile" in line, line
+    assert "plan" in line, line  # a fresh worker plans the job it is given first
+    assert first[0] < max(i for i, ln in enumerate(err) if "finished:" in ln)
+
+
 def test_no_candidate_evaluated_twice(quickstart):
     cat = quickstart["catalog"]
     n_cand = db_rows(cat, "SELECT COUNT(*) FROM candidates")[0][0]

@@ -84,3 +84,28 @@ def test_without_nvml_there_is_no_account():
         def _device(self):
             return False
     assert NoNvml().take() == []
+
+
+def test_start_finds_the_device_beside_the_requests():
+    # NVML's initialisation in start()'s thread; the first take waits for it
+    import threading
+    import time
+
+    now = 1_800_000_000.0
+    nv = FakeNvml()
+    nv.add(int(now * 1e6), 70)
+    found_in = []
+
+    class Slow(UtilisationSamples):
+        def _device(self):
+            if self._nv is None:
+                found_in.append(threading.current_thread().name)
+                time.sleep(0.2)
+                self._nv, self._h = nv, "h"
+            return True
+
+    u = Slow(clock=lambda: now)
+    u.start()
+    u.start()  # once
+    assert u.take() == [[now, 70.0]]
+    assert found_in == ["kiln-nvml"]

@@ -113,6 +113,10 @@ class Evaluation:
         self.verify_cache: dict = {}
         self._job = None  # the job of the check in progress (_check)
         self._setup_s = 0.0  # this evaluation's job set-up time (_check)
+        # this evaluation's phases before its check, seconds (plan_s, inputs_s,
+        # reference_s, setup_warm_wait_s): written by run()'s thread or by its
+        # set-up thread (_start_setup) before run() joins it; in its timings
+        self._phases: dict[str, float] = {}
         self._preload_s = None  # its kernel load before the GPU lock (_check, GPU only)
         if dev.is_gpu:
             install_scratch_allocator(dev.torch_device)
@@ -121,6 +125,7 @@ class Evaluation:
         gpulock.take_spans()
         self._memory_wait_s = None
         self._plan_now = None
+        self._phases = {}
         try:
             res = self._attempt(job, config, artifact_dir)
         except _OutOfMemory:
@@ -158,6 +163,12 @@ class Evaluation:
         if self._memory_wait_s is not None and isinstance(timings, dict):
             # a check alone on the GPU: the wait for the other workers' memory
             timings["memory_wait_s"] = round(self._memory_wait_s, 6)
+        if isinstance(timings, dict):
+            for k, v in self._phases.items():
+                timings[k] = timings.get(k, 0.0) + v
+            imported = memplan.import_report()  # once per worker: the fake-tensor import
+            if imported is not None:
+                timings["plan_import"] = imported
         return res
 
     def _attempt(self, job: Any, config: Any, artifact_dir: Any) -> dict:
@@ -177,8 +188,9 @@ class Evaluation:
             raise BadRequest("'config' must be an object")
         if artifact_dir is not None and not isinstance(artifact_dir, str):
             raise BadRequest("'artifact_dir' must be a string path")
-        mod = self.lib.launch_module(op)
-        self._plan_now = self._plan(mod, op, shape, dtype, params)
+        t0 = time.perf_counter()
+        mod = self.lib.launch_module(op)  # the template's module, imported by the first of its jobs
+        self._phases["module_s"] = self._phases.get("module_s", 0.0) + time.perf_counter() - t0
         res: dict[str, Any] = {
             "status": "ok", "message": "", "exec_device": self.dev.name,
             "correctness": None, "latency": None, "artifact": None,
@@ -186,9 +198,12 @@ class Evaluation:
             "timings": {"compile_s": 0.0, "check_s": 0.0, "bench_s": 0.0},
         }
 
-        # The job's set-up on this worker (inputs drawn, references computed)
-        # runs beside the compile, on a GPU (_SetUp); the check waits for it.
-        self._setup_s = 0.0
+        # The job's set-up on this worker (its memory plan, inputs drawn,
+        # references computed) runs beside the compile (_SetUp: on the CPU
+        # the plan alone); the check waits for it.
+        self._setup_s = 0.0  # and its parts, this attempt's (an out-of-memory retry's second)
+        self._phases.pop("inputs_s", None)
+        self._phases.pop("reference_s", None)
         setup = self._start_setup(mod, op, shape, dtype, params, job, config)
 
         # (1) compile for the job's target -----------------------------------
@@ -218,7 +233,13 @@ class Evaluation:
         t0 = time.perf_counter()
         try:
             if setup is not None:
-                setup.join()  # its error (out of memory...) is this check's
+                try:
+                    setup.join()  # its error (out of memory...) is this check's
+                finally:
+                    # the part of check_s that waited for the set-up thread
+                    res["timings"]["setup_wait_s"] = time.perf_counter() - t0
+            # the set-up thread's plan, else computed here (also for run()'s retry)
+            self._plan_now = self._plan(mod, op, shape, dtype, params)
             corr, inputs, out, last = self._check(mod, op, shape, dtype, params, config, job)
             res["correctness"] = corr
         except check.Incorrect as inc:
@@ -330,7 +351,9 @@ class Evaluation:
         cache's bound on the job's other seeds set from it."""
         key = _input_key(op, shape, dtype, params, self.dev.torch_device, None)[:-1]
         if key not in self.plans:
+            t0 = time.perf_counter()
             plan = memplan.job_plan(mod, op, shape, dtype, params, self.share)
+            self._phases["plan_s"] = self._phases.get("plan_s", 0.0) + time.perf_counter() - t0
             self.plans[key] = plan
             if plan is not None and plan.cache_bytes is not None:
                 self.inputs.limit(key, plan.cache_bytes, tight=plan.cache_bytes < plan.entry_bytes)
@@ -418,39 +441,62 @@ class Evaluation:
                 entry = {"pristine": check.snapshot(mod.make_inputs(op, shape, dtype, params, seed, dev)),
                          "ref": None, "memo": {}}
                 self._sync()
-            self._setup_s += time.perf_counter() - t0
+            self._add_setup("inputs_s", time.perf_counter() - t0)
             return entry
 
         own = job is not None and seed not in check.seed_list(job)
         return self.inputs.get(_input_key(op, shape, dtype, params, dev, seed), draw, transient=own)
 
     def _start_setup(self, mod, op, shape, dtype, params, job, config=None) -> "_SetUp | None":
-        """On a GPU, the job's set-up for this worker -- each seed's inputs
-        drawn and its reference computed -- in a thread of its own, started
-        before the candidate compiles: a worker's first candidate of a job then
-        does not wait for it after its compile (about 4% of the workers' time
-        in an exploration, docs/performance-journal.md). None when there is nothing to
-        prepare: on the CPU, set up already, inside the out-of-memory retry
-        (which holds the GPU lock whole), or a job whose tolerances or seeds
-        are bad (the check reports those)."""
-        if not self.dev.is_gpu or gpulock.held() is not None:
+        """The job's set-up for this worker in a thread of its own, started
+        before the candidate compiles, so that a worker's first candidate of a
+        job does not wait for it after its compile (about 4% of the workers'
+        time in an exploration, docs/performance-journal.md): the job's memory
+        plan where this worker has none yet (_plan; a worker's first waits for
+        the fake-tensor import, memplan.start_import), then, on a GPU, each
+        seed's inputs drawn and its reference computed. On the CPU the plan
+        alone. None when there is nothing to do: planned and set up already,
+        inside the out-of-memory retry (which holds the GPU lock whole: all of
+        it in run()'s thread), or planned and a job whose tolerances or seeds
+        are bad (the check reports those), that does not fit its seeds, or
+        that checks alone."""
+        if gpulock.held() is not None:
             return None
+        key = _input_key(op, shape, dtype, params, self.dev.torch_device, None)[:-1]
+        planned = key in self.plans
+
+        def plan_only() -> "_SetUp | None":
+            return None if planned else _SetUp(lambda: self._plan(mod, op, shape, dtype, params))
+
+        if not self.dev.is_gpu:
+            return plan_only()
         try:
             seeds = check.seed_list(job, check.candidate_id(config))
             updt = check.upcast_dtype(dtype)
         except Exception:  # noqa: BLE001
-            return None
+            return plan_only()
         dev = self.dev.torch_device
         keys = [_input_key(op, shape, dtype, params, dev, seed) for seed in seeds]
-        if all(self.inputs.prepared(k) for k in keys) or self.inputs.tight(keys[0]):
+
+        def set_up_ahead(plan) -> bool:
+            if all(self.inputs.prepared(k) for k in keys) or self.inputs.tight(keys[0]):
+                return False
+            # a job that checks alone, or whose seeds do not fit: the check
+            # draws its seeds one at a time
+            return plan is None or not (plan.alone or not plan.seeds_fit(len(seeds)))
+
+        if planned and not set_up_ahead(self.plans[key]):
             return None
-        plan = self._plan(mod, op, shape, dtype, params)
-        if plan is not None and (plan.alone or not plan.seeds_fit(len(seeds))):
-            return None  # the check draws its seeds one at a time
+        if all(self.inputs.prepared(k) for k in keys):
+            return plan_only()
 
         def prepare():
+            if not set_up_ahead(self._plan(mod, op, shape, dtype, params)):
+                return
             if self.warm is not None:
+                t0 = time.perf_counter()
                 self.warm.join()  # the warm-up's kernels first (WarmUp)
+                self._phases["setup_warm_wait_s"] = time.perf_counter() - t0
             self.yield_memory()  # the run()'s thread compiles: the cache is this thread's
             for seed in seeds:
                 entry = self._entry(mod, op, shape, dtype, params, seed, dev, job)
@@ -459,9 +505,14 @@ class Evaluation:
                     with self._shared_gpu_lock("setup"):
                         entry["ref"] = _reference(mod, op, entry["pristine"], updt, params, seed)
                         self._sync()
-                    self._setup_s += time.perf_counter() - t0
+                    self._add_setup("reference_s", time.perf_counter() - t0)
 
         return _SetUp(prepare)
+
+    def _add_setup(self, phase: str, seconds: float) -> None:
+        """seconds of the job's set-up (inputs_s or reference_s; setup_s their sum)."""
+        self._setup_s += seconds
+        self._phases[phase] = self._phases.get(phase, 0.0) + seconds
 
     def _one_seed(self, mod, op, shape, dtype, params, config, seed, updt, dev, atol, rtol,
                   acc, first=False):
@@ -490,7 +541,7 @@ class Evaluation:
         if fresh:
             entry["ref"] = _reference(mod, op, pristine, updt, params, seed)
             self._sync()
-            self._setup_s += time.perf_counter() - t0
+            self._add_setup("reference_s", time.perf_counter() - t0)
         ref = entry["ref"]
         torch.manual_seed(seed)
         inputs = check.snapshot(pristine)  # the candidate's own copies

@@ -28,11 +28,22 @@ so they are exact for every template. ``job_plan`` returns None when the
 module's functions cannot run on fake tensors (the caller then keeps its
 older bound: half the share for the cache).
 
-Pure functions of their arguments and the environment; thread-safe.
+FakeTensorMode's first construction in a process imports torch._dynamo (about
+800 modules: 1-1.4 s on an idle core, more when a dozen workers start at once
+and share the cores). ``start_import`` does that in a thread of its own when the worker
+starts, while it answers hello and waits for its first request; ``job_plan``
+waits for it (``wait_for_import``) instead of importing in its caller's
+thread, and ``import_report`` says how long the import took and how long the
+first plan waited for it.
+
+Pure functions of their arguments and the environment, and the one import
+thread; thread-safe.
 """
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass
 
 BUDGET_ENV = "KILN_WORKER_INPUT_BYTES"  # this worker's share in bytes, on any device (tests)
@@ -111,10 +122,86 @@ def share_bytes(dev) -> int | None:
     return share - min(HEADROOM_BYTES, share // 2)
 
 
+class _Import:
+    """The fake-tensor import in its thread (start_import); its seconds and
+    the waits for it."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.import_s: float | None = None
+        self.error: str | None = None
+        self.waited_s = 0.0      # by job_plan callers, summed
+        self.reported = False    # import_report's first call done
+        threading.Thread(target=self._run, name="kiln-fake-import", daemon=True).start()
+
+    def _run(self):
+        t0 = time.perf_counter()
+        try:
+            import_fake_tensors()
+        except Exception as exc:  # noqa: BLE001 - job_plan imports again and meets it
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.import_s = time.perf_counter() - t0
+            self.done.set()
+
+
+_IMPORT: _Import | None = None
+_IMPORT_LOCK = threading.Lock()
+
+
+def import_fake_tensors() -> None:
+    """Imports what job_plan's FakeTensorMode needs: constructing one imports
+    torch._dynamo and its configs (torch 2.x); the instance is dropped (no
+    mode is entered, so no thread's dispatch changes)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def start_import() -> None:
+    """Starts import_fake_tensors in a daemon thread (once per process; later
+    calls do nothing). Touches no device: safe before the GPU is used."""
+    global _IMPORT
+    with _IMPORT_LOCK:
+        if _IMPORT is None:
+            _IMPORT = _Import()
+
+
+def wait_for_import() -> float:
+    """Blocks until start_import's thread has finished (at once when none was
+    started); returns the seconds waited."""
+    imp = _IMPORT
+    if imp is None or imp.done.is_set():
+        return 0.0
+    t0 = time.perf_counter()
+    imp.done.wait()
+    waited = time.perf_counter() - t0
+    with _IMPORT_LOCK:
+        imp.waited_s += waited
+    return waited
+
+
+def import_report() -> dict | None:
+    """Once, after start_import's thread has finished: {"import_s": its
+    seconds, "wait_s": what job_plan's callers waited for it} (and "error" if
+    it failed); None before that, after the first call, or with no thread."""
+    imp = _IMPORT
+    if imp is None or not imp.done.is_set():
+        return None
+    with _IMPORT_LOCK:
+        if imp.reported:
+            return None
+        imp.reported = True
+        out = {"import_s": imp.import_s, "wait_s": imp.waited_s}
+    if imp.error:
+        out["error"] = imp.error
+    return out
+
+
 def job_plan(mod, op: str, shape, dtype: str, params: dict, share: int | None) -> MemoryPlan | None:
     """The plan of one job of template module `mod` (module docstring), its
     sizes from make_inputs / output_like on fake tensors; None when they
-    cannot run there."""
+    cannot run there. Waits for start_import's thread first, if one runs."""
+    wait_for_import()
     from torch._subclasses.fake_tensor import FakeTensorMode
     from . import check
     updt = check.upcast_dtype(dtype)

@@ -52,6 +52,9 @@ class Library:
             raise TemplateError(f"kernels directory name {self.package!r} is not a Python identifier")
         self._operators: dict | None = None
         self._launch_modules: dict[str, types.ModuleType] = {}
+        # per (module, sha256 of its source): _scan's findings (a source is
+        # parsed once however often template_hashes reads it)
+        self._scans: dict[tuple[str, bytes], tuple[list[str], list[str]]] = {}
 
     # -- operators.yaml ---------------------------------------------------
     @property
@@ -141,14 +144,9 @@ class Library:
         it is part of the template's version. Sorted names."""
         found: set[str] = set()
         for name in mods:
-            path = self.dir / f"{name}.py"
-            if not path.is_file():
-                continue
-            for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                        "/" not in node.value and not node.value.endswith(".py") and \
-                        0 < len(node.value) < 256 and (self.dir / node.value).is_file():
-                    found.add(node.value)
+            scan = self._scan(name)
+            if scan is not None:
+                found.update(s for s in scan[1] if (self.dir / s).is_file())
         return sorted(found)
 
     def imported_modules(self, mod: str) -> set[str]:
@@ -159,19 +157,44 @@ class Library:
         todo = [mod]
         while todo:
             name = todo.pop()
-            path = self.dir / f"{name}.py"
-            if name in seen or not path.is_file():
+            if name in seen:
+                continue
+            scan = self._scan(name)
+            if scan is None:
                 continue
             seen.add(name)
-            try:
-                tree = ast.parse(path.read_bytes(), filename=str(path))
-            except SyntaxError as exc:
-                raise TemplateError(f"cannot parse {path}: {exc}") from None
-            todo.extend(self._local_names(tree))
+            todo.extend(n for n in scan[0] if (self.dir / f"{n}.py").is_file())
         seen.discard(mod)
         return seen
 
+    def _scan(self, name: str) -> tuple[list[str], list[str]] | None:
+        """What <name>.py's source names, read without running it: the modules
+        it may import from the kernels directory (_local_names) and its string
+        constants that may name a data file of it (data_files); whether those
+        files exist is the callers' question. None when the file is missing;
+        TemplateError when it does not parse. Parsed once per source."""
+        path = self.dir / f"{name}.py"
+        if not path.is_file():
+            return None
+        src = path.read_bytes()
+        key = (name, hashlib.sha256(src).digest())
+        found = self._scans.get(key)
+        if found is None:
+            try:
+                tree = ast.parse(src, filename=str(path))
+            except SyntaxError as exc:
+                raise TemplateError(f"cannot parse {path}: {exc}") from None
+            strings = sorted({node.value for node in ast.walk(tree)
+                              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                              and "/" not in node.value and not node.value.endswith(".py")
+                              and 0 < len(node.value) < 256})
+            found = (self._local_names(tree), strings)
+            self._scans[key] = found
+        return found
+
     def _local_names(self, tree: ast.AST) -> list[str]:
+        """The kernels-directory module names tree's imports mention (existing
+        or not)."""
         names = []
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -189,7 +212,7 @@ class Library:
                     parts = a.name.split(".")
                     if parts[0] == self.package and len(parts) > 1:
                         names.append(parts[1])
-        return [n for n in names if (self.dir / f"{n}.py").is_file()]
+        return names
 
     # -- importing ----------------------------------------------------------
     def _ensure_package(self) -> None:

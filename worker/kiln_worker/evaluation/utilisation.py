@@ -13,7 +13,10 @@ MAX_SAMPLES: the newest). The worker's server adds them to each answer's
 timings (``util_samples``); every worker of one GPU reads the same buffer, so
 the engine merges their samples by timestamp (src/explore/utilisation.h).
 
-Threading: one instance per worker process, used from its request thread only.
+Threading: one instance per worker process, used from its request thread only;
+start() finds NVML and the device in a thread of its own (NVML's
+initialisation, otherwise paid by the worker's first answer), which take()
+waits for.
 Failure: none raised. Where NVML is missing, the GPU has no samples, or the
 call is not supported, take() returns [] (no account rather than an error);
 a call that finds no sample newer than the last is an empty take, not a
@@ -39,6 +42,22 @@ class UtilisationSamples:
         self._last_us = 0        # the newest sample's driver timestamp seen (microseconds)
         self._off: float | None = None  # driver time -> unix time, where the driver's is not unix time
         self._broken = False
+        self._finding = None     # start()'s thread, until take() has joined it
+
+    def start(self) -> None:
+        """Finds NVML and the device (_device) in a daemon thread, so that the
+        first take() does not initialise NVML; take() waits for it."""
+        import threading
+        if self._nv is not None or self._finding is not None:
+            return
+
+        def find():
+            try:
+                self._device()
+            except Exception:  # noqa: BLE001 - take() meets it again and stops taking
+                pass
+        self._finding = threading.Thread(target=find, name="kiln-nvml", daemon=True)
+        self._finding.start()
 
     def _device(self) -> bool:
         if self._nv is not None:
@@ -52,6 +71,9 @@ class UtilisationSamples:
         return True
 
     def take(self) -> list[list[float]]:
+        if self._finding is not None:
+            self._finding.join()
+            self._finding = None
         if self._broken:
             return []
         try:

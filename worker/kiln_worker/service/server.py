@@ -5,6 +5,7 @@ import json
 import os
 import platform
 import sys
+import time
 import traceback
 from typing import Any, BinaryIO, TextIO
 
@@ -42,6 +43,9 @@ class Server:
         self._generated = None  # GeneratedEvaluator, created by the first generated request
         # the driver's utilisation samples since the last answer (utilisation.py)
         self.util = UtilisationSamples() if dev.is_gpu else None
+        if self.util is not None:
+            self.util.start()  # NVML found beside hello, not in the first answer
+        self._request_t0 = time.perf_counter()  # when the request being served was read (serve)
 
     # -- answers ----------------------------------------------------------
     def send(self, obj: dict) -> None:
@@ -60,6 +64,7 @@ class Server:
     def serve(self, stdin: BinaryIO) -> int:
         while True:
             raw = stdin.readline()
+            self._request_t0 = time.perf_counter()
             if not raw:
                 return 0
             text = raw.decode("utf-8", errors="replace").strip()
@@ -120,6 +125,11 @@ class Server:
         self.require_device()
         import torch
         import triton
+        t0 = time.perf_counter()
+        templates = self.lib.template_hashes()
+        operators = list(self.lib.operators.keys())
+        startup = {**self.startup, **(self.warm.phases if self.warm is not None and self.warm.done() else {})}
+        startup["hello_s"] = time.perf_counter() - t0  # this answer's own work (the templates' digests)
         return {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -127,10 +137,10 @@ class Server:
             "worker": __version__,
             "pid": os.getpid(),
             "device": self.dev.as_json(),
-            "startup": {**self.startup, **(self.warm.phases if self.warm is not None and self.warm.done() else {})},
+            "startup": startup,
             "kernels_dir": str(self.lib.dir),
-            "templates": self.lib.template_hashes(),
-            "operators": list(self.lib.operators.keys()),
+            "templates": templates,
+            "operators": operators,
             "methods": list(protocol.METHODS),
             "generated": {"statuses": list(protocol.STATUSES)},
         }
@@ -193,9 +203,19 @@ class Server:
         self.require_device()
         if req.get("source") is not None:  # generated code against a reference module
             self.wait_warm()
-            return self.with_utilisation(self.generated().evaluate(req))
-        return self.with_utilisation(self.evaluation.run(req.get("job"), req.get("config"),
-                                                         req.get("artifact_dir")))
+            result = self.generated().evaluate(req)
+        else:
+            result = self.evaluation.run(req.get("job"), req.get("config"), req.get("artifact_dir"))
+        t0 = time.perf_counter()
+        result = self.with_utilisation(result)
+        timings = result.get("timings") if isinstance(result, dict) else None
+        if isinstance(timings, dict):
+            if self.util is not None:
+                timings["util_s"] = time.perf_counter() - t0  # reading the driver's samples
+            # the whole evaluation in this worker, from reading the request:
+            # what its other timings leave out is the rest
+            timings["worker_s"] = time.perf_counter() - self._request_t0
+        return result
 
     def with_utilisation(self, result: dict) -> dict:
         """result, its timings given the GPU's utilisation samples since the
@@ -235,7 +255,6 @@ class Server:
 
 
 def main() -> int:
-    import time
     out = protect_stdout()
     from ..processes.device import WarmUp, describe_steps, process_age_s, select_device
     # How long each step of the start took (seconds), answered in hello: the
@@ -251,6 +270,12 @@ def main() -> int:
         forkserver.reexec_if_mismatched(out.fileno())  # Triton preloaded in the other mode
     t1 = time.perf_counter()
     startup["imports_s"] = t1 - t0
+    if not dev.error:
+        # The memory plan's fake-tensor machinery (torch._dynamo, ~800 modules)
+        # imported while this worker answers hello and waits for its first
+        # request, not in its first evaluation (memplan.start_import).
+        from ..evaluation import memplan
+        memplan.start_import()
     # The GPU warm-up runs beside the first requests (hello, spaces, the first
     # compiles); the first GPU work waits for it. Its phases are reported by
     # the first evaluation (timings.warm_up), and by hello if done by then.
