@@ -1,6 +1,7 @@
 #include "tools.h"
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 
 #include "error.h"
@@ -120,54 +121,60 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, Inpu
     VerifySpec vs = VerifySpec::parse(read_pkg_file(p.dir(), var.verify, "manifest.json verify"), var.verify);
     load_inputs(p, ks, var.verify, vs, kern, buf, cache);
   }
-  size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);
-  void* flush = b->alloc(flush_bytes);
+  const size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);
+  return time_launches(*b, [&] { kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr); },
+                       flush_bytes, reps, warmup, preheat_s);
+}
+
+Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flush_bytes, int reps, int warmup,
+                     double preheat_s) {
+  void* flush = b.alloc(flush_bytes);
   // Events: [0, 3) for the lead-in, then a start and an end per timed launch.
   std::vector<void*> ev;
   auto release = [&] {
-    for (void* e : ev) b->event_destroy(e);
-    b->free(flush);
+    for (void* e : ev) b.event_destroy(e);
+    b.free(flush);
   };
   Timing t;
   try {
-    for (int i = 0; i < 3 + 2 * reps; ++i) ev.push_back(b->event_create());
+    for (int i = 0; i < 3 + 2 * reps; ++i) ev.push_back(b.event_create());
     auto flushed_launch = [&](int i) {
-      b->fill_async(flush, static_cast<unsigned char>(i), flush_bytes, nullptr);
-      kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
+      b.fill_async(flush, static_cast<unsigned char>(i), flush_bytes, nullptr);
+      launch();
     };
-    for (int i = 0; i < warmup; ++i) kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
-    b->synchronize();
+    for (int i = 0; i < warmup; ++i) launch();
+    b.synchronize();
     if (preheat_s > 0) {
       // One flushed launch's time sizes chunks of ~20 ms. A chunk is always
       // queued behind the one whose end is waited for, so the device never
       // idles; the lead-in stops once preheat_s has passed and the timed
       // launches queue behind its last chunk.
-      b->event_record(ev[0], nullptr);
+      b.event_record(ev[0], nullptr);
       flushed_launch(0);
-      b->event_record(ev[1], nullptr);
-      const double one_ms = std::max(1e-3, static_cast<double>(b->event_elapsed_ms(ev[0], ev[1])));
+      b.event_record(ev[1], nullptr);
+      const double one_ms = std::max(1e-3, static_cast<double>(b.event_elapsed_ms(ev[0], ev[1])));
       const long chunk = std::clamp(static_cast<long>(20.0 / one_ms) + 1, 1L, 10000L);
       void* done = ev[1];
       void* next = ev[2];
-      b->event_record(ev[0], nullptr);
+      b.event_record(ev[0], nullptr);
       for (long i = 0; i < chunk; ++i) flushed_launch(static_cast<int>(i));
-      b->event_record(done, nullptr);
+      b.event_record(done, nullptr);
       t.preheat_launches = chunk;
       for (;;) {
         for (long i = 0; i < chunk; ++i) flushed_launch(static_cast<int>(i));
-        b->event_record(next, nullptr);
+        b.event_record(next, nullptr);
         t.preheat_launches += chunk;
-        if (b->event_elapsed_ms(ev[0], done) >= preheat_s * 1e3 || t.preheat_launches >= 1000000) break;
+        if (b.event_elapsed_ms(ev[0], done) >= preheat_s * 1e3 || t.preheat_launches >= 1000000) break;
         std::swap(done, next);
       }
     }
     for (int i = 0; i < reps; ++i) {
-      b->fill_async(flush, static_cast<unsigned char>(i), flush_bytes, nullptr);
-      b->event_record(ev[3 + 2 * i], nullptr);
-      kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr);
-      b->event_record(ev[4 + 2 * i], nullptr);
+      b.fill_async(flush, static_cast<unsigned char>(i), flush_bytes, nullptr);
+      b.event_record(ev[3 + 2 * i], nullptr);
+      launch();
+      b.event_record(ev[4 + 2 * i], nullptr);
     }
-    for (int i = 0; i < reps; ++i) t.samples_ms.push_back(b->event_elapsed_ms(ev[3 + 2 * i], ev[4 + 2 * i]));
+    for (int i = 0; i < reps; ++i) t.samples_ms.push_back(b.event_elapsed_ms(ev[3 + 2 * i], ev[4 + 2 * i]));
   } catch (...) {
     release();
     throw;

@@ -3,6 +3,7 @@
 // an L2 flush. Each uses the package's backend from the calling thread.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,5 +54,12 @@ struct Timing {
 // preheat_s 0: no lead-in.
 Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3, InputCache* cache = nullptr,
                       double preheat_s = 0.3);
+
+// The timing loop of time_on_device on any backend (a fake one in the tests):
+// `warmup` launches, a wait, the lead-in, then `reps` launches each after
+// writing `flush_bytes` (a buffer it allocates and frees) between two events,
+// all queued before the first is read. Throws what the backend or launch throws.
+Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flush_bytes, int reps, int warmup,
+                     double preheat_s);
 
 }  // namespace kiln::rt

@@ -1,0 +1,133 @@
+// kiln-rt's timing loop (time_launches) on a fake backend: a device clock
+// that the queued work advances, a log of what was queued and waited for.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "tools.h"
+
+using namespace kiln::rt;
+
+namespace {
+
+// Work runs as it is queued (the clock advances by its duration); an event
+// takes the clock when recorded; reading one logs a "wait".
+class FakeBackend final : public Backend {
+ public:
+  double flush_ms = 0.05, launch_ms = 2.0, clock = 0;
+  std::vector<std::string> log;
+  int live_events = 0, live_allocs = 0;
+
+  void kernel() {
+    clock += launch_ms;
+    log.push_back("launch");
+  }
+  std::string library() const override { return "fake"; }
+  int device_count() override { return 1; }
+  DeviceProps props(int) override { return {}; }
+  void bind(int) override {}
+  void* load_module(std::string_view) override { return nullptr; }
+  void unload_module(void*) override {}
+  void* get_function(void*, const std::string&) override { return nullptr; }
+  void set_max_dynamic_shared(void*, int64_t) override {}
+  void launch(void*, const uint32_t*, const uint32_t*, uint32_t, void*, void**) override {}
+  void* alloc(size_t bytes) override {
+    ++live_allocs;
+    (void)bytes;
+    return new char[1];
+  }
+  void free(void* p) override {
+    --live_allocs;
+    delete[] static_cast<char*>(p);
+  }
+  void to_device(void*, const void*, size_t) override {}
+  void to_host(void*, const void*, size_t) override {}
+  void fill(void*, unsigned char, size_t) override { clock += flush_ms; }
+  void fill_async(void*, unsigned char, size_t, void*) override {
+    clock += flush_ms;
+    log.push_back("flush");
+  }
+  void synchronize() override { log.push_back("sync"); }
+  void* event_create() override {
+    ++live_events;
+    return new double(0);
+  }
+  void event_record(void* ev, void*) override { *static_cast<double*>(ev) = clock; }
+  float event_elapsed_ms(void* a, void* b) override {
+    log.push_back("wait");
+    return static_cast<float>(*static_cast<double*>(b) - *static_cast<double*>(a));
+  }
+  void event_destroy(void* ev) override {
+    --live_events;
+    delete static_cast<double*>(ev);
+  }
+  void encode_tma(void*, const std::string&, int, void*, const uint64_t*, const uint64_t*, const uint32_t*,
+                  int) override {}
+};
+
+std::vector<size_t> where(const std::vector<std::string>& log, const std::string& what) {
+  std::vector<size_t> at;
+  for (size_t i = 0; i < log.size(); ++i)
+    if (log[i] == what) at.push_back(i);
+  return at;
+}
+
+}  // namespace
+
+TEST(RuntimeTiming, TimedLaunchesExcludeTheFlushAndAreReadAfterAllAreQueued) {
+  FakeBackend b;
+  const Timing t = time_launches(b, [&] { b.kernel(); }, 64 << 20, 5, 2, 0.0);
+  EXPECT_EQ(t.preheat_launches, 0);
+  ASSERT_EQ(t.samples_ms.size(), 5u);
+  for (double x : t.samples_ms) EXPECT_NEAR(x, 2.0, 1e-9);  // the launch alone, not its flush
+  EXPECT_NEAR(t.median_ms, 2.0, 1e-9);
+  // 2 warm-up launches, the sync, then 5 x (flush, launch) before the first read
+  const auto waits = where(b.log, "wait");
+  ASSERT_EQ(waits.size(), 5u);
+  EXPECT_EQ(b.log[2], "sync");
+  EXPECT_EQ(where(b.log, "launch").size(), 7u);
+  EXPECT_GT(waits.front(), where(b.log, "launch").back());
+  EXPECT_EQ(b.live_events, 0);
+  EXPECT_EQ(b.live_allocs, 0);
+}
+
+TEST(RuntimeTiming, TheLeadInLastsPreheatAndNeverLeavesTheDeviceWithoutQueuedWork) {
+  FakeBackend b;  // a flushed launch: 2.05 ms; chunks of 20 / 2.05 + 1 = 10 launches
+  const Timing t = time_launches(b, [&] { b.kernel(); }, 64 << 20, 4, 1, 0.1);
+  // 1 sizing launch, then chunks until the waited-for chunks reach 100 ms:
+  // 5 chunks (102.5 ms) waited for, with a 6th queued behind the last of them.
+  EXPECT_EQ(t.preheat_launches, 60);
+  const auto launches = where(b.log, "launch");
+  EXPECT_EQ(launches.size(), 1u + 1u + 60u + 4u);  // warm-up, sizing, lead-in, timed
+  const auto waits = where(b.log, "wait");
+  ASSERT_EQ(waits.size(), 1u + 5u + 4u);  // the sizing launch, 5 chunks, 4 samples
+  // Every wait of the lead-in comes with a whole chunk queued after the one waited for.
+  for (size_t w = 2; w <= 5; ++w) {
+    const auto queued = std::count_if(launches.begin(), launches.end(),
+                                      [&](size_t i) { return i > waits[w - 1] && i < waits[w]; });
+    EXPECT_EQ(queued, 10) << "wait " << w;
+  }
+  // After the lead-in's last wait: all 4 timed launches queued, then the 4 reads in a row.
+  const auto timed = std::count_if(launches.begin(), launches.end(),
+                                   [&](size_t i) { return i > waits[5] && i < waits[6]; });
+  EXPECT_EQ(timed, 4);
+  EXPECT_GT(waits[6], launches.back());
+  EXPECT_EQ(waits[9], waits[6] + 3);
+  for (double x : t.samples_ms) EXPECT_NEAR(x, 2.0, 1e-9);
+  EXPECT_EQ(b.live_events, 0);
+  EXPECT_EQ(b.live_allocs, 0);
+}
+
+TEST(RuntimeTiming, AFailingLaunchReleasesTheEventsAndTheFlushBuffer) {
+  FakeBackend b;
+  int n = 0;
+  EXPECT_THROW(time_launches(b, [&] { if (++n == 4) throw Error(KILN_E_LAUNCH, "boom"); b.kernel(); }, 1 << 20, 3,
+                             1, 0.0),
+               Error);
+  EXPECT_EQ(b.live_events, 0);
+  EXPECT_EQ(b.live_allocs, 0);
+}
