@@ -167,6 +167,20 @@ def test_clock_drop_rule():
     assert clock_dropped({}, {"sm_clock_mhz": 1}) is False
 
 
+def test_a_power_limited_round_drops_against_its_sustained_clock():
+    """Its lead-in makes start-to-end NVML readings fall every round; the
+    clock measured after the round against the probe's sustained clock says
+    whether the round itself ran low."""
+    from kiln_worker.evaluation.confirm import round_clock_dropped
+    start, end = {"sm_clock_mhz": 1950}, {"sm_clock_mhz": 1500}
+    hot = {"power_limited": True, "mhz": 1500.0}
+    assert round_clock_dropped(start, end, 1480.0, hot) is False   # the steady state
+    assert round_clock_dropped(start, end, 1400.0, hot) is True    # below 0.95 x 1500
+    assert round_clock_dropped(start, end, None, hot) is False     # nothing measured
+    assert round_clock_dropped(start, end, 1480.0, {"power_limited": False, "mhz": 1900.0}) is True
+    assert round_clock_dropped(start, {"sm_clock_mhz": 1900}, None, {}) is False
+
+
 def test_gpu_timing_loop_with_a_fake_device():
     """The device path of the timed calls, with a fake device API: cold cache,
     spin, start event, the injected sleep, the call, end event; the spin stays

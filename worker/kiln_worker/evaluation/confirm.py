@@ -36,7 +36,9 @@ how many it got);
   the reference after its timed calls: what was timed computed the right thing;
 - the device's clocks, temperature and power are read (NVML through torch, or
   pynvml) at the start and end of each round; a round whose SM clock fell by
-  more than 5% is flagged (``clock_drop``);
+  more than 5% is flagged (``clock_drop``; for a power-limited job: the
+  clock measured after the round more than 5% below its sustained clock,
+  below);
 - throttled rounds are timed again, as NVBench does (``--throttle-threshold``,
   ``--throttle-recovery-delay``): right after a round's calls the SM clock is
   measured on the device (a spin of known cycles between two events), and a
@@ -261,6 +263,18 @@ def read_sensors(dev) -> dict:
 def clock_dropped(start: dict, end: dict) -> bool:
     a, b = start.get("sm_clock_mhz"), end.get("sm_clock_mhz")
     return isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b < a * (1 - CLOCK_DROP)
+
+
+def round_clock_dropped(start: dict, end: dict, mhz_after: float | None, sustained: dict) -> bool:
+    """A round's clock_drop. For a power-limited job (its rounds start with a
+    lead-in) the NVML reading at the start is taken while the lead-in is still
+    queued, so start-to-end always shows the fall into the steady state; its
+    round dropped when the clock measured after it fell more than CLOCK_DROP
+    below the sustained clock of the probe instead (never when not measured)."""
+    if sustained.get("power_limited"):
+        ref = sustained.get("mhz")
+        return mhz_after is not None and bool(ref) and mhz_after < ref * (1 - CLOCK_DROP)
+    return clock_dropped(start, end)
 
 
 # -- timing ---------------------------------------------------------------------
@@ -565,7 +579,7 @@ def run(lib, dev, req: dict) -> dict:
         cond = {"round": r, "input_seed": sets[s_idx]["seed"],
                 "order": [_label(calls[k]["entry"]) for k in order],
                 "start": start, "end": end, "wall_s": t1 - t0,
-                "clock_drop": clock_dropped(start, end)}
+                "clock_drop": round_clock_dropped(start, end, mhz, sustained)}
         if mhz is not None:
             cond["sm_mhz_after"] = round(mhz, 1)
         if pre:
