@@ -347,7 +347,8 @@ class Explorer {
           gpu_kernel_each_s_[g] += kernel_s;
         }
         if (w.kind == WorkItem::Kind::kSpace) first_results_->space(sent, since_start());
-        if (w.kind == WorkItem::Kind::kEvaluate) {
+        if (w.kind == WorkItem::Kind::kEvaluate && first_results_->awaits_answer(i)) {
+          // the slot's first answer only: every later one would be parsed for nothing
           const EvaluationResult r = o.kind == WorkerOutcome::Kind::kReply ? read_evaluation_result(o.reply)
                                                                            : EvaluationResult{};
           first_results_->answered(i, since_start(), o.kind == WorkerOutcome::Kind::kReply ? &r.timings : nullptr);

@@ -44,8 +44,12 @@ void FirstResults::sent(size_t slot, double t) {
   if (slot < slots_.size() && !slots_[slot].sent) slots_[slot].sent = t;
 }
 
+bool FirstResults::awaits_answer(size_t slot) const {
+  return slot < slots_.size() && slots_[slot].sent && !slots_[slot].answered;
+}
+
 void FirstResults::answered(size_t slot, double t, const Timings* timings) {
-  if (slot >= slots_.size() || slots_[slot].answered || !slots_[slot].sent) return;
+  if (!awaits_answer(slot)) return;
   slots_[slot].answered = t;
   if (timings) slots_[slot].timings = *timings;
 }

@@ -39,6 +39,9 @@ class FirstResults {
   // worker's timings (null: none, a timeout or a crash). Later calls for the
   // slot are ignored.
   void answered(size_t slot, double t, const Timings* timings);
+  // Whether answered() would still record the slot's answer (its first
+  // evaluation sent, not yet answered): callers read the timings only then.
+  bool awaits_answer(size_t slot) const;
   // The slot will answer nothing more (dropped by the pool).
   void dropped(size_t slot);
 

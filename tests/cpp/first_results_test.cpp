@@ -24,6 +24,7 @@ TEST(FirstResults, NothingUntilASlotHasItsFirstAnswer) {
   f.sent(0, 4.0);
   EXPECT_EQ(f.line(), "");
   EXPECT_FALSE(f.all_answered());
+  EXPECT_FALSE(f.awaits_answer(1));
   f.answered(1, 5.0, nullptr);  // never sent: not a first answer
   EXPECT_EQ(f.line(), "");
 }
@@ -36,7 +37,10 @@ TEST(FirstResults, WaitsForEverySlotThatIsNotDropped) {
   EXPECT_FALSE(f.all_answered());
   f.dropped(1);
   EXPECT_FALSE(f.all_answered());
+  EXPECT_TRUE(f.awaits_answer(2));
+  EXPECT_FALSE(f.awaits_answer(0));  // answered already
   f.answered(2, 3.0, nullptr);  // a timeout or crash is the slot's first answer too
+  EXPECT_FALSE(f.awaits_answer(2));
   EXPECT_TRUE(f.all_answered());
   EXPECT_NE(f.line().find("(2 of 3 workers)"), std::string::npos) << f.line();
 }
