@@ -27,6 +27,23 @@ def worker():
     assert w.close() == 0, w.stderr[-3000:]
 
 
+class _Host:
+    """A device that is not a GPU: _Clock takes the fake device API as its GPU."""
+    is_gpu = False
+
+
+def fake_clock(cycles_per_ms=None, call_ms=2.0):
+    """A confirm._Clock on a fake device API (tests/python/fake_device.py), the
+    API's log and clock, and a call that advances that clock by call_ms."""
+    from kiln_worker.evaluation.confirm import _Clock
+    log, clock = [], [0.0]
+
+    def launch():
+        clock[0] += call_ms
+        log.append("launch")
+    return _Clock(_Host(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock, cycles_per_ms)), log, clock, launch
+
+
 def config_of(worker):
     ans = worker.call("space", job=job())
     assert ans["ok"], ans
@@ -185,25 +202,14 @@ def test_gpu_timing_loop_with_a_fake_device():
     """The device path of the timed calls, with a fake device API: cold cache,
     spin, start event, the injected sleep, the call, end event; the spin stays
     outside the timed region, the injected delay inside it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "worker"))
-    from kiln_worker.evaluation.confirm import _Clock
-    log, clock = [], [0.0]
-
-    class Dev:
-        is_gpu = False
-
-    def launch():
-        clock[0] += 2.0
-        log.append("launch")
-
-    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock, cycles_per_ms=1e6))
-    xs = c.time_calls(launch, 3, 5000, 0.5)
+    c, log, clock, launch = fake_clock(cycles_per_ms=1e6)
+    xs = c.start_calls(launch, 3, 5000, 0.5)()
     assert xs == pytest.approx([2.5, 2.5, 2.5])  # the 5000-cycle spin (0.005 ms) is not in them
     assert c.cycles_per_ms == pytest.approx(1e6)
     timed = log[log.index("sync", log.index("sync") + 1) + 1:]  # after the sleep calibration
     assert timed[:6] == ["flush", ("sleep", 5000), "event", ("sleep", 500000), "launch", "event"]
     assert timed[-1] == "sync" and timed.count("launch") == 3
-    assert c.time_calls(launch, 2, 5000, None) == pytest.approx([2.0, 2.0])
+    assert c.start_calls(launch, 2, 5000, None)() == pytest.approx([2.0, 2.0])
 
 
 def test_baselines_run_with_pytorchs_default_precision_flags():
@@ -269,7 +275,7 @@ def test_a_throttled_round_is_timed_again_after_a_pause():
         clock[0] += 1.0 * 1.95e6 / api.cycles_per_ms  # a compute-bound call: slower at a lower clock
 
     def attempt():
-        xs = c.time_calls(launch, 2, 1000, None)
+        xs = c.start_calls(launch, 2, 1000, None)()
         mhz = c.sm_mhz()
         attempts.append((xs, mhz))
         api.cycles_per_ms = next(rates, api.cycles_per_ms)
@@ -283,7 +289,7 @@ def test_a_throttled_round_is_timed_again_after_a_pause():
     # a device that never recovers: THROTTLE_RETRIES retimes, then the last samples stand
     api.cycles_per_ms = 1.0e6
     pauses.clear()
-    xs, mhz, thrown = retime_throttled(lambda: (c.time_calls(launch, 1, 1000, None), c.sm_mhz()),
+    xs, mhz, thrown = retime_throttled(lambda: (c.start_calls(launch, 1, 1000, None)(), c.sm_mhz()),
                                        _ThrottleGuard(0.9, 1980.0, None), 0.05, sleep=pauses.append)
     assert len(thrown) == THROTTLE_RETRIES == len(pauses) and mhz == pytest.approx(1000.0)
 
@@ -309,22 +315,13 @@ def test_sustain_runs_back_to_back_until_the_device_time_has_passed():
     until `seconds` of device time (the fake clock) have passed; nothing on
     the CPU or for 0 s."""
     from kiln_worker.evaluation.confirm import SUSTAIN_CHUNK_MS, _Clock
-    log, clock = [], [0.0]
-
-    class Dev:
-        is_gpu = False
-
-    def launch():
-        clock[0] += 2.0
-        log.append("launch")
-
-    c = _Clock(Dev(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock))
+    c, log, clock, launch = fake_clock()
     n, ms = c.sustain(launch, 0.1, call_ms=2.0)  # 100 ms of 2 ms calls: 5 chunks of 10
     assert int(SUSTAIN_CHUNK_MS / 2.0) == 10 and n == 50 and ms == pytest.approx(100.0)
     assert log.count("launch") == 50 and log.count("flush") == 50 and log.count("sync") == 5
     assert log[1:3] == ["flush", "launch"]  # each call after the L2 flush, as the timed calls run
     assert c.sustain(launch, 0.0, call_ms=2.0) == (0, 0.0)
-    assert _Clock(Dev(), None).sustain(launch, 1.0, call_ms=2.0) == (0, 0.0)  # the CPU: no preheat
+    assert _Clock(_Host(), None).sustain(launch, 1.0, call_ms=2.0) == (0, 0.0)  # the CPU: no preheat
 
 
 def test_timed_calls_started_back_to_back_are_read_after_one_wait():

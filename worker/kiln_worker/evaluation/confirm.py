@@ -373,9 +373,6 @@ class _Clock:
             self.cache.zero_()
             fn()
 
-    def time_calls(self, fn, reps: int, cycles: int, inject_ms: float | None) -> list[float]:
-        return self.start_calls(fn, reps, cycles, inject_ms)()
-
     def start_calls(self, fn, reps: int, cycles: int, inject_ms: float | None):
         """The timed calls enqueued; returns what reads their times (ms): on
         a GPU it waits for the device, so calls started one after another
