@@ -4,7 +4,8 @@ one-element list of milliseconds, which the test's launch advances."""
 
 
 class FakeDeviceApi:
-    """log gets "flush", "event", "sync", ("sleep", cycles) and, with
+    """log gets "flush", "event", "sync", "event-sync" (one event waited for),
+    ("sleep", cycles) and, with
     log_buffers, ("buffer", nbytes); events read clock[0]; with cycles_per_ms a
     sleep advances the clock (else it takes no time)."""
 
@@ -45,6 +46,9 @@ class _Event:
     def record(self):
         self.t = self.api.clock[0]
         self.api.log.append("event")
+
+    def synchronize(self):
+        self.api.log.append("event-sync")
 
     def elapsed_time(self, other):
         return other.t - self.t

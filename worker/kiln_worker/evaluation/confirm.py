@@ -347,24 +347,33 @@ class _Clock:
 
     def sustain(self, fn, seconds: float, call_ms: float) -> tuple[int, float]:
         """fn back to back, each call after the L2 flush as the timed calls
-        run, until about `seconds` of device time have passed (read between
-        chunks of ~SUSTAIN_CHUNK_MS); returns the calls made and the device
-        time they took (ms). Nothing on the CPU or for seconds <= 0."""
+        run, until about `seconds` of device time have passed; returns the
+        calls made and the device time they took (ms). Double-buffered: the
+        time is read at the end of each chunk of ~SUSTAIN_CHUNK_MS while the
+        next chunk is already queued, so the device never idles between
+        chunks; that last chunk is left running on return (what the caller
+        enqueues next, the clock measurement, runs right behind it, with no
+        idle gap that would let the clock recover). Nothing on the CPU or for
+        seconds <= 0."""
         if not self.gpu or seconds <= 0:
             return 0, 0.0
         chunk = max(1, min(10_000, math.ceil(SUSTAIN_CHUNK_MS / max(call_ms, 1e-3))))
-        a = self.api.event()
-        a.record()
-        calls = 0
+        start = self.api.event()
+        start.record()
+        self.enqueue_calls(fn, chunk)
+        end = self.api.event()
+        end.record()
+        calls = chunk
         while True:
-            self.enqueue_calls(fn, chunk)
-            calls += chunk
-            b = self.api.event()
-            b.record()
-            self.api.synchronize()
-            ms = a.elapsed_time(b)
+            self.enqueue_calls(fn, chunk)  # queued before waiting on the previous one
+            nxt = self.api.event()
+            nxt.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
             if ms >= seconds * 1e3 or calls >= 1_000_000:
                 return calls, ms
+            end = nxt
+            calls += chunk
 
     def enqueue_calls(self, fn, n: int) -> None:
         """n calls of fn, each after the L2 flush, enqueued without waiting
