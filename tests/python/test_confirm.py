@@ -316,16 +316,54 @@ def test_sustain_runs_back_to_back_until_the_device_time_has_passed():
     the CPU or for 0 s."""
     from kiln_worker.evaluation.confirm import SUSTAIN_CHUNK_MS, _Clock
     c, log, clock, launch = fake_clock()
-    n, ms = c.sustain(launch, 0.1, call_ms=2.0)  # 100 ms of 2 ms calls: 5 chunks of 10
-    assert int(SUSTAIN_CHUNK_MS / 2.0) == 10 and n == 50 and ms == pytest.approx(100.0)
+    li = c.sustain(launch, 0.1, call_ms=2.0)  # 100 ms of 2 ms calls: 5 chunks of 10
+    assert int(SUSTAIN_CHUNK_MS / 2.0) == 10 and li.calls == 50 and li.ms == pytest.approx(100.0)
+    assert li.in_flight == 10 and li.settled is None  # a fixed time: no settling asked for
     # double-buffered: each chunk's end is waited for with the next chunk
     # already queued (never the whole device), and one chunk is left running
     waits = [i for i, x in enumerate(log) if x == "event-sync"]
     assert [log[:i].count("launch") for i in waits] == [20, 30, 40, 50, 60]
     assert log.count("launch") == 60 and log.count("flush") == 60 and "sync" not in log
     assert log[1:3] == ["flush", "launch"]  # each call after the L2 flush, as the timed calls run
-    assert c.sustain(launch, 0.0, call_ms=2.0) == (0, 0.0)
-    assert _Clock(_Host(), None).sustain(launch, 1.0, call_ms=2.0) == (0, 0.0)  # the CPU: no preheat
+    assert c.sustain(launch, 0.0, call_ms=2.0).calls == 0
+    assert _Clock(_Host(), None).sustain(launch, 1.0, call_ms=2.0).calls == 0  # the CPU: no preheat
+
+
+def test_settled_compares_the_last_window_with_the_one_three_windows_before():
+    from kiln_worker.evaluation.confirm import SETTLE_LAG_WINDOWS, SETTLE_TOL, settled
+    assert SETTLE_LAG_WINDOWS == 3 and SETTLE_TOL == 0.01
+    flat = [20.0] * 8
+    assert settled(flat, 2) and not settled(flat[:7], 2)  # needs (3 + 1) windows of 2 chunks
+    # 20 -> 20.3 over the lag: 1.5% apart, not settled; 0.8% apart, settled
+    assert not settled([20.0, 20.0] + [20.1] * 4 + [20.3, 20.3], 2)
+    assert settled([20.0, 20.0] + [20.1] * 4 + [20.16, 20.16], 2)
+    # only the two windows count, not what lies between them
+    assert settled([20.0, 20.0, 30.0, 5.0, 50.0, 1.0, 20.1, 20.1], 2)
+    assert not settled([], 1) and not settled([20.0] * 8, 0)
+
+
+def test_an_adaptive_lead_in_runs_until_the_per_call_time_stops_changing():
+    """A kernel that slows down as the clock falls (1.0 -> 1.1 ms a call over
+    the first 600 ms, then steady): the lead-in runs past its minimum until
+    the last 100 ms match the 100 ms that ended 300 ms before; one that is
+    still slowing at PREHEAT_MAX_S stops there, not settled."""
+    from kiln_worker.evaluation.confirm import _Clock
+
+    def run(ramp_ms, max_s):
+        log, clock = [], [0.0]
+        c = _Clock(_Host(), {"l2_bytes": 1 << 20}, api=FakeDeviceApi(log, clock))
+
+        def launch():
+            clock[0] += 1.0 + 0.1 * min(clock[0], ramp_ms) / ramp_ms
+        return c.sustain(launch, 0.1, call_ms=1.0, max_s=max_s)
+
+    li = run(600.0, 2.0)
+    assert li.settled is True and 700.0 < li.ms < 1100.0
+    assert li.window_ms == sorted(li.window_ms) and li.window_ms[0] < 1.02 and li.window_ms[-1] > 1.09
+    slow = run(2000.0, 0.5)  # 1.5% slower every 300 ms
+    assert slow.settled is False and 500.0 <= slow.ms < 530.0
+    flat = run(1e-9, 2.0)  # 1.1 ms from the start: settled as soon as there are 4 windows of 5 chunks
+    assert flat.settled is True and flat.calls == 400 and flat.ms == pytest.approx(440.0, abs=0.2)  # (the first call starts at 1.0)
 
 
 def test_timed_calls_started_back_to_back_are_read_after_one_wait():
@@ -377,8 +415,11 @@ def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_thresho
 
     hot = probe(1.5e6)
     assert hot["power_limited"] is True and hot["mhz"] == pytest.approx(1500.0)
-    assert hot["probe_calls"] == 60 and hot["preheat_s"] == 0.05  # 3 chunks of 20 x 1 ms >= 50 ms
-    assert hot["probe_ms"] == pytest.approx(60.0) and hot["flush_ms"] == pytest.approx(0.0)  # a free flush
+    # at least 50 ms, then until settled: a constant 1 ms call settles once
+    # there are 4 windows of 100 ms (5 chunks of 20 calls each) to compare
+    assert hot["probe_calls"] == 400 and hot["preheat_s"] == 0.05 and hot["settled"] is True
+    assert hot["probe_ms"] == pytest.approx(400.0) and hot["flush_ms"] == pytest.approx(0.0)  # a free flush
+    assert hot["window_ms"] == pytest.approx([1.0] * 4)
     cool = probe(1.95e6)
     assert cool["power_limited"] is False and cool["mhz"] == pytest.approx(1950.0)
     # nothing probed: preheat off, no NVML maximum, the CPU

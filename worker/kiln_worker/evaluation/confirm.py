@@ -53,13 +53,16 @@ how many it got);
   finalist runs back to back for ``preheat_s`` (default PREHEAT_S) of device
   time, as a deployment runs it, and the SM clock is measured. Where it fell
   below the throttle threshold of NVML's maximum (a large GEMM on an H200
-  settles near 1500 of 1980 MHz at its power limit within a few hundred
-  ms), every round starts with as long a back-to-back run of its first entry
+  settles near 1500 of 1980 MHz at its power limit, still falling after
+  300 ms), every round starts with a back-to-back run of its first entry
   (the order rotates, so each entry leads once per len(entries) rounds), all
   the round's timed calls enqueued behind it with no wait for the device
   in between (one wait at the end: an idle GPU lets the clock back up), and
   the throttle guard judges the rounds against that sustained clock instead
-  of the maximum. Timed in 20-call bursts such a kernel reads up to ~10%
+  of the maximum. The probe and each lead-in run at least ``preheat_s`` and
+  then until they settle (``settled``: the per-call time of the last 100 ms
+  within 1% of the 100 ms that ended 300 ms earlier), the probe at most
+  PREHEAT_MAX_S, a lead-in at most as long as its probe took. Timed in 20-call bursts such a kernel reads up to ~10%
   faster than under sustained load (`triton.testing.do_bench`'s 100-300 ms of
   back-to-back calls), and how much depends on the power state the previous
   work left: the steady state is what a deployment gets, and it reproduces.
@@ -109,10 +112,15 @@ BUDGET_S, MIN_REPS = 30.0, 2
 THROTTLE_THRESHOLD, THROTTLE_RECOVERY_S, THROTTLE_RETRIES = 0.90, 0.05, 3
 FREQ_SPIN_CYCLES = 1_000_000  # the clock measurement's spin: ~0.5 ms at 2 GHz
 # Power-limited jobs (module docstring): the back-to-back run before the
-# rounds and before each of their rounds, in device time. do_bench's default
-# is 100 ms of calls; an H200's SM clock under a large GEMM is still falling
-# at 150 ms and settled by 300 ms.
-PREHEAT_S = 0.3
+# rounds and before each of their rounds lasts at least PREHEAT_S of device
+# time, and then until it has settled: the per-call time of its last
+# SETTLE_WINDOW_MS within SETTLE_TOL of that of the window SETTLE_LAG_WINDOWS
+# windows before (a clock still falling 1% per 300 ms is not settled), or
+# PREHEAT_MAX_S have passed. do_bench's default is 100 ms of calls; under a
+# large GEMM an H200's SM clock is still falling at 300 ms (do_bench's 300 ms
+# read 8192^3 5% slower than 0.3 s lead-ins did).
+PREHEAT_S, PREHEAT_MAX_S = 0.3, 2.0
+SETTLE_WINDOW_MS, SETTLE_LAG_WINDOWS, SETTLE_TOL = 100.0, 3, 0.01
 SUSTAIN_CHUNK_MS = 20.0   # back-to-back calls enqueued between two reads of the device time
 # The worker's cached check inputs are dropped before a confirmation when they
 # hold more than this (server.confirm): the round draws its own sets.
@@ -279,6 +287,29 @@ def round_clock_dropped(start: dict, end: dict, mhz_after: float | None, sustain
 
 # -- timing ---------------------------------------------------------------------
 
+class LeadIn:
+    """What _Clock.sustain ran: `calls` finished in `ms` of device time, one
+    more chunk of `in_flight` calls still running; `settled` None where it
+    ran a fixed time, else whether it settled before its maximum;
+    `window_ms` the per-call time (flush included) of each whole
+    SETTLE_WINDOW_MS of it, in order."""
+
+    def __init__(self, calls: int, in_flight: int, ms: float, settled: bool | None, window_ms: list[float]):
+        self.calls, self.in_flight, self.ms = calls, in_flight, ms
+        self.settled, self.window_ms = settled, window_ms
+
+
+def settled(chunk_ms: list[float], window: int) -> bool:
+    """Whether a back-to-back run of equal chunks (their device times in
+    order) has settled: its last `window` chunks took within SETTLE_TOL of
+    what the `window` chunks SETTLE_LAG_WINDOWS windows before took."""
+    need = (SETTLE_LAG_WINDOWS + 1) * window
+    if window < 1 or len(chunk_ms) < need:
+        return False
+    last, before = sum(chunk_ms[-window:]), sum(chunk_ms[-need:len(chunk_ms) - need + window])
+    return before > 0 and abs(last / before - 1) <= SETTLE_TOL
+
+
 class _Clock:
     """Per call: cold cache, spin, then the call between two marks. On a GPU
     device events (read once per round), on the CPU perf_counter."""
@@ -345,33 +376,42 @@ class _Clock:
         self.api.synchronize()
         return a.elapsed_time(b)
 
-    def sustain(self, fn, seconds: float, call_ms: float) -> tuple[int, float]:
+    def sustain(self, fn, seconds: float, call_ms: float, max_s: float | None = None) -> "LeadIn":
         """fn back to back, each call after the L2 flush as the timed calls
-        run, until about `seconds` of device time have passed; returns the
-        calls made and the device time they took (ms). Double-buffered: the
-        time is read at the end of each chunk of ~SUSTAIN_CHUNK_MS while the
-        next chunk is already queued, so the device never idles between
-        chunks; that last chunk is left running on return (what the caller
-        enqueues next, the clock measurement, runs right behind it, with no
+        run, for at least `seconds` of device time; with `max_s` above it,
+        then until settled() says the per-call time has stopped changing or
+        max_s have passed. Double-buffered: the device time is read at the
+        end of each chunk of ~SUSTAIN_CHUNK_MS while the next chunk is already
+        queued, so the device never idles between chunks; that last chunk is
+        left running on return (what the caller enqueues next -- the clock
+        measurement, a round's timed calls -- runs right behind it, with no
         idle gap that would let the clock recover). Nothing on the CPU or for
         seconds <= 0."""
         if not self.gpu or seconds <= 0:
-            return 0, 0.0
+            return LeadIn(0, 0, 0.0, None, [])
         chunk = max(1, min(10_000, math.ceil(SUSTAIN_CHUNK_MS / max(call_ms, 1e-3))))
+        window = max(1, round(SETTLE_WINDOW_MS / (chunk * max(call_ms, 1e-3))))
+        adaptive = max_s is not None and max_s > seconds
         start = self.api.event()
         start.record()
         self.enqueue_calls(fn, chunk)
         end = self.api.event()
         end.record()
-        calls = chunk
+        calls, done_ms, chunk_ms = chunk, 0.0, []
         while True:
             self.enqueue_calls(fn, chunk)  # queued before waiting on the previous one
             nxt = self.api.event()
             nxt.record()
             end.synchronize()
             ms = start.elapsed_time(end)
-            if ms >= seconds * 1e3 or calls >= 1_000_000:
-                return calls, ms
+            chunk_ms.append(ms - done_ms)
+            done_ms = ms
+            is_settled = adaptive and settled(chunk_ms, window)
+            if calls >= 1_000_000 or (ms >= seconds * 1e3 and
+                                      (not adaptive or is_settled or ms >= max_s * 1e3)):
+                windows = [sum(chunk_ms[i:i + window]) / (window * chunk)
+                           for i in range(0, len(chunk_ms) - window + 1, window)]
+                return LeadIn(calls, chunk, ms, is_settled if adaptive else None, windows)
             end = nxt
             calls += chunk
 
@@ -546,15 +586,17 @@ def run(lib, dev, req: dict) -> dict:
             got: list[list[float]] = [[] for _ in calls]
             if dev.is_gpu:
                 torch.cuda.synchronize()
-            pre = 0
+            pre = None
             if preheat:
                 # The round's first entry back to back into the power steady
-                # state, and then every entry's timed calls enqueued behind it
-                # with no wait between them: the GPU never idles (an idle
-                # moment lets the clock back up).
+                # state (at least preheat_s, then until settled, at most as
+                # long as the probe took from a cooler start), and then every
+                # entry's timed calls enqueued behind its last chunk with no
+                # wait between them: the GPU never idles (an idle moment lets
+                # the clock back up).
                 lead = calls[order[0]]
-                pre = math.ceil(preheat_s * 1e3 / (lead["call_ms"] + sustained["flush_ms"]))
-                clock.enqueue_calls(lead["fns"][s_idx], pre)
+                pre = clock.sustain(lead["fns"][s_idx], preheat_s, lead["call_ms"],
+                                    max_s=max(preheat_s, sustained["probe_ms"] / 1e3))
             if not shared_output:  # poison the candidates' outputs before the round (after the lead-in)
                 for c in calls:
                     if c["out"] is not None:
@@ -588,8 +630,10 @@ def run(lib, dev, req: dict) -> dict:
                 "clock_drop": round_clock_dropped(start, end, mhz, sustained)}
         if mhz is not None:
             cond["sm_mhz_after"] = round(mhz, 1)
-        if pre:
-            cond["preheat_calls"] = pre
+        if pre is not None:
+            cond["preheat_calls"] = pre.calls + pre.in_flight
+            cond["preheat_ms"] = round(pre.ms, 3)
+            cond["preheat_settled"] = pre.settled
         if retries:
             cond["retimed"] = retries
             cond["throttled_mhz"] = [round(x, 1) for x in throttled_mhz]
@@ -657,20 +701,22 @@ def _preheat(req: dict) -> float:
 def _probe_sustained(dev, clock: "_Clock", lead: dict | None, preheat_s: float, threshold: float,
                      nvml_max: float | None) -> dict:
     """Whether the job is power-limited: its lead entry (the best finalist)
-    back to back for preheat_s with the GPU to itself, then the SM clock
-    measured. Only {"preheat_s"} where nothing was probed (CPU, preheat_s 0,
+    back to back with the GPU to itself, at least preheat_s and then until it
+    settles (at most PREHEAT_MAX_S), then the SM clock measured right behind
+    it. Only {"preheat_s"} where nothing was probed (CPU, preheat_s 0,
     no entries, no NVML maximum or no clock measurement)."""
     out: dict[str, Any] = {"preheat_s": preheat_s}
     if not dev.is_gpu or preheat_s <= 0 or lead is None or not nvml_max:
         return out
     with _lock(dev, False, "bench"):
-        calls, ms = clock.sustain(lead["fns"][0], preheat_s, lead["call_ms"])
-        mhz = clock.sm_mhz()
+        li = clock.sustain(lead["fns"][0], preheat_s, lead["call_ms"], max_s=max(preheat_s, PREHEAT_MAX_S))
+        mhz = clock.sm_mhz()  # queued behind the probe's last chunk
     if mhz is None:
         return out
-    # what one call's L2 flush adds (sizes the rounds' lead-ins of other entries)
-    flush_ms = max(0.0, ms / max(1, calls) - lead["call_ms"])
-    out.update({"probe_calls": calls, "probe_ms": round(ms, 3), "flush_ms": round(flush_ms, 5),
+    # what one call's L2 flush adds to it
+    flush_ms = max(0.0, li.ms / max(1, li.calls) - lead["call_ms"])
+    out.update({"probe_calls": li.calls, "probe_ms": round(li.ms, 3), "flush_ms": round(flush_ms, 5),
+                "settled": li.settled, "window_ms": [round(x, 5) for x in li.window_ms],
                 "mhz": round(mhz, 1), "max_mhz": nvml_max, "power_limited": mhz < threshold * nvml_max})
     return out
 
