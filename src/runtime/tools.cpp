@@ -1,6 +1,7 @@
 #include "tools.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <cstdio>
 
@@ -110,7 +111,7 @@ std::string verify_on_device(Package& p, size_t k, size_t v, InputCache* cache) 
 }
 
 Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, InputCache* cache,
-                      double preheat_s) {
+                      double preheat_s, double preheat_max_s) {
   const KernelSpec& ks = p.manifest().kernels[k];
   Kernel kern(p, k, v, ks.shape);
   Buffers buf = make_buffers(p, kern);
@@ -123,11 +124,23 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, Inpu
   }
   const size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);
   return time_launches(*b, [&] { kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr); },
-                       flush_bytes, reps, warmup, preheat_s);
+                       flush_bytes, reps, warmup, preheat_s, preheat_max_s);
+}
+
+bool lead_in_settled(const std::vector<double>& chunk_ms, size_t window) {
+  const size_t need = (kSettleLagWindows + 1) * window;
+  if (window < 1 || chunk_ms.size() < need) return false;
+  const auto sum = [&](size_t from) {
+    double x = 0;
+    for (size_t i = from; i < from + window; ++i) x += chunk_ms[i];
+    return x;
+  };
+  const double last = sum(chunk_ms.size() - window), before = sum(chunk_ms.size() - need);
+  return before > 0 && std::abs(last / before - 1) <= kSettleTol;
 }
 
 Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flush_bytes, int reps, int warmup,
-                     double preheat_s) {
+                     double preheat_s, double preheat_max_s) {
   void* flush = b.alloc(flush_bytes);
   // Events: [0, 3) for the lead-in, then a start and an end per timed launch.
   std::vector<void*> ev;
@@ -147,8 +160,9 @@ Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flu
     if (preheat_s > 0) {
       // One flushed launch's time sizes chunks of ~20 ms. A chunk is always
       // queued behind the one whose end is waited for, so the device never
-      // idles; the lead-in stops once preheat_s has passed and the timed
-      // launches queue behind its last chunk.
+      // idles; the lead-in stops once preheat_s has passed and (adaptive) it
+      // has settled or preheat_max_s has passed, and the timed launches queue
+      // behind its last chunk.
       b.event_record(ev[0], nullptr);
       flushed_launch(0);
       b.event_record(ev[1], nullptr);
@@ -160,11 +174,25 @@ Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flu
       for (long i = 0; i < chunk; ++i) flushed_launch(static_cast<int>(i));
       b.event_record(done, nullptr);
       t.preheat_launches = chunk;
+      const bool adaptive = preheat_max_s > preheat_s;
+      const size_t window =
+          std::max<size_t>(1, static_cast<size_t>(std::lround(kSettleWindowMs / (static_cast<double>(chunk) * one_ms))));
+      std::vector<double> chunk_ms;
+      double done_ms = 0;
       for (;;) {
         for (long i = 0; i < chunk; ++i) flushed_launch(static_cast<int>(i));
         b.event_record(next, nullptr);
         t.preheat_launches += chunk;
-        if (b.event_elapsed_ms(ev[0], done) >= preheat_s * 1e3 || t.preheat_launches >= 1000000) break;
+        const double ms = b.event_elapsed_ms(ev[0], done);
+        chunk_ms.push_back(ms - done_ms);
+        done_ms = ms;
+        const bool settled = adaptive && lead_in_settled(chunk_ms, window);
+        if (t.preheat_launches >= 1000000 ||
+            (ms >= preheat_s * 1e3 && (!adaptive || settled || ms >= preheat_max_s * 1e3))) {
+          t.preheat_ms = ms;
+          t.preheat_settled = adaptive ? settled : -1;
+          break;
+        }
         std::swap(done, next);
       }
     }

@@ -42,24 +42,38 @@ struct Timing {
   double median_ms = 0;
   std::vector<double> samples_ms;
   long preheat_launches = 0;  // the back-to-back lead-in's launches
+  double preheat_ms = 0;      // its device time up to the last chunk waited for
+  int preheat_settled = -1;   // 1 settled, 0 stopped at its maximum, -1 a fixed length (or none)
 };
+
+// The lead-in's settling rule (the same as the confirmation round's,
+// worker/kiln_worker/evaluation/confirm.py `settled`): chunk_ms are the device
+// times of equal chunks of back-to-back launches, in order; settled when the
+// last `window` chunks took within kSettleTol of the `window` chunks
+// kSettleLagWindows windows before them.
+constexpr double kSettleWindowMs = 100, kSettleTol = 0.01;
+constexpr size_t kSettleLagWindows = 3;
+bool lead_in_settled(const std::vector<double>& chunk_ms, size_t window);
+
 // Device-event timing of `reps` launches, each after writing a buffer larger
 // than the L2 cache (so every run starts cold), after `warmup` launches and a
-// lead-in of back-to-back launches (flush + kernel, as timed) lasting about
-// `preheat_s` of device time. The lead-in and the timed launches are enqueued
-// with no wait between them and read after one synchronisation: a GPU at its
-// power limit (a large GEMM on an H200 settles near 1500 of 1980 MHz) is timed
-// in that steady state, as a deployment runs it and as Kiln's confirmation
-// round times a power-limited job, not in a burst after an idle moment.
-// preheat_s 0: no lead-in.
+// lead-in of back-to-back launches (flush + kernel, as timed) lasting at least
+// `preheat_s` of device time and then, while preheat_max_s is above it, until
+// lead_in_settled over windows of kSettleWindowMs or preheat_max_s have
+// passed. The lead-in and the timed launches are enqueued with no wait between
+// them and read after one synchronisation: a GPU at its power limit (a large
+// GEMM on an H200 settles near 1500 of 1980 MHz, still falling after 300 ms)
+// is timed in that steady state, as a deployment runs it and as Kiln's
+// confirmation round times a power-limited job, not in a burst after an idle
+// moment. preheat_s 0: no lead-in.
 Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3, InputCache* cache = nullptr,
-                      double preheat_s = 0.3);
+                      double preheat_s = 0.3, double preheat_max_s = 2.0);
 
 // The timing loop of time_on_device on any backend (a fake one in the tests):
 // `warmup` launches, a wait, the lead-in, then `reps` launches each after
 // writing `flush_bytes` (a buffer it allocates and frees) between two events,
 // all queued before the first is read. Throws what the backend or launch throws.
 Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flush_bytes, int reps, int warmup,
-                     double preheat_s);
+                     double preheat_s, double preheat_max_s = 0);
 
 }  // namespace kiln::rt

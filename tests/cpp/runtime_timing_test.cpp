@@ -19,11 +19,14 @@ namespace {
 class FakeBackend final : public Backend {
  public:
   double flush_ms = 0.05, launch_ms = 2.0, clock = 0;
+  // A kernel that slows as the clock falls: ramp_extra ms more per launch
+  // after ramp_ms of device time, linearly (none by default).
+  double ramp_ms = 0, ramp_extra = 0;
   std::vector<std::string> log;
   int live_events = 0, live_allocs = 0;
 
   void kernel() {
-    clock += launch_ms;
+    clock += launch_ms + (ramp_ms > 0 ? ramp_extra * std::min(clock, ramp_ms) / ramp_ms : 0);
     log.push_back("launch");
   }
   std::string library() const override { return "fake"; }
@@ -120,6 +123,48 @@ TEST(RuntimeTiming, TheLeadInLastsPreheatAndNeverLeavesTheDeviceWithoutQueuedWor
   for (double x : t.samples_ms) EXPECT_NEAR(x, 2.0, 1e-9);
   EXPECT_EQ(b.live_events, 0);
   EXPECT_EQ(b.live_allocs, 0);
+}
+
+TEST(RuntimeTiming, LeadInSettledComparesTheLastWindowWithTheOneThreeWindowsBefore) {
+  const std::vector<double> flat(8, 20.0);
+  EXPECT_TRUE(lead_in_settled(flat, 2));
+  EXPECT_FALSE(lead_in_settled({flat.begin(), flat.end() - 1}, 2));  // needs (3 + 1) windows of 2 chunks
+  // 20 -> 20.3 over the lag: 1.5% apart, not settled; 0.8% apart, settled
+  EXPECT_FALSE(lead_in_settled({20, 20, 20.1, 20.1, 20.1, 20.1, 20.3, 20.3}, 2));
+  EXPECT_TRUE(lead_in_settled({20, 20, 20.1, 20.1, 20.1, 20.1, 20.16, 20.16}, 2));
+  // only the two windows count, not what lies between them
+  EXPECT_TRUE(lead_in_settled({20, 20, 30, 5, 50, 1, 20.1, 20.1}, 2));
+  EXPECT_FALSE(lead_in_settled({}, 1));
+  EXPECT_FALSE(lead_in_settled(flat, 0));
+}
+
+TEST(RuntimeTiming, AnAdaptiveLeadInRunsUntilTheLaunchTimeStopsChanging) {
+  // 1.0 -> 1.1 ms a launch over the first 600 ms, then steady: past the
+  // 0.1 s minimum until the last 100 ms match the 100 ms 300 ms before.
+  FakeBackend ramp;
+  ramp.flush_ms = 0;
+  ramp.launch_ms = 1.0;
+  ramp.ramp_ms = 600;
+  ramp.ramp_extra = 0.1;
+  const Timing t = time_launches(ramp, [&] { ramp.kernel(); }, 1 << 20, 4, 1, 0.1, 2.0);
+  EXPECT_EQ(t.preheat_settled, 1);
+  EXPECT_GT(t.preheat_ms, 700);
+  EXPECT_LT(t.preheat_ms, 1100);
+  for (double x : t.samples_ms) EXPECT_NEAR(x, 1.1, 1e-6);  // timed in the steady state (float events)
+  // Still 1.5% slower every 300 ms at its 0.5 s maximum: stops there, not settled.
+  FakeBackend slow;
+  slow.flush_ms = 0;
+  slow.launch_ms = 1.0;
+  slow.ramp_ms = 2000;
+  slow.ramp_extra = 0.1;
+  const Timing u = time_launches(slow, [&] { slow.kernel(); }, 1 << 20, 4, 1, 0.1, 0.5);
+  EXPECT_EQ(u.preheat_settled, 0);
+  EXPECT_GE(u.preheat_ms, 500);
+  EXPECT_LT(u.preheat_ms, 530);
+  // A fixed lead-in (the maximum at or below the minimum) says so.
+  FakeBackend fixed;
+  EXPECT_EQ(time_launches(fixed, [&] { fixed.kernel(); }, 1 << 20, 2, 1, 0.1, 0.1).preheat_settled, -1);
+  EXPECT_EQ(fixed.live_events, 0);
 }
 
 TEST(RuntimeTiming, AFailingLaunchReleasesTheEventsAndTheFlushBuffer) {

@@ -125,9 +125,10 @@ def test_kiln_rt_refuses_a_bad_preheat(tmp_path):
     if not rt.exists():
         pytest.fail(f"{rt} is missing: build the kiln-rt target")
     for cmd in (["bench", str(tmp_path)], ["tune", str(tmp_path), "--out", str(tmp_path / "t.json")]):
-        for s in ("-1", "61", "nan", "0.3s"):
-            r = subprocess.run([str(rt), *cmd, "--preheat", s], capture_output=True, text=True, timeout=60)
-            assert r.returncode == 2 and f"--preheat {s}" in r.stderr, r.stderr
+        for flag in ("--preheat", "--preheat-max"):
+            for s in ("-1", "61", "nan", "0.3s"):
+                r = subprocess.run([str(rt), *cmd, flag, s], capture_output=True, text=True, timeout=60)
+                assert r.returncode == 2 and f"{flag} {s}" in r.stderr, r.stderr
 
 
 # -- 4. a pointwise expression outside the grammar ------------------------------

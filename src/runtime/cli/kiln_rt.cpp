@@ -29,15 +29,17 @@ constexpr long kMaxReps = 100000;
 const char* kUsageText =
     "usage: kiln-rt info   PKG [--target ID] [--device N]\n"
     "       kiln-rt verify PKG [--pubkey PEM] [--target ID] [--device N]\n"
-    "       kiln-rt bench  PKG [--reps N] [--preheat S] [--device N]\n"
-    "       kiln-rt tune   PKG --out measurements.json [--reps N] [--preheat S] [--device N]\n"
-    "--preheat S: seconds of back-to-back launches before each kernel's timed ones (default 0.3; 0: none)\n"
+    "       kiln-rt bench  PKG [--reps N] [--preheat S] [--preheat-max S] [--device N]\n"
+    "       kiln-rt tune   PKG --out measurements.json [--reps N] [--preheat S] [--preheat-max S] [--device N]\n"
+    "--preheat S: at least S seconds of back-to-back launches before each kernel's timed ones (default 0.3;\n"
+    "  0: none), then until their time per launch settles, at most --preheat-max seconds (default 2;\n"
+    "  at or below --preheat: exactly --preheat)\n"
     "exit: 0 ok, 1 a check failed, 2 usage, 3 verified statically only (no device, or --target)\n";
 
 struct Args {
   std::string cmd, pkg, target, pubkey, out;
   int device = 0, reps = 50;
-  double preheat_s = 0.3;  // time_on_device's lead-in
+  double preheat_s = 0.3, preheat_max_s = 2.0;  // time_on_device's lead-in
 };
 
 bool parse(int argc, char** argv, Args& a) {
@@ -68,16 +70,16 @@ bool parse(int argc, char** argv, Args& a) {
       }
       a.reps = (int)n;
     }
-    else if (s == "--preheat") {
+    else if (s == "--preheat" || s == "--preheat-max") {
       if (!value(v)) return false;
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end || !(x >= 0 && x <= 60)) {
-        std::fprintf(stderr, "kiln-rt: --preheat %s: must be a number of seconds from 0 to 60\n",
+        std::fprintf(stderr, "kiln-rt: %s %s: must be a number of seconds from 0 to 60\n", s.c_str(),
                      v.substr(0, 32).c_str());
         return false;
       }
-      a.preheat_s = x;
+      (s == "--preheat" ? a.preheat_s : a.preheat_max_s) = x;
     }
     else if (!s.empty() && s[0] == '-') return false;
     else if (a.pkg.empty()) a.pkg = s;
@@ -187,18 +189,21 @@ int cmd_bench(const Args& a) {
   InputCache inputs;
   const Manifest& m = p->manifest();
   int slow = 0;
-  std::printf("%-40s %-8s %10s %10s %8s\n", "kernel", "target", "median_ms", "recorded", "ratio");
+  std::printf("%-40s %-8s %10s %10s %8s  %s\n", "kernel", "target", "median_ms", "recorded", "ratio", "lead-in");
   for (size_t k = 0; k < m.kernels.size(); ++k) {
     for (size_t v = 0; v < m.kernels[k].variants.size(); ++v) {
       const Variant& var = m.kernels[k].variants[v];
       if (!p->runs_here(k, v) || var.rank != 0) continue;
-      Timing t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s);
+      Timing t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s, a.preheat_max_s);
       double ref = var.confirmed_median_ms.value_or(var.value_ms);
       double ratio = ref > 0 ? t.median_ms / ref : 0;
       bool flag = ref > 0 && ratio > 1.03;
       slow += flag;
-      std::printf("%-40s %-8s %10.4f %10.4f %8.3f%s\n", m.kernels[k].label().c_str(), var.target.c_str(), t.median_ms,
-                  ref, ratio, flag ? "  SLOWER >3%" : "");
+      const char* how = t.preheat_settled == 1 ? "settled" : t.preheat_settled == 0 ? "at max" : "fixed";
+      char lead[48] = "none";
+      if (t.preheat_launches) std::snprintf(lead, sizeof lead, "%.2fs %s", t.preheat_ms / 1e3, how);
+      std::printf("%-40s %-8s %10.4f %10.4f %8.3f  %-14s%s\n", m.kernels[k].label().c_str(), var.target.c_str(),
+                  t.median_ms, ref, ratio, lead, flag ? "  SLOWER >3%" : "");
     }
   }
   return slow ? kFail : kOk;
@@ -223,7 +228,7 @@ int cmd_tune(const Args& a) {
       std::string why;
       try {
         why = verify_on_device(*p, k, v, &inputs);
-        if (why.empty()) t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s);
+        if (why.empty()) t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s, a.preheat_max_s);
       } catch (const Error& e) {
         why = e.what();
       }
