@@ -440,3 +440,20 @@ def test_bad_preheat_is_refused(worker, bad):
     cfg = config_of(worker)[0]
     ans = worker.call("confirm", job=job(), entries=[{"id": 1, "config": cfg}], rounds=1, reps=1, preheat_s=bad)
     assert not ans["ok"] and "preheat_s" in str(ans), ans
+
+
+def test_a_power_limited_call_goes_without_a_spin_only_where_the_host_stays_ahead():
+    """unspun_ok: a call whose device time is more than HOST_AHEAD x its host
+    enqueue needs no spin behind a lead-in; start_calls with 0 cycles
+    enqueues no spin at all (a spin idles the GPU between the calls)."""
+    from kiln_worker.evaluation.confirm import HOST_AHEAD, unspun_ok
+    assert HOST_AHEAD == 2.0
+    assert unspun_ok(40e-6, 0.5)            # a 0.4 ms GEMM + its flush, enqueued in 40 us
+    assert not unspun_ok(40e-6, 0.07)       # a 70 us row kernel: the host would fall behind
+    assert not unspun_ok(250e-6, 0.5)       # an eager chain of ops that enqueues slowly
+    c, log, clock, launch = fake_clock(call_ms=0.5)
+    c.start_calls(launch, 3, 0, None)()
+    assert log.count("launch") == 3 and not [x for x in log if isinstance(x, tuple) and x[0] == "sleep"]
+    log.clear()
+    c.start_calls(launch, 3, 1000, None)()
+    assert log.count(("sleep", 1000)) == 3

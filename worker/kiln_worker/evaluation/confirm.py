@@ -59,7 +59,12 @@ how many it got);
   the round's timed calls enqueued behind it with no wait for the device
   in between (one wait at the end: an idle GPU lets the clock back up), and
   the throttle guard judges the rounds against that sustained clock instead
-  of the maximum. The probe and each lead-in run at least ``preheat_s`` and
+  of the maximum. In such a round an entry whose device time per call is more
+  than HOST_AHEAD x its host enqueue is timed with no spin before its calls
+  (the lead-in leaves the host a chunk ahead, and it stays ahead; a spin
+  idles the GPU between calls and lets the clock back up): back to back, as
+  ``do_bench`` and ``kiln-rt bench`` run it (``sustained.spin_free``). The
+  probe and each lead-in run at least ``preheat_s`` and
   then until they settle (``settled``: the per-call time of the last 100 ms
   within 1% of the 100 ms that ended 300 ms earlier), the probe at most
   PREHEAT_MAX_S, a lead-in at most as long as its probe took. Timed in 20-call bursts such a kernel reads up to ~10%
@@ -122,6 +127,7 @@ FREQ_SPIN_CYCLES = 1_000_000  # the clock measurement's spin: ~0.5 ms at 2 GHz
 PREHEAT_S, PREHEAT_MAX_S = 0.3, 2.0
 SETTLE_WINDOW_MS, SETTLE_LAG_WINDOWS, SETTLE_TOL = 100.0, 3, 0.01
 SUSTAIN_CHUNK_MS = 20.0   # back-to-back calls enqueued between two reads of the device time
+HOST_AHEAD = 2.0  # a power-limited round's call goes without a spin when its device time is this x its enqueue
 # The worker's cached check inputs are dropped before a confirmation when they
 # hold more than this (server.confirm): the round draws its own sets.
 KEEP_CACHED_BYTES = 1 << 30
@@ -299,6 +305,13 @@ class LeadIn:
         self.settled, self.window_ms = settled, window_ms
 
 
+def unspun_ok(host_s: float, device_ms: float) -> bool:
+    """Whether calls taking `device_ms` each on the device (flush included)
+    can be timed back to back with no spin before each: the host enqueues one
+    in under 1/HOST_AHEAD of that, so once a chunk ahead it stays ahead."""
+    return host_s * 1e3 * HOST_AHEAD < device_ms
+
+
 def settled(chunk_ms: list[float], window: int) -> bool:
     """Whether a back-to-back run of equal chunks (their device times in
     order) has settled: its last `window` chunks took within SETTLE_TOL of
@@ -335,8 +348,9 @@ class _Clock:
             self.cycles_per_ms = n / max(1e-6, a.elapsed_time(b))
         return self.cycles_per_ms
 
-    def host_cycles(self, fn) -> int:
-        """The spin that covers the host's enqueue (timing._benchmark's rule)."""
+    def host_cycles(self, fn) -> tuple[int, float]:
+        """The spin that covers the host's enqueue of one call (timing._benchmark's
+        rule), and that enqueue's time in seconds (the median of 3)."""
         host = []
         for _ in range(3):
             self.cache.zero_()
@@ -345,7 +359,7 @@ class _Clock:
             host.append(time.perf_counter() - t0)
         self.api.synchronize()
         host_s = sorted(host)[1]
-        return int(min(5e7, max(2e4, 2.0 * host_s * 2.5e9)))
+        return int(min(5e7, max(2e4, 2.0 * host_s * 2.5e9))), host_s
 
     def sm_mhz(self) -> float | None:
         """The SM clock now (MHz), measured on the device: a spin of known
@@ -443,7 +457,8 @@ class _Clock:
         ends = [self.api.event() for _ in range(reps)]
         for i in range(reps):
             self.cache.zero_()
-            self.api.sleep(cycles)
+            if cycles:
+                self.api.sleep(cycles)
             starts[i].record()
             if inject:
                 self.api.sleep(inject)
@@ -556,9 +571,9 @@ def run(lib, dev, req: dict) -> dict:
                 fn()
             if dev.is_gpu:
                 torch.cuda.synchronize()
-                c["cycles"] = clock.host_cycles(c["fns"][0])
+                c["cycles"], c["host_s"] = clock.host_cycles(c["fns"][0])
             else:
-                c["cycles"] = 0
+                c["cycles"], c["host_s"] = 0, 0.0
             c["call_ms"] = clock.call_ms(c["fns"][0])
     for c, n_reps in zip(calls, reps_within(budget_s, rounds, [c["call_ms"] for c in calls], reps)):
         c["reps"] = n_reps
@@ -573,6 +588,16 @@ def run(lib, dev, req: dict) -> dict:
                                  threshold or THROTTLE_THRESHOLD, nvml_max)
     preheat = sustained.get("power_limited", False)
     if preheat:
+        # Behind a lead-in the host starts a chunk ahead of the device; an
+        # entry whose device time per call is well above its host enqueue
+        # needs no spin to stay ahead, and a spin (the GPU all but idle) is
+        # a duty cycle that lets the power-limited clock back up: under a
+        # 0.4 ms GEMM the spins measured ~1700 MHz after the rounds against
+        # the probe's 1500-1600, and read it 5-7% faster than do_bench and
+        # kiln-rt, which launch back to back.
+        for c in calls:
+            c["spin"] = not unspun_ok(c["host_s"], c["call_ms"] + sustained["flush_ms"])
+        sustained["spin_free"] = [_label(c["entry"]) for c in calls if not c["spin"]]
         guard = _ThrottleGuard(threshold, sustained["mhz"], None, label="sustained clock of this job")
     else:
         guard = _ThrottleGuard(threshold, nvml_max if threshold > 0 else None,
@@ -608,7 +633,8 @@ def run(lib, dev, req: dict) -> dict:
                 c = calls[k]
                 if shared_output and c["out"] is not None:
                     _poison(c["out"])
-                pending.append((k, clock.start_calls(c["fns"][s_idx], c["reps"], c["cycles"],
+                pending.append((k, clock.start_calls(c["fns"][s_idx], c["reps"],
+                                                     c["cycles"] if c.get("spin", True) else 0,
                                                      c["entry"].get("inject_ms"))))
                 if shared_output and c["out"] is not None:
                     got[k] = pending.pop()[1]()
