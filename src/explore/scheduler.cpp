@@ -558,7 +558,7 @@ void Scheduler::record(const WorkItem& item, const CheckedAnswer& a, const std::
   } else if (o.kind == WorkerOutcome::Kind::kCrash) {
     e.status = "crash";
     e.message = o.detail;
-  } else if (!a.envelope.ok) {  // a reply that broke the protocol came as a crash (check_answer)
+  } else if (!a.envelope.ok) {  // the worker's own error (a reply that broke the protocol is a kCrash: check_answer)
     e.status = "crash";
     e.message = "worker error: " + a.envelope.error;
   } else {
