@@ -1,7 +1,7 @@
 // libFuzzer target: the worker-reply parser (src/evaluate/reply.*) on one reply
 // line as the engine reads it (json::parse without exceptions, then the checks).
 // Contract under test: parse_envelope / parse_evaluate_result /
-// check_space_result throw only ReplyFault; checked_outcome never throws.
+// check_space_result throw only ReplyFault; check_answer never throws.
 #include <cstddef>
 #include <cstdint>
 
@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const char* method : {"evaluate", "space", "reference_info", "confirm"}) {
     kiln::WorkerOutcome o;
     o.reply = j;
-    (void)kiln::checked_outcome(method, std::move(o));
+    (void)kiln::check_answer(method, std::move(o));
   }
   try {
     const kiln::ReplyEnvelope e = kiln::parse_envelope(j);

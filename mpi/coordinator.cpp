@@ -208,9 +208,9 @@ void Coordinator::on_ready(Peer& p, const json& m) {
   pump();
 }
 
-std::string Coordinator::attach_artifact(Peer& p, long long item_id, json& reply, const json& m) {
+std::string Coordinator::attach_artifact(Peer& p, long long item_id, const EvaluationResult& res, json& reply,
+                                         const json& m, std::string* key_out) {
   // Read typed (evaluate/protocol.h); the path is then rewritten in the reply.
-  const EvaluationResult res = read_evaluation_result(reply);
   if (!res.artifact || !res.artifact->object.contains("path") || !reply.contains("result")) return "";
   // Kept in memory under a path of rank 0's scratch (no file is written): the
   // scheduler reads it through SchedulerOptions::read_artifact.
@@ -218,6 +218,7 @@ std::string Coordinator::attach_artifact(Peer& p, long long item_id, json& reply
       (artifact_dir_ / ("from-rank-" + std::to_string(p.rank)) / ("item-" + std::to_string(item_id) + ".bin"))
           .string();
   reply["result"]["artifact"]["path"] = key;
+  *key_out = key;
   auto b = m.find("artifact_b64");
   if (b == m.end() || !b->is_string()) {  // the scheduler records the candidate as a crash
     auto e = m.find("artifact_error");
@@ -239,14 +240,18 @@ void Coordinator::on_result(Peer& p, const json& m) {
   t_last_ = Clock::now();
   if (ending_) return;  // drained: abandoned, the next run evaluates it
   WorkerOutcome o = outcome_from_json(m.value("outcome", json::object()));
+  std::string artifact_key;  // where attach_artifact kept the code object
   if (o.kind == WorkerOutcome::Kind::kReply) {
-    append_gpu_spans(o.reply, p.gpu_spans, &p.bench_spans);
+    // Typed once for the GPU accounts (the two share it; the scheduler checks
+    // the answer by the item's kind, evaluate/reply.h).
+    const EvaluationResult res = read_evaluation_result(o.reply);
+    append_gpu_spans(res, p.gpu_spans, &p.bench_spans);
     drop_util_samples(o.reply);  // the driver's utilisation: reported by kiln run only (explore/utilisation.h)
-    const double kernel_s = device_kernel_seconds(o.reply);
+    const double kernel_s = device_kernel_seconds(res);
     sum_.gpu_kernel_s += kernel_s;
     p.gpu_kernel_s += kernel_s;
     try {
-      const std::string why = attach_artifact(p, id, o.reply, m);
+      const std::string why = attach_artifact(p, id, res, o.reply, m, &artifact_key);
       if (!why.empty())
         log_ << stamp() << "kiln-mpi: rank " << p.rank << ": code object of " << item.label
              << " lost: " << why << std::endl;
@@ -256,13 +261,10 @@ void Coordinator::on_result(Peer& p, const json& m) {
     }
   }
   if (item.kind == WorkItem::Kind::kEvaluate) ++p.evaluated;
-  scheduler_->complete(item, o, m.value("worker", "rank " + std::to_string(p.rank)));
-  if (item.kind == WorkItem::Kind::kEvaluate && o.kind == WorkerOutcome::Kind::kReply) {
-    // A code object the scheduler did not take (its job was released meanwhile).
-    if (const EvaluationResult res = read_evaluation_result(o.reply); res.artifact && res.artifact->path) {
-      artifacts_.erase(*res.artifact->path);
-      artifact_errors_.erase(*res.artifact->path);
-    }
+  scheduler_->complete(item, std::move(o), m.value("worker", "rank " + std::to_string(p.rank)));
+  if (!artifact_key.empty()) {  // a code object the scheduler did not take (its job was released meanwhile)
+    artifacts_.erase(artifact_key);
+    artifact_errors_.erase(artifact_key);
   }
   pump();
 }

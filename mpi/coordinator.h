@@ -136,7 +136,11 @@ class Coordinator {
   void step_checkpoint();
   std::string progress_line(bool final_line) const;
   void publish_metrics();
-  std::string attach_artifact(Peer& p, long long item_id, nlohmann::json& reply, const nlohmann::json& m);
+  // The code object sent with a reply (`res`: the reply typed), kept under a
+  // path of rank 0's scratch that replaces the worker's in `reply` (also
+  // stored in *key); "" or why it is lost.
+  std::string attach_artifact(Peer& p, long long item_id, const EvaluationResult& res, nlohmann::json& reply,
+                              const nlohmann::json& m, std::string* key);
   size_t live_peers() const;
   size_t outstanding() const;
 

@@ -118,7 +118,8 @@ void WorkerRank::handle(const json& m) {
       if (it == jobs_.end()) {
         WorkerOutcome o;
         o.reply = {{"id", 0}, {"ok", false}, {"error", "worker rank has no job " + std::to_string(w.job_id)}};
-        send_result(w, o, label_, {});  // an error reply: no code object
+        send_result(w, check_answer(w.request.value("method", std::string()), std::move(o)), label_,
+                    {});  // an error reply: no code object
         return;
       }
       job = &it->second;
@@ -148,25 +149,23 @@ void WorkerRank::pump() {
     const fs::path dir = opts_.scratch / ("slot-" + std::to_string(i));
     fs::create_directories(dir);
     if (w.request.contains("artifact_dir")) w.request["artifact_dir"] = dir.string();
-    pool_->submit(i, w.request, to_ms(w.timeout_s), [this, w, dir](WorkerOutcome o, int pid) {
+    pool_->submit(i, w.request, to_ms(w.timeout_s), [this, w, dir](CheckedAnswer a, int pid) {
       if (finished_) return;
-      send_result(w, o, label_ + " pid " + std::to_string(pid), dir);
+      send_result(w, a, label_ + " pid " + std::to_string(pid), dir);
     });
   }
 }
 
-void WorkerRank::send_result(const Work& w, const WorkerOutcome& o, const std::string& worker,
+void WorkerRank::send_result(const Work& w, const CheckedAnswer& a, const std::string& worker,
                              const fs::path& artifact_dir) {
-  json m = {{"type", "result"}, {"item_id", w.item_id}, {"outcome", outcome_to_json(o)}, {"worker", worker}};
+  json m = {{"type", "result"}, {"item_id", w.item_id}, {"outcome", outcome_to_json(a.outcome)}, {"worker", worker}};
   // The code object travels in the message: the coordinator's node cannot
   // read this node's scratch. Only a file inside the slot's directory is read
   // (and deleted): evaluate/artifact_file.h.
-  if (o.kind == WorkerOutcome::Kind::kReply && w.request.value("method", std::string()) == "evaluate") {
+  // The answer came checked and typed (evaluate/reply.h): the claim is read there.
+  if (a.outcome.kind == WorkerOutcome::Kind::kReply && a.envelope.ok && a.typed.artifact) {
     try {
-      const ReplyEnvelope env = parse_envelope(o.reply);
-      if (env.ok)
-        if (const EvaluateReply r = parse_evaluate_result(env.result); r.artifact)
-          m["artifact_b64"] = base64_encode(take_artifact(artifact_dir, *r.artifact));
+      m["artifact_b64"] = base64_encode(take_artifact(artifact_dir, *a.typed.artifact));
     } catch (const std::exception& e) {
       m["artifact_error"] = e.what();  // the coordinator's scheduler records it as an infrastructure fault
     }

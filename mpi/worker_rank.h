@@ -81,7 +81,7 @@ class WorkerRank {
   void on_ready(const nlohmann::json& hello);
   void pump();
   void run_noop(const Work& w, const nlohmann::json& job);
-  void send_result(const Work& w, const WorkerOutcome& o, const std::string& worker,
+  void send_result(const Work& w, const CheckedAnswer& a, const std::string& worker,
                    const std::filesystem::path& artifact_dir);
   void arm_heartbeat();
   void send(const nlohmann::json& m);

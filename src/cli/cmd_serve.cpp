@@ -127,7 +127,8 @@ int cmd_report(const Args& args) {
     auto vm = parse(args, d,
                     "usage: kiln report [--batch ID] --out report.html\n"
                     "The dashboard of `kiln serve` as one self-contained HTML file (inline SVG charts, no\n"
-                    "script, nothing fetched): best kernels, speedups, rooflines, failures, history, jobs.");
+                    "script, nothing fetched): best kernels, speedups, rooflines, failures, history, jobs.\n"
+                    "Exit: 0 written, 1 error (an unknown batch id: nothing written), 2 usage.");
     if (!vm) return 0;
     const std::filesystem::path out = (*vm)["out"].as<std::string>();
     const std::filesystem::path dir = out.parent_path().empty() ? "." : out.parent_path();
@@ -148,7 +149,10 @@ int cmd_report(const Args& args) {
       o.batch_id = (*vm)["batch"].as<std::string>();
       bool known = false;
       for (const auto& b : reports::batches(reader)) known = known || b.id == *o.batch_id;
-      if (!known) throw UsageError("no batch '" + *o.batch_id + "' in " + catalog_path + " (kiln status lists them)");
+      // An id the catalog lacks is an error (exit 1), as kiln status and kiln
+      // retry answer it, not a usage error of the command line (exit 2).
+      if (!known)
+        throw std::runtime_error("no batch '" + *o.batch_id + "' in " + catalog_path + " (kiln status lists them)");
     }
     o.source = catalog_path;
     o.generated_at = server::utc_now_text();

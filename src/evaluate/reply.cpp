@@ -141,21 +141,29 @@ void check_space_result(const json& r) {
     for (const char* k : {"bytes", "flops"}) optional_member(*t, k, std::string("result.traffic.") + k, "a number", is_num);
 }
 
-WorkerOutcome checked_outcome(const std::string& method, WorkerOutcome o) {
-  if (o.kind != WorkerOutcome::Kind::kReply) return o;
-  try {
-    const ReplyEnvelope e = parse_envelope(o.reply);
-    if (e.ok) {
-      if (method == "evaluate") parse_evaluate_result(e.result);
-      else if (method == "space" || method == "reference_info") check_space_result(e.result);
+CheckedAnswer check_answer(const std::string& method, WorkerOutcome o) {
+  CheckedAnswer a;
+  if (o.kind == WorkerOutcome::Kind::kReply) {
+    try {
+      a.envelope = parse_envelope(o.reply);
+      if (a.envelope.ok) {
+        if (method == "evaluate") {
+          a.typed = parse_evaluate_result(a.envelope.result);
+        } else {
+          if (method == "space" || method == "reference_info") check_space_result(a.envelope.result);
+          a.typed.result = read_evaluation_result(a.envelope.result);
+        }
+      }
+      a.envelope.result = json();  // kept once: typed.result.raw
+    } catch (const ReplyFault& f) {
+      a = CheckedAnswer{};
+      a.outcome.kind = WorkerOutcome::Kind::kCrash;
+      a.outcome.detail = "infrastructure fault: malformed worker reply to " + method + ": " + f.what();
+      return a;
     }
-    return o;
-  } catch (const ReplyFault& f) {
-    WorkerOutcome bad_reply;
-    bad_reply.kind = WorkerOutcome::Kind::kCrash;
-    bad_reply.detail = "infrastructure fault: malformed worker reply to " + method + ": " + f.what();
-    return bad_reply;
   }
+  a.outcome = std::move(o);
+  return a;
 }
 
 }  // namespace kiln

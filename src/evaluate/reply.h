@@ -56,11 +56,31 @@ EvaluateReply parse_evaluate_result(const nlohmann::json& result);
 // an object or null/absent. Throws ReplyFault.
 void check_space_result(const nlohmann::json& result);
 
-// `o` for a request of `method`, checked: a kReply whose reply fails the
-// checks above becomes kCrash with detail "infrastructure fault: malformed
-// worker reply to METHOD: WHY" (the caller then restarts the worker: it no longer speaks the
-// protocol). Anything else is returned unchanged. Methods without a schema
-// here ("confirm", ...) get the envelope check only.
-WorkerOutcome checked_outcome(const std::string& method, WorkerOutcome o);
+// A worker's answer to one request, checked against the protocol and typed
+// once (check_answer). Everything that consumes an answer -- the scheduler,
+// the run's GPU accounts, the first-results line -- reads this one value,
+// never the reply's JSON again, so they cannot see the answer differently.
+struct CheckedAnswer {
+  // kReply: a reply that passed the checks, `reply` as received (what the MPI
+  // transport forwards); a reply that broke them is kCrash (see check_answer).
+  WorkerOutcome outcome;
+  // outcome kReply: the envelope's ok and error; its `result` is left empty
+  // (the result object is `typed.result.raw`).
+  ReplyEnvelope envelope;
+  // outcome kReply and ok: the result, typed. For evaluate it is validated
+  // (parse_evaluate_result: artifact set where the worker claims a file); for
+  // any other method it is read leniently (read_evaluation_result: a confirm
+  // answer's timings and latency, which share $defs.timings; `raw` a space
+  // answer's configs). Otherwise empty.
+  EvaluateReply typed;
+};
+
+// `o` for a request of `method`, checked and typed: a kReply whose reply fails
+// the checks above becomes kCrash with detail "infrastructure fault: malformed
+// worker reply to METHOD: WHY" (the caller then restarts the worker: it no
+// longer speaks the protocol). Anything else keeps its outcome. Methods
+// without a schema here ("confirm", ...) get the envelope check only.
+// Never throws.
+CheckedAnswer check_answer(const std::string& method, WorkerOutcome o);
 
 }  // namespace kiln

@@ -60,18 +60,15 @@ double union_seconds(std::vector<std::pair<double, double>> spans, double from, 
   return total;
 }
 
-// Both read the timings and latency of an evaluate or confirm answer, typed
-// (evaluate/protocol.h: the two share $defs.timings).
-void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double, double>>& all,
+void append_gpu_spans(const EvaluationResult& result, std::vector<std::pair<double, double>>& all,
                       std::vector<std::pair<double, double>>* bench) {
-  for (const GpuSpan& sp : read_evaluation_result(reply).timings.gpu_spans) {
+  for (const GpuSpan& sp : result.timings.gpu_spans) {
     all.emplace_back(sp.start, sp.end);
     if (bench && sp.kind == "bench") bench->emplace_back(sp.start, sp.end);
   }
 }
 
-double device_kernel_seconds(const nlohmann::json& reply) {
-  const EvaluationResult r = read_evaluation_result(reply);
+double device_kernel_seconds(const EvaluationResult& r) {
   double s = r.timings.kernel_s.value_or(0);
   if (r.latency && r.latency->mean_ms && r.latency->runs) s += *r.latency->mean_ms * *r.latency->runs / 1000;
   return s;
@@ -337,26 +334,25 @@ class Explorer {
       const auto timeout = std::chrono::milliseconds(static_cast<long long>(item->timeout_s * 1000));
       const double sent = since_start();
       if (item->kind == WorkItem::Kind::kEvaluate) first_results_->sent(i, sent);
-      pool_->submit(i, item->request, timeout, [this, i, sent, w = *item](WorkerOutcome o, int pid) {
-        if (o.kind == WorkerOutcome::Kind::kReply) {
+      // The answer comes checked and typed once (evaluate/reply.h); every
+      // account below and the scheduler read that one value.
+      pool_->submit(i, item->request, timeout, [this, i, sent, w = *item](CheckedAnswer a, int pid) {
+        const bool reply = a.outcome.kind == WorkerOutcome::Kind::kReply;
+        if (reply) {
           const size_t g = slot_gpu_[i];
-          driver_util_->take(g, o.reply);  // the GPU's samples, not the candidate's: not recorded with it
-          append_gpu_spans(o.reply, gpu_spans_[g], &bench_spans_[g]);
-          const double kernel_s = device_kernel_seconds(o.reply);
+          driver_util_->take(g, a);  // the GPU's samples, not the candidate's: not recorded with it
+          append_gpu_spans(a.typed.result, gpu_spans_[g], &bench_spans_[g]);
+          const double kernel_s = device_kernel_seconds(a.typed.result);
           summary_.gpu_kernel_s += kernel_s;
           gpu_kernel_each_s_[g] += kernel_s;
         }
         if (w.kind == WorkItem::Kind::kSpace) first_results_->space(sent, since_start());
-        if (w.kind == WorkItem::Kind::kEvaluate && first_results_->awaits_answer(i)) {
-          // the slot's first answer only: every later one would be parsed for nothing
-          const EvaluationResult r = o.kind == WorkerOutcome::Kind::kReply ? read_evaluation_result(o.reply)
-                                                                           : EvaluationResult{};
-          first_results_->answered(i, since_start(), o.kind == WorkerOutcome::Kind::kReply ? &r.timings : nullptr);
-        }
+        if (w.kind == WorkItem::Kind::kEvaluate)
+          first_results_->answered(i, since_start(), reply ? &a.typed.result.timings : nullptr);
         // evaluations.worker: the evaluator's pid, and its GPU where the run spans several
         std::string who = "pid " + std::to_string(pid);
         if (opts_.gpus.ids.size() > 1) who += " gpu " + opts_.gpus.ids[slot_gpu_[i]];
-        scheduler_->complete(w, o, who);
+        scheduler_->complete(w, a, who);
         note_first_results(false);
       });
     }

@@ -22,6 +22,7 @@
 
 #include "catalog/catalog.h"
 #include "evaluate/gpu_binding.h"
+#include "evaluate/protocol.h"
 #include "evaluate/worker_process.h"
 #include "explore/run_supervisor.h"
 #include "explore/run_counts.h"
@@ -100,17 +101,20 @@ RunSummary run_explorer(Catalog& catalog, const Knowledge& knowledge, const RunO
 // Seconds covered by the union of [start, end) spans, clipped to [from, to].
 double union_seconds(std::vector<std::pair<double, double>> spans, double from, double to);
 
+// Both read one evaluate or confirm answer's result, typed once
+// (evaluate/reply.h CheckedAnswer::typed.result; the two share $defs.timings).
+
 // Appends the spans during which an evaluator held its GPU for one request
-// (reply.result.timings.gpu_spans: [start, end, "bench" | "check"] in unix
-// seconds) to `all`, and the timed-benchmark ones also to `bench` when given.
-// A reply without them adds nothing.
-void append_gpu_spans(const nlohmann::json& reply, std::vector<std::pair<double, double>>& all,
+// (timings.gpu_spans: [start, end, "bench" | "check"] in unix seconds) to
+// `all`, and the timed-benchmark ones also to `bench` when given. A result
+// without them adds nothing.
+void append_gpu_spans(const EvaluationResult& result, std::vector<std::pair<double, double>>& all,
                       std::vector<std::pair<double, double>>* bench = nullptr);
 
-// Seconds of kernel time the worker's device events measured in one reply:
+// Seconds of kernel time the worker's device events measured in one answer:
 // an evaluation's benchmark (latency.mean_ms x latency.runs) or a confirmation
-// round (timings.kernel_s). 0 for a reply without GPU timings.
-double device_kernel_seconds(const nlohmann::json& reply);
+// round (timings.kernel_s). 0 for a result without GPU timings.
+double device_kernel_seconds(const EvaluationResult& result);
 
 // How evaluator workers are started: `python3 -m kiln_worker` with Kiln's
 // worker/ and kernels/ on PYTHONPATH, KILN_DEVICE, and the Triton cache dir.

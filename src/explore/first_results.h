@@ -40,7 +40,7 @@ class FirstResults {
   // slot are ignored.
   void answered(size_t slot, double t, const Timings* timings);
   // Whether answered() would still record the slot's answer (its first
-  // evaluation sent, not yet answered): callers read the timings only then.
+  // evaluation sent, not yet answered).
   bool awaits_answer(size_t slot) const;
   // The slot will answer nothing more (dropped by the pool).
   void dropped(size_t slot);

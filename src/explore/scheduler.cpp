@@ -230,25 +230,29 @@ bool Scheduler::claim() {
   return true;
 }
 
-void Scheduler::complete(const WorkItem& item, const WorkerOutcome& raw, const std::string& worker) {
+void Scheduler::complete(const WorkItem& item, WorkerOutcome raw, const std::string& worker) {
   // The reply is untrusted: one that does not match the protocol becomes a
   // crash naming the fault (evaluate/reply.h), for this item alone.
   // (By the item's kind: under MPI the coordinator has sent the request away.)
   const char* method = item.kind == WorkItem::Kind::kEvaluate ? "evaluate"
                        : item.kind == WorkItem::Kind::kSpace  ? "space"
                                                               : "confirm";
-  const WorkerOutcome o = checked_outcome(method, raw);
+  complete(item, check_answer(method, std::move(raw)), worker);
+}
+
+void Scheduler::complete(const WorkItem& item, const CheckedAnswer& a, const std::string& worker) {
   auto it = active_.find(item.job_id);
   if (it == active_.end()) return;  // released by a drain meanwhile
   Job& job = *it->second;
+  const bool reply = a.outcome.kind == WorkerOutcome::Kind::kReply;
   if (item.kind == WorkItem::Kind::kSpace) {
-    if (o.kind != WorkerOutcome::Kind::kReply || !o.reply.value("ok", false)) {
-      const std::string why = o.kind == WorkerOutcome::Kind::kReply ? parse_envelope(o.reply).error : o.detail;
+    if (!reply || !a.envelope.ok) {
+      const std::string why = reply ? a.envelope.error : a.outcome.detail;
       finish(job, false, (job.ctx.is_reference() ? "could not load the reference module: "
                                                  : "could not enumerate the config space: ") + why);
       return;
     }
-    const json& r = o.reply["result"];
+    const json& r = a.typed.result.raw;
     if (job.ctx.is_reference()) job.ctx.reference_info = r;
     job.ctx.traffic = Traffic::from_json(r.value("traffic", json::object()));
     job.ctx.space = r.value("configs", json::array()).get<std::vector<json>>();
@@ -261,11 +265,11 @@ void Scheduler::complete(const WorkItem& item, const WorkerOutcome& raw, const s
     return;
   }
   if (item.kind == WorkItem::Kind::kConfirm) {
-    complete_confirmation(job, o);
+    complete_confirmation(job, a);
     return;
   }
   --job.in_flight;
-  record(item, o, worker);
+  record(item, a, worker);
   maybe_finish(item.job_id);
 }
 
@@ -444,20 +448,20 @@ bool Scheduler::start_confirmation(Job& job) {
   return true;
 }
 
-void Scheduler::complete_confirmation(Job& job, const WorkerOutcome& o) {
+void Scheduler::complete_confirmation(Job& job, const CheckedAnswer& a) {
   job.confirm_item.reset();
   job.confirm_sent = false;
   std::string why;
-  if (o.kind != WorkerOutcome::Kind::kReply) why = o.detail.empty() ? "no answer" : o.detail;
-  else if (const ReplyEnvelope env = parse_envelope(o.reply); !env.ok)  // checked in complete()
-    why = env.error.empty() ? "worker error" : env.error;
+  if (a.outcome.kind != WorkerOutcome::Kind::kReply) why = a.outcome.detail.empty() ? "no answer" : a.outcome.detail;
+  else if (!a.envelope.ok)
+    why = a.envelope.error.empty() ? "worker error" : a.envelope.error;
   if (why.empty()) {
     try {
       const std::string run_id =
           sha256_hex(opts_.owner + "\n" + std::to_string(job.ctx.row.id) + "\n" + std::to_string(std::time(nullptr)) +
                      "\n" + std::to_string(stats_.jobs_confirmed + stats_.confirm_failures))
               .substr(0, 16);
-      const auto rows = confirmation_rows(job.ctx.row.id, run_id, job.finalists, o.reply["result"]);
+      const auto rows = confirmation_rows(job.ctx.row.id, run_id, job.finalists, a.typed.result.raw);
       catalog_.record_confirmations(rows);
       const auto stored = catalog_.confirmations(job.ctx.row.id, run_id);
       if (auto best = select_confirmed(stored, catalog_.evaluated_candidates(job.ctx.row.id))) {
@@ -539,12 +543,13 @@ void Scheduler::finish(Job& job, bool ok, const std::string& message) {
   active_.erase(id);
 }
 
-void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::string& worker) {
+void Scheduler::record(const WorkItem& item, const CheckedAnswer& a, const std::string& worker) {
   Job& job = *active_.at(item.job_id);
+  const WorkerOutcome& o = a.outcome;
   EvaluationIn e;
   e.worker = worker;
   e.result = json::object();
-  std::optional<EvaluateReply> reply;
+  const EvaluateReply* reply = nullptr;
   if (o.kind == WorkerOutcome::Kind::kTimeout) {
     e.status = "timeout";
     std::ostringstream within;
@@ -553,24 +558,14 @@ void Scheduler::record(const WorkItem& item, const WorkerOutcome& o, const std::
   } else if (o.kind == WorkerOutcome::Kind::kCrash) {
     e.status = "crash";
     e.message = o.detail;
+  } else if (!a.envelope.ok) {  // the worker's own error (a reply that broke the protocol is a kCrash: check_answer)
+    e.status = "crash";
+    e.message = "worker error: " + a.envelope.error;
   } else {
-    // The reply is untrusted: parsed into its typed form (evaluate/reply.h);
-    // one that does not parse fails this candidate alone.
-    try {
-      const ReplyEnvelope env = parse_envelope(o.reply);
-      if (!env.ok) {
-        e.status = "crash";
-        e.message = "worker error: " + env.error;
-      } else {
-        reply = parse_evaluate_result(env.result);
-        e.result = reply->result.raw;
-        e.status = to_string(reply->result.status);
-        e.message = reply->result.message;
-      }
-    } catch (const ReplyFault& f) {
-      e.status = "crash";
-      e.message = std::string("infrastructure fault: malformed worker reply: ") + f.what();
-    }
+    reply = &a.typed;
+    e.result = reply->result.raw;
+    e.status = to_string(reply->result.status);
+    e.message = reply->result.message;
   }
   // The code object the worker wrote (checked: evaluate/artifact_file.h), and
   // the static estimate for the target.

@@ -20,6 +20,7 @@
 
 #include "catalog/catalog.h"
 #include "evaluate/protocol.h"
+#include "evaluate/reply.h"
 #include "evaluate/worker_process.h"
 #include "explore/dispatch.h"
 #include "explore/run_counts.h"
@@ -92,8 +93,13 @@ class Scheduler {
   // work. `slot` names the artifact subdirectory. nullopt: nothing to do now.
   std::optional<WorkItem> next(int slot);
 
-  // The worker's answer (or timeout / crash) for an item from next().
-  void complete(const WorkItem& item, const WorkerOutcome& outcome, const std::string& worker);
+  // The worker's answer (or timeout / crash) for an item from next(), checked
+  // and typed once by the executor (evaluate/reply.h check_answer): the
+  // scheduler reads that value and never the reply's JSON again.
+  void complete(const WorkItem& item, const CheckedAnswer& answer, const std::string& worker);
+  // The same for an answer not yet checked (one that came over MPI): checked
+  // here, by the item's kind, then as above.
+  void complete(const WorkItem& item, WorkerOutcome outcome, const std::string& worker);
 
   // Takes back an item from next() unrecorded, as if it had never been handed
   // out: its executor lost it (an MPI worker rank that stopped answering). An
@@ -124,10 +130,10 @@ class Scheduler {
   void on_proposals(long long job_id, std::vector<Proposal> proposals, std::vector<std::string> notes);
   void maybe_finish(long long job_id);
   bool start_confirmation(Job& job);  // true: a confirm item is queued for the job
-  void complete_confirmation(Job& job, const WorkerOutcome& o);
+  void complete_confirmation(Job& job, const CheckedAnswer& a);
   void select_and_finish(Job& job);
   void finish(Job& job, bool ok, const std::string& message);
-  void record(const WorkItem& item, const WorkerOutcome& o, const std::string& worker);
+  void record(const WorkItem& item, const CheckedAnswer& a, const std::string& worker);
   void publish_evaluation(Job& job, const EvaluationIn& e, const EvaluationResult& result);
   std::vector<Outcome> history(const Job& job) const;
   void fail(const std::string& why);

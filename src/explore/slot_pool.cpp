@@ -157,10 +157,10 @@ void SlotPool::submit(size_t i, json request, std::chrono::milliseconds timeout,
                       slot.busy = false;
                       // A reply that breaks the protocol fails this request alone
                       // and the worker is replaced (evaluate/reply.h).
-                      WorkerOutcome o = checked_outcome(method, std::move(raw));
-                      if (o.kind != WorkerOutcome::Kind::kReply)
-                        restart(i, o.kind == WorkerOutcome::Kind::kTimeout ? "timeout" : "crash");
-                      done(std::move(o), pid);
+                      CheckedAnswer a = check_answer(method, std::move(raw));
+                      if (a.outcome.kind != WorkerOutcome::Kind::kReply)
+                        restart(i, a.outcome.kind == WorkerOutcome::Kind::kTimeout ? "timeout" : "crash");
+                      done(std::move(a), pid);
                       if (!stopped_ && hooks_.idle) hooks_.idle();
                     });
 }

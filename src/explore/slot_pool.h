@@ -14,8 +14,10 @@
 //   - The pool fails only when no slot is left: Hooks::exhausted is called
 //     once, with the last slot's reason. Until then the run goes on with the
 //     slots it has.
+//   - Every answer is checked against the protocol and typed once
+//     (evaluate/reply.h check_answer) before its done gets it.
 //   - A request that ends in a timeout, a crash or a reply that breaks the
-//     protocol (evaluate/reply.h checked_outcome) is handed to its done with
+//     protocol is handed to its done with
 //     that outcome (the caller records the candidate as an infrastructure
 //     fault: `timeout` / `crash`), and the slot gets a fresh worker under the
 //     start-up rule above. A worker that exited between requests is replaced
@@ -43,6 +45,7 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
+#include "evaluate/reply.h"
 #include "evaluate/worker_process.h"
 
 namespace kiln {
@@ -75,8 +78,8 @@ class SlotPool {
     // A worker is being replaced: "timeout", "crash" or "exited" (metrics).
     std::function<void(const char* reason)> restarting;
   };
-  // The outcome (protocol-checked) and the pid of the worker that produced it.
-  using Done = std::function<void(WorkerOutcome outcome, int pid)>;
+  // The answer (protocol-checked and typed) and the pid of the worker that produced it.
+  using Done = std::function<void(CheckedAnswer answer, int pid)>;
 
   SlotPool(boost::asio::io_context& io, SlotPoolOptions options, std::ostream& log);
   ~SlotPool();  // kills the workers, waiting for none

@@ -2,15 +2,17 @@
 
 #include <algorithm>
 
-#include "evaluate/protocol.h"
 
 namespace kiln {
 
-void DriverUtilisation::take(size_t gpu, nlohmann::json& answer) {
+void DriverUtilisation::take(size_t gpu, CheckedAnswer& answer) {
+  auto& samples = answer.typed.result.timings.util_samples;
   if (gpu < samples_.size())
-    for (const auto& [t, pct] : read_evaluation_result(answer).timings.util_samples)
+    for (const auto& [t, pct] : samples)
       if (pct >= 0 && pct <= 100) samples_[gpu][t] = pct;
-  drop_util_samples(answer);
+  samples.clear();
+  drop_util_samples(answer.typed.result.raw);
+  drop_util_samples(answer.outcome.reply);
 }
 
 void drop_util_samples(nlohmann::json& answer) {

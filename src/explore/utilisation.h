@@ -21,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evaluate/reply.h"
+
 namespace kiln {
 
 class DriverUtilisation {
@@ -33,10 +35,11 @@ class DriverUtilisation {
 
   explicit DriverUtilisation(size_t gpus) : samples_(gpus) {}
 
-  // Takes the samples of one worker answer ({"id", "ok", "result": {...}} or
-  // the result) for GPU index `gpu`, and removes them from the answer: they
-  // describe the GPU, not the candidate, and are not recorded with it.
-  void take(size_t gpu, nlohmann::json& answer);
+  // Takes the samples of one worker answer for GPU index `gpu`, and removes
+  // them from every view of the answer (the typed timings, the result that is
+  // recorded, the reply as received): they describe the GPU, not the
+  // candidate, and are not recorded with it.
+  void take(size_t gpu, CheckedAnswer& answer);
 
   // The figure for one GPU over [from, to] (unix seconds); nullopt without samples there.
   std::optional<Figure> figure(size_t gpu, double from, double to) const;

@@ -6,6 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "evaluate/reply.h"
+#include "explore/explorer.h"
+#include "explore/utilisation.h"
+
 using kiln::FirstResults;
 using kiln::read_evaluation_result;
 using kiln::Timings;
@@ -105,4 +109,54 @@ TEST(FirstResults, ACpuRunHasNoGpuFigures) {
                       "rest 0.00 (0.00)"),
             std::string::npos)
       << line;
+}
+
+// One evaluate answer, checked and typed once (evaluate/reply.h), handed to
+// every consumer as the explorer hands it (explorer.cpp, pump): the driver's
+// utilisation, the GPU spans and kernel seconds, the first-results line, and
+// what the scheduler records (Scheduler::record: the typed result's `raw`
+// object). Read back as the catalog reads a stored result, the recorded view
+// gives the same line, and the GPU's samples are in none of the candidate's views.
+TEST(FirstResults, EveryConsumerOfAnAnswerSeesTheSameAnswer) {
+  const json sent_result = {
+      {"status", "ok"},
+      {"latency", {{"median_ms", 2.0}, {"mean_ms", 2.0}, {"runs", 10}}},
+      {"timings",
+       {{"compile_s", 0.5}, {"check_s", 0.75}, {"bench_s", 0.25}, {"worker_s", 2.0},
+        {"gpu_spans", {{100.0, 100.5, "check"}, {100.5, 101.0, "bench"}}},
+        {"util_samples", {{100.0, 50}, {100.5, 100}}}}}};
+  kiln::WorkerOutcome o;
+  o.reply = {{"id", 7}, {"ok", true}, {"result", sent_result}};
+  kiln::CheckedAnswer a = kiln::check_answer("evaluate", std::move(o));
+  ASSERT_EQ(a.outcome.kind, kiln::WorkerOutcome::Kind::kReply) << a.outcome.detail;
+
+  kiln::DriverUtilisation util(1);
+  util.take(0, a);
+  std::vector<std::pair<double, double>> all, bench;
+  kiln::append_gpu_spans(a.typed.result, all, &bench);
+  const double kernel_s = kiln::device_kernel_seconds(a.typed.result);
+  FirstResults seen(1);
+  seen.sent(0, 1.0);
+  seen.answered(0, 3.0, &a.typed.result.timings);
+
+  const kiln::EvaluationResult recorded = read_evaluation_result(a.typed.result.raw);
+  FirstResults from_record(1);
+  from_record.sent(0, 1.0);
+  from_record.answered(0, 3.0, &recorded.timings);
+  EXPECT_EQ(seen.line(), from_record.line());
+  EXPECT_NE(seen.line().find("check 0.75 (0.75)"), std::string::npos) << seen.line();
+  EXPECT_EQ(kiln::to_string(recorded.status), sent_result["status"].get<std::string>());
+
+  EXPECT_EQ(all, (std::vector<std::pair<double, double>>{{100.0, 100.5}, {100.5, 101.0}}));
+  EXPECT_EQ(bench, (std::vector<std::pair<double, double>>{{100.5, 101.0}}));
+  EXPECT_DOUBLE_EQ(kernel_s, 2.0 * 10 / 1000);  // mean_ms x runs
+
+  // The samples describe the GPU: its figure has them, the candidate's record not.
+  ASSERT_TRUE(util.figure(0, 99, 102));
+  EXPECT_EQ(util.figure(0, 99, 102)->samples, 2u);
+  EXPECT_TRUE(recorded.timings.util_samples.empty());
+  json without_samples = sent_result;
+  without_samples["timings"].erase("util_samples");
+  EXPECT_EQ(a.typed.result.raw, without_samples);
+  EXPECT_EQ(a.outcome.reply["result"], without_samples);
 }

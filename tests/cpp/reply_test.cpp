@@ -77,7 +77,7 @@ TEST(Reply, NullOptionalStringsReadAsAbsent) {
   EXPECT_EQ(e.artifact->kernel_name, "");
   WorkerOutcome o;
   o.reply = {{"ok", true}, {"result", r}};
-  EXPECT_EQ(checked_outcome("evaluate", o).kind, WorkerOutcome::Kind::kReply);
+  EXPECT_EQ(check_answer("evaluate", o).outcome.kind, WorkerOutcome::Kind::kReply);
 }
 
 TEST(Reply, MalformedRepliesAreTypedFaults) {
@@ -113,18 +113,54 @@ TEST(Reply, MalformedRepliesAreTypedFaults) {
   EXPECT_NE(w.find("result.status"), std::string::npos) << w;
 }
 
-TEST(Reply, CheckedOutcomeTurnsAFaultIntoACrash) {
+TEST(Reply, CheckAnswerTurnsAFaultIntoACrash) {
   WorkerOutcome o;
   o.reply = {{"ok", true}, {"result", "not an object"}};
-  const WorkerOutcome c = checked_outcome("evaluate", o);
-  EXPECT_EQ(c.kind, WorkerOutcome::Kind::kCrash);
-  EXPECT_NE(c.detail.find("malformed worker reply to evaluate"), std::string::npos) << c.detail;
+  const CheckedAnswer c = check_answer("evaluate", o);
+  EXPECT_EQ(c.outcome.kind, WorkerOutcome::Kind::kCrash);
+  EXPECT_NE(c.outcome.detail.find("malformed worker reply to evaluate"), std::string::npos) << c.outcome.detail;
+  EXPECT_TRUE(c.outcome.reply.is_null());  // nothing of the broken reply is left to read
+  EXPECT_FALSE(c.envelope.ok);
   WorkerOutcome space;
   space.reply = {{"ok", true}, {"result", {{"configs", {1, 2}}}}};
-  EXPECT_EQ(checked_outcome("space", space).kind, WorkerOutcome::Kind::kCrash);
+  EXPECT_EQ(check_answer("space", space).outcome.kind, WorkerOutcome::Kind::kCrash);
   WorkerOutcome fine;
   fine.reply = {{"ok", true}, {"result", ok_result()}};
-  EXPECT_EQ(checked_outcome("evaluate", fine).kind, WorkerOutcome::Kind::kReply);
+  EXPECT_EQ(check_answer("evaluate", fine).outcome.kind, WorkerOutcome::Kind::kReply);
+}
+
+// The one typed value every consumer reads: the envelope, the result typed
+// (validated for evaluate, with its code-object claim), and the result object
+// kept once, as sent.
+TEST(Reply, CheckAnswerTypesTheReplyOnce) {
+  json r = ok_result();
+  r["timings"] = {{"check_s", 0.25}, {"gpu_spans", {{1.0, 2.0, "bench"}}}};
+  WorkerOutcome o;
+  o.reply = {{"id", 3}, {"ok", true}, {"result", r}};
+  const CheckedAnswer a = check_answer("evaluate", o);
+  ASSERT_EQ(a.outcome.kind, WorkerOutcome::Kind::kReply) << a.outcome.detail;
+  EXPECT_EQ(a.outcome.reply, o.reply);  // as received (the MPI transport forwards it)
+  EXPECT_TRUE(a.envelope.ok);
+  EXPECT_TRUE(a.envelope.result.is_null());  // not a second copy: typed.result.raw is the result
+  EXPECT_EQ(a.typed.result.raw, r);
+  EXPECT_EQ(a.typed.result.timings.check_s, 0.25);
+  ASSERT_EQ(a.typed.result.timings.gpu_spans.size(), 1u);
+  ASSERT_TRUE(a.typed.artifact);
+  EXPECT_EQ(a.typed.artifact->sha256, r["artifact"]["sha256"].get<std::string>());
+  // A confirm answer: no evaluate schema, but its timings are read all the same.
+  WorkerOutcome c;
+  c.reply = {{"ok", true}, {"result", {{"entries", json::array()}, {"timings", {{"kernel_s", 1.5}}}}}};
+  const CheckedAnswer ca = check_answer("confirm", c);
+  EXPECT_EQ(ca.typed.result.timings.kernel_s, 1.5);
+  EXPECT_FALSE(ca.typed.artifact);
+  // An error reply: its reason, nothing typed.
+  WorkerOutcome e;
+  e.reply = {{"ok", false}, {"error", "no GPU"}};
+  const CheckedAnswer ea = check_answer("evaluate", e);
+  EXPECT_EQ(ea.outcome.kind, WorkerOutcome::Kind::kReply);
+  EXPECT_FALSE(ea.envelope.ok);
+  EXPECT_EQ(ea.envelope.error, "no GPU");
+  EXPECT_EQ(ea.typed.result.raw, json::object());
 }
 
 TEST(ArtifactFile, AFileInsideIsReadCheckedAndDeleted) {

@@ -157,8 +157,8 @@ TEST_F(SlotPoolTest, ACrashMidCandidateIsReportedAndTheSlotRestarts) {
   const int first_pid = pool.pid(*slot);
   std::optional<WorkerOutcome> crashed;
   int crashed_pid = 0;
-  pool.submit(*slot, evaluate(128), std::chrono::seconds(20), [&](WorkerOutcome o, int pid) {
-    crashed = std::move(o);
+  pool.submit(*slot, evaluate(128), std::chrono::seconds(20), [&](CheckedAnswer a, int pid) {
+    crashed = std::move(a.outcome);
     crashed_pid = pid;
   });
   EXPECT_FALSE(pool.idle_slot());  // busy while the request is out
@@ -171,11 +171,16 @@ TEST_F(SlotPoolTest, ACrashMidCandidateIsReportedAndTheSlotRestarts) {
   const auto again = pool.idle_slot();
   ASSERT_TRUE(again);
   EXPECT_NE(pool.pid(*again), first_pid);
-  std::optional<WorkerOutcome> ok;
-  pool.submit(*again, evaluate(64), std::chrono::seconds(20), [&](WorkerOutcome o, int) { ok = std::move(o); });
+  std::optional<CheckedAnswer> ok;
+  pool.submit(*again, evaluate(64), std::chrono::seconds(20), [&](CheckedAnswer a, int) { ok = std::move(a); });
   run_until([&] { return ok.has_value(); });
-  EXPECT_EQ(ok->kind, WorkerOutcome::Kind::kReply);
-  EXPECT_TRUE(ok->reply.value("ok", false)) << ok->reply.dump();
+  ASSERT_EQ(ok->outcome.kind, WorkerOutcome::Kind::kReply) << ok->outcome.detail;
+  const json& reply = ok->outcome.reply;
+  EXPECT_TRUE(reply.value("ok", false)) << reply.dump();
+  // The answer comes typed once: the typed result is the worker's result.
+  EXPECT_TRUE(ok->envelope.ok);
+  EXPECT_EQ(ok->typed.result.raw, reply["result"]);
+  EXPECT_EQ(to_string(ok->typed.result.status), reply["result"].value("status", ""));
 }
 
 TEST_F(SlotPoolTest, AfterStopNoCallbackRuns) {
@@ -186,7 +191,7 @@ TEST_F(SlotPoolTest, AfterStopNoCallbackRuns) {
   pool.start(h);
   run_until([&] { return ready == 2; });
   bool called = false;
-  pool.submit(*pool.idle_slot(), evaluate(64), std::chrono::seconds(20), [&](WorkerOutcome, int) { called = true; });
+  pool.submit(*pool.idle_slot(), evaluate(64), std::chrono::seconds(20), [&](CheckedAnswer, int) { called = true; });
   pool.stop();
   EXPECT_EQ(pool.ready(), 0);
   EXPECT_FALSE(pool.idle_slot());

@@ -551,13 +551,14 @@ TEST(StrategyBusy, SpansComeFromTheEvaluatorsReplies) {
   const nlohmann::json reply = {
       {"ok", true},
       {"result", {{"timings", {{"gpu_spans", {{1.0, 2.0, "check"}, {2.5, 4.0, "bench"}, {"bad"}}}}}}}};
-  append_gpu_spans(reply, all, &bench);
+  const EvaluationResult typed = read_evaluation_result(reply);
+  append_gpu_spans(typed, all, &bench);
   EXPECT_EQ(all, (std::vector<std::pair<double, double>>{{1.0, 2.0}, {2.5, 4.0}}));
   EXPECT_EQ(bench, (std::vector<std::pair<double, double>>{{2.5, 4.0}}));
-  append_gpu_spans(reply, all);  // without a bench list
+  append_gpu_spans(typed, all);  // without a bench list
   EXPECT_EQ(all.size(), 4u);
-  append_gpu_spans({{"ok", true}, {"result", {{"status", "ok"}}}}, all, &bench);  // none: nothing added
-  append_gpu_spans({{"ok", false}, {"error", "x"}}, all, &bench);
+  append_gpu_spans(read_evaluation_result({{"ok", true}, {"result", {{"status", "ok"}}}}), all, &bench);  // none
+  append_gpu_spans(EvaluationResult{}, all, &bench);
   EXPECT_EQ(all.size(), 4u);
   EXPECT_EQ(bench.size(), 1u);
 }

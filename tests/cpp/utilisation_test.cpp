@@ -4,22 +4,26 @@
 
 #include <gtest/gtest.h>
 
+using kiln::CheckedAnswer;
 using kiln::DriverUtilisation;
 using nlohmann::json;
 
 namespace {
 
-json answer(json samples) {
-  return json{{"id", 1}, {"ok", true},
-              {"result", {{"status", "ok"}, {"timings", {{"check_s", 0.1}, {"util_samples", std::move(samples)}}}}}};
+// One evaluate answer with these samples, checked and typed as the slot pool hands it on.
+CheckedAnswer answer(json samples) {
+  kiln::WorkerOutcome o;
+  o.reply = json{{"id", 1}, {"ok", true},
+                 {"result", {{"status", "ok"}, {"timings", {{"check_s", 0.1}, {"util_samples", std::move(samples)}}}}}};
+  return kiln::check_answer("evaluate", std::move(o));
 }
 
 }  // namespace
 
 TEST(DriverUtilisation, WorkersOfOneGpuRepeatSamplesCountedOnce) {
   DriverUtilisation u(1);
-  json a = answer({{100.0, 50}, {100.5, 100}});
-  json b = answer({{100.5, 100}, {101.0, 0}});  // the second worker read the same buffer
+  CheckedAnswer a = answer({{100.0, 50}, {100.5, 100}});
+  CheckedAnswer b = answer({{100.5, 100}, {101.0, 0}});  // the second worker read the same buffer
   u.take(0, a);
   u.take(0, b);
   auto f = u.figure(0, 99, 103);
@@ -29,21 +33,23 @@ TEST(DriverUtilisation, WorkersOfOneGpuRepeatSamplesCountedOnce) {
   EXPECT_DOUBLE_EQ(f->coverage, 0.25);  // 1 s of samples over a 4 s window
 }
 
-TEST(DriverUtilisation, SamplesAreTakenOutOfTheAnswer) {
+TEST(DriverUtilisation, SamplesAreTakenOutOfEveryViewOfTheAnswer) {
   DriverUtilisation u(1);
-  json a = answer({{10.0, 80}});
+  CheckedAnswer a = answer({{10.0, 80}, {11.0, 40}});
+  ASSERT_EQ(a.typed.result.timings.util_samples.size(), 2u);
   u.take(0, a);
-  EXPECT_FALSE(a["result"]["timings"].contains("util_samples"));
-  EXPECT_DOUBLE_EQ(a["result"]["timings"]["check_s"].get<double>(), 0.1);  // the rest stays
-  json bare = {{"status", "ok"}, {"timings", {{"util_samples", {{11.0, 40}}}}}};  // a result alone
-  u.take(0, bare);
-  EXPECT_FALSE(bare["timings"].contains("util_samples"));
   EXPECT_EQ(u.figure(0, 0, 20)->samples, 2u);
+  // the typed timings, the result that is recorded, the reply as received
+  EXPECT_TRUE(a.typed.result.timings.util_samples.empty());
+  EXPECT_FALSE(a.typed.result.raw["timings"].contains("util_samples"));
+  EXPECT_FALSE(a.outcome.reply["result"]["timings"].contains("util_samples"));
+  EXPECT_DOUBLE_EQ(a.typed.result.raw["timings"]["check_s"].get<double>(), 0.1);  // the rest stays
+  EXPECT_EQ(a.typed.result.timings.check_s, 0.1);
 }
 
 TEST(DriverUtilisation, OnlyTheWindowAndWellFormedSamplesCount) {
   DriverUtilisation u(1);
-  json a = answer({{5.0, 100}, {10.0, 20}, {"x", 50}, {12.0}, {13.0, 140}, {14.0, -1}, {15.0, 40}, {30.0, 100}});
+  CheckedAnswer a = answer({{5.0, 100}, {10.0, 20}, {"x", 50}, {12.0}, {13.0, 140}, {14.0, -1}, {15.0, 40}, {30.0, 100}});
   u.take(0, a);
   auto f = u.figure(0, 10, 20);
   ASSERT_TRUE(f);
@@ -55,8 +61,8 @@ TEST(DriverUtilisation, OnlyTheWindowAndWellFormedSamplesCount) {
 
 TEST(DriverUtilisation, EachGpuApartAndTheirMean) {
   DriverUtilisation u(2);
-  json a = answer({{1.0, 100}, {2.0, 100}});
-  json b = answer({{1.0, 20}, {3.0, 40}});  // the same time on another GPU is another sample
+  CheckedAnswer a = answer({{1.0, 100}, {2.0, 100}});
+  CheckedAnswer b = answer({{1.0, 20}, {3.0, 40}});  // the same time on another GPU is another sample
   u.take(0, a);
   u.take(1, b);
   EXPECT_DOUBLE_EQ(u.figure(0, 0, 4)->fraction, 1.0);
@@ -66,17 +72,17 @@ TEST(DriverUtilisation, EachGpuApartAndTheirMean) {
   EXPECT_DOUBLE_EQ(all->fraction, 0.65);
   EXPECT_EQ(all->samples, 4u);
   EXPECT_DOUBLE_EQ(all->coverage, 0.25);  // GPU 0's 1 s of 4
-  json none = answer(json::array());
+  CheckedAnswer none = answer(json::array());
   DriverUtilisation empty(1);
   empty.take(0, none);
   EXPECT_FALSE(empty.overall(0, 4));
-  json out_of_range = answer({{1.0, 50}});
+  CheckedAnswer out_of_range = answer({{1.0, 50}});
   empty.take(5, out_of_range);  // no such GPU: ignored, still taken out
-  EXPECT_FALSE(out_of_range["result"]["timings"].contains("util_samples"));
+  EXPECT_FALSE(out_of_range.typed.result.raw["timings"].contains("util_samples"));
 }
 
 TEST(DriverUtilisation, DropLeavesTheRestOfTheAnswer) {
-  json a = answer({{1.0, 50}});
+  json a = answer({{1.0, 50}}).outcome.reply;
   kiln::drop_util_samples(a);
   EXPECT_FALSE(a["result"]["timings"].contains("util_samples"));
   EXPECT_TRUE(a["result"]["timings"].contains("check_s"));

@@ -528,10 +528,22 @@ def test_dashboard_and_report_render_in_chromium(served, browser, tmp_path):
     mine = {j["id"] for j in s.json("/api/jobs?batch=" + batch)[1]["jobs"]}
     ids = {int(x) for x in re.findall(r'data-chart="job-(\d+)-candidates"', one.read_text())}
     assert ids == mine
-    r = kiln("report", "--batch", "nope", "--out", tmp_path / "x.html", catalog=cat, check=False)
-    assert r.returncode == 2 and "no batch 'nope'" in r.stderr and not (tmp_path / "x.html").exists()
     r = kiln("report", "--out", tmp_path / "missing" / "x.html", catalog=cat, check=False)
     assert r.returncode == 2 and "no directory" in r.stderr
+
+
+def test_report_of_an_unknown_batch_is_an_error_not_a_usage_error(catalog, tmp_path):
+    # An id the catalog lacks: exit 1 naming it, nothing written -- as kiln
+    # status and kiln retry answer it (2 is for usage errors of the command line).
+    cat, out = catalog["cat"], tmp_path / "x.html"
+    r = kiln("report", "--batch", "nope", "--out", out, catalog=cat, check=False)
+    assert r.returncode == 1 and "no batch 'nope'" in r.stderr and not out.exists(), (r.returncode, r.stderr)
+    status = kiln("status", "--batch", "nope", catalog=cat, check=False)
+    retry = kiln("retry", "--batch", "nope", "--dry-run", catalog=cat, check=False)
+    assert status.returncode == retry.returncode == r.returncode, (status.stderr, retry.stderr)
+    # a usage error stays 2
+    r = kiln("report", "--batch", "nope", catalog=cat, check=False)
+    assert r.returncode == 2 and "--out" in r.stderr, r.stderr
 
 
 # --- code objects and packages from a real run --------------------------------------
