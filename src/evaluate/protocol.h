@@ -79,10 +79,11 @@ struct WarmUpTimings {
   std::optional<double> wait_s;  // the first evaluation's wait for it
 };
 
-// $defs.timings.plan_import: the memory plan's fake-tensor import, in the
-// worker's first evaluation after it finished.
+// $defs.timings.plan_import: the memory plan's fake-tensor import (only for a
+// template that needs values; others are planned on meta tensors), once per
+// worker, in the evaluation that needed it.
 struct PlanImportTimings {
-  std::optional<double> import_s;  // its own seconds (a thread of the worker's start)
+  std::optional<double> import_s;  // its own seconds (in a thread)
   std::optional<double> wait_s;    // what the memory plans waited for it
 };
 

@@ -22,19 +22,20 @@ GPU (the GPU lock held exclusively, the other workers asked to give back their
 memory: processes/pressure.py).
 
 The sizes come from the template module itself -- ``make_inputs`` and
-``output_like`` run under torch's FakeTensorMode, which gives shapes and
-dtypes without allocating (a 16 GiB KernelBench input costs nothing) --
-so they are exact for every template. ``job_plan`` returns None when the
-module's functions cannot run on fake tensors (the caller then keeps its
-older bound: half the share for the cache).
+``output_like`` run on meta tensors (``meta_tensors``: shapes and dtypes,
+no storage; a 16 GiB KernelBench input costs nothing) -- so they are exact
+for every template. A template that needs values to make its inputs (an
+``.item()``, numpy) runs under torch's FakeTensorMode instead, which carries
+them; ``job_plan`` returns None when it cannot run there either (the caller
+then keeps its older bound: half the share for the cache).
 
 FakeTensorMode's first construction in a process imports torch._dynamo (about
-800 modules: 1-1.4 s on an idle core, more when a dozen workers start at once
-and share the cores). ``start_import`` does that in a thread of its own when the worker
-starts, while it answers hello and waits for its first request; ``job_plan``
-waits for it (``wait_for_import``) instead of importing in its caller's
-thread, and ``import_report`` says how long the import took and how long the
-first plan waited for it.
+800 modules: 1-1.4 s on an idle core; 7-8 s on an H200 node where twelve
+workers start at once beside their first compiles, and the first check
+waited for it), so it is imported only where a plan needs it:
+``start_import`` runs the import in a thread, ``wait_for_import`` waits for
+it, and ``import_report`` says how long it took and how long the plan
+waited.
 
 Pure functions of their arguments and the environment, and the one import
 thread; thread-safe.
@@ -199,25 +200,79 @@ def import_report() -> dict | None:
 
 def job_plan(mod, op: str, shape, dtype: str, params: dict, share: int | None) -> MemoryPlan | None:
     """The plan of one job of template module `mod` (module docstring), its
-    sizes from make_inputs / output_like on fake tensors; None when they
-    cannot run there. Waits for start_import's thread first, if one runs."""
+    sizes from make_inputs / output_like on meta tensors (meta_tensors), else
+    on fake tensors (the fake-tensor import started and waited for here);
+    None when they run on neither."""
+    try:
+        with meta_tensors():
+            return _plan(mod, op, shape, dtype, params, share)
+    except Exception:  # noqa: BLE001 - needs values (.item(), numpy): fake tensors carry them
+        pass
+    start_import()
     wait_for_import()
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from . import check
-    updt = check.upcast_dtype(dtype)
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
-            inputs = mod.make_inputs(op, list(shape), dtype, params, 0, "cpu")
-            out = mod.output_like(op, inputs, params)
-            tensors = list(_tensors(inputs))
-            input_bytes = sum(_nbytes(t) for t in tensors)
-            upcast_bytes = sum(_nbytes(t, updt if t.is_floating_point() else None) for t in tensors)
-            outs = list(_tensors(out))
-            output_bytes = sum(_nbytes(t) for t in outs)
-            ref_bytes = sum(_nbytes(t, updt if t.is_floating_point() else None) for t in outs)
+            return _plan(mod, op, shape, dtype, params, share)
     except Exception:  # noqa: BLE001 - a template that needs real data: no plan
         return None
+
+
+def _plan(mod, op: str, shape, dtype: str, params: dict, share: int | None) -> MemoryPlan:
+    from . import check
+    updt = check.upcast_dtype(dtype)
+    inputs = mod.make_inputs(op, list(shape), dtype, params, 0, "cpu")
+    out = mod.output_like(op, inputs, params)
+    tensors = list(_tensors(inputs))
+    input_bytes = sum(_nbytes(t) for t in tensors)
+    upcast_bytes = sum(_nbytes(t, updt if t.is_floating_point() else None) for t in tensors)
+    outs = list(_tensors(out))
+    output_bytes = sum(_nbytes(t) for t in outs)
+    ref_bytes = sum(_nbytes(t, updt if t.is_floating_point() else None) for t in outs)
     return MemoryPlan(input_bytes, upcast_bytes, ref_bytes, output_bytes, share)
+
+
+# Factory functions that make a tensor on the default device when given none.
+_FACTORIES = ("empty", "empty_strided", "zeros", "ones", "full", "rand", "randn", "randint", "randperm",
+              "arange", "linspace", "logspace", "eye", "tensor", "normal", "empty_like", "zeros_like",
+              "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
+
+
+def meta_tensors():
+    """A torch function mode in which every tensor made lives on the meta
+    device (shapes and dtypes, no storage, no values): factory functions get
+    device="meta" and no generator, `.to(device)` / `.cuda()` / `.cpu()`
+    keep a tensor where it is, random in-place fills drop their generator.
+    Code that needs values (`.item()`, numpy, data-dependent shapes) raises.
+    Unlike FakeTensorMode it imports nothing beyond torch (FakeTensorMode's
+    first use imports torch._dynamo: seconds per worker at a run's start)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def is_device(x) -> bool:
+        return isinstance(x, (str, torch.device, int)) and not isinstance(x, bool)
+
+    class _Meta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            name = getattr(func, "__name__", "")
+            kwargs.pop("generator", None)
+            kwargs.pop("pin_memory", None)
+            if name in ("cuda", "cpu") and args and isinstance(args[0], torch.Tensor):
+                return args[0]
+            if name == "to" and args and isinstance(args[0], torch.Tensor):
+                kwargs.pop("device", None)
+                rest = []
+                for a in args[1:]:
+                    if isinstance(a, torch.Tensor):
+                        kwargs.setdefault("dtype", a.dtype)
+                    elif not is_device(a):
+                        rest.append(a)
+                args = (args[0], *rest)
+            elif "device" in kwargs or name in _FACTORIES:
+                kwargs["device"] = "meta"
+            return func(*args, **kwargs)
+    return _Meta()
 
 
 def _tensors(value):

@@ -55,14 +55,14 @@ MAX_MESSAGE = 1 << 20
 # The worker's preload: what kiln_worker's main imports before it touches the
 # device (device.select_device), without the modules that define @triton.jit
 # kernels at import (their decoration depends on TRITON_INTERPRET, which the
-# worker sets after choosing its device), and what the memory plan's
-# FakeTensorMode imports at its first use (torch._dynamo: memplan.start_import,
-# which a forked worker then finds done). The modules before the first
-# "triton" one are imported before Triton's mode is chosen.
+# worker sets after choosing its device). Not torch._dynamo (~800 modules,
+# which only a memory plan on fake tensors needs: memplan.job_plan). The
+# modules before the first "triton" one are imported before Triton's mode is
+# chosen.
 DEFAULT_PRELOAD = ("yaml", "numpy", "torch", "triton", "triton.language", "triton.compiler",
                    "triton.backends.compiler", "kiln_worker.service.server", "kiln_worker.evaluation.evaluate",
                    "kiln_worker.evaluation.templates", "kiln_worker.processes.device",
-                   "kiln_worker.evaluation.check", "torch._subclasses.fake_tensor", "torch._dynamo")
+                   "kiln_worker.evaluation.check")
 # Variables the interpreter reads when it starts: a worker whose values differ
 # from the server's would not get what it asks for.
 INTERPRETER_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONNOUSERSITE",

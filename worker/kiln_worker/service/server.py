@@ -270,12 +270,6 @@ def main() -> int:
         forkserver.reexec_if_mismatched(out.fileno())  # Triton preloaded in the other mode
     t1 = time.perf_counter()
     startup["imports_s"] = t1 - t0
-    if not dev.error:
-        # The memory plan's fake-tensor machinery (torch._dynamo, ~800 modules)
-        # imported while this worker answers hello and waits for its first
-        # request, not in its first evaluation (memplan.start_import).
-        from ..evaluation import memplan
-        memplan.start_import()
     # The GPU warm-up runs beside the first requests (hello, spaces, the first
     # compiles); the first GPU work waits for it. Its phases are reported by
     # the first evaluation (timings.warm_up), and by hello if done by then.
