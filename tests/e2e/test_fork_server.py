@@ -41,12 +41,9 @@ def test_forked_workers_complete_the_batch(tmp_path):
     assert summary["jobs_done"] == 2 and summary["candidates"] == 6, summary
     rows = db_rows(catalog, "SELECT status, COUNT(*) FROM evaluations GROUP BY status")
     assert dict(rows) == {"ok": 6}, rows
-    # the server preloaded what the memory plan's fake tensors import (torch._dynamo):
-    # a forked worker's own import of them finds it done
-    imports = [json.loads(r)["timings"].get("plan_import") for (r,) in
-               db_rows(catalog, "SELECT result FROM evaluations ORDER BY created_at")]
-    imports = [i for i in imports if i]
-    assert imports and all(i["import_s"] < 0.5 for i in imports), imports
+    # the memory plans ran on meta tensors: no worker imported fake tensors (torch._dynamo)
+    timings = [json.loads(r)["timings"] for (r,) in db_rows(catalog, "SELECT result FROM evaluations")]
+    assert any("plan_s" in t for t in timings) and not any("plan_import" in t for t in timings), timings
 
 
 def test_without_the_server_workers_import_for_themselves(tmp_path):
