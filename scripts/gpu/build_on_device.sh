@@ -22,10 +22,10 @@ CXXFLAGS="-include utility" cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -
   -DSQLite3_LIBRARY=/tmp/deps/usr/lib/x86_64-linux-gnu/libsqlite3.a \
   -DKILNRT_REQUIRE_ALL=OFF -DKILNRT_HIP_INCLUDE="$HIP_INC" >/tmp/cmake-gpu.log 2>&1 \
   || { cat /tmp/cmake-gpu.log; exit 1; }
-# kiln-mpi too where CMake found an MPI (Open MPI 4.1.6 there).
+# kiln-mpi too where CMake found an MPI (Open MPI 4.1.6 there), unless KILN_NO_MPI=1.
 targets=(kiln kiln-rt "$@")
 help=$(cmake --build build-gpu --target help)
-[[ $help == *kiln-mpi* ]] && targets+=(kiln-mpi)
+[[ $help == *kiln-mpi* && ${KILN_NO_MPI:-0} != 1 ]] && targets+=(kiln-mpi)
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" 2>&1 | grep -E "error|Error" && exit 1 || true
 test -x build-gpu/kiln
 echo "built ${targets[*]} in build-gpu/"
