@@ -194,7 +194,16 @@ Reply api_best(reports::Reader& reader, const TargetRegistry& targets, Facts& fa
   return json_reply(200, out);
 }
 
+std::optional<Reply> unknown_batch(reports::Reader& reader, const Params& q) {
+  auto it = q.find("batch");
+  if (it == q.end() || it->second.empty()) return std::nullopt;
+  for (const auto& b : reports::batches(reader))
+    if (b.id == it->second) return std::nullopt;
+  return error_reply(404, "no batch '" + it->second + "' in the catalog (GET /api/jobs lists the batches)");
+}
+
 Reply api_jobs(reports::Reader& reader, const Params& q) {
+  if (auto r = unknown_batch(reader, q)) return *r;
   std::optional<std::string> batch;
   if (auto it = q.find("batch"); it != q.end() && !it->second.empty()) batch = it->second;
   std::optional<std::string> state;

@@ -39,6 +39,11 @@ Reply error_reply(int status, const std::string& message);
 // of 1 to 8 non-negative integers.
 std::optional<nlohmann::json> parse_shape(const std::string& text);
 
+// A 404 reply when the query names a `batch` the catalog lacks (the jobs
+// list and the dashboard answer it, rather than an empty page); nullopt when
+// it names none or one that exists.
+std::optional<Reply> unknown_batch(reports::Reader& reader, const Params& q);
+
 // GET /api/best?op=&target=&shape=&dtype=: the newest done job of that
 // kernel: its latency (basis, confirmed median and 95% interval), speedups,
 // config, code object (sha256 and a download link) and the package link.

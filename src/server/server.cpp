@@ -323,6 +323,7 @@ Reply Server::Impl::route(const std::string& path, const Params& q) {
     cat = pool.take();
     Reply r;
     if (path == "/" || path == "/index.html") {
+      if (auto unknown = unknown_batch(*cat, q)) return *unknown;
       DashboardOptions d;
       d.source = opts.catalog.string();
       d.generated_at = utc_now_text();

@@ -253,9 +253,13 @@ KILN_MPIRUN = KILN.parent / "kiln-mpirun"
 @pytest.mark.skipif(shutil.which("mpirun") is None and not os.environ.get("KILN_REQUIRE_MPI"),
                     reason="Open MPI (mpirun) is not installed")
 def test_mpi_rank0_writes_the_metrics_file(tmp_path):
+    from test_mpi import session_base
     catalog, env = submitted(tmp_path, MANIFEST, OMPI_ALLOW_RUN_AS_ROOT="1",
                              OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-                             OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+                             OMPI_MCA_btl="self,vader", OMPI_MCA_btl_vader_single_copy_mechanism="none",
+                             # its own session tree: concurrent mpiruns race on the shared one
+                             # (open-mpi/ompi#8510; tests/e2e/test_mpi.py session_base)
+                             OMPI_MCA_orte_tmpdir_base=session_base(tmp_path))
     prom = tmp_path / "kiln.prom"
     proc = subprocess.Popen([str(KILN_MPIRUN), "--oversubscribe", "-np", "2", str(KILN.parent / "kiln-mpi"), "run",
                              "--device", "cpu", "--scratch", str(tmp_path / "s"), "--metrics", "127.0.0.1:0",

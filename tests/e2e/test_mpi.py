@@ -34,9 +34,24 @@ pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None and not os.enviro
                                 reason="Open MPI (mpirun) is not installed")
 
 
+def session_base(catalog) -> str:
+    """A short directory of Open MPI's session trees for the runs on one catalog."""
+    import hashlib
+    d = Path("/tmp") / ("kiln-ompi-" + hashlib.sha256(str(Path(catalog).resolve()).encode()).hexdigest()[:12])
+    d.mkdir(exist_ok=True)
+    return str(d)
+
+
 def mpi_env(catalog, **extra):
     e = dict(os.environ, KILN_CATALOG=str(catalog))
+    # Open MPI 4 keeps its session directories under one per-user tree in /tmp;
+    # two mpiruns starting at once on one node race on it (open-mpi/ompi#8510:
+    # "A call to mkdir was unable to create the desired directory"), and the
+    # tests run in parallel. Each test's runs get a tree of their own, with a
+    # short path (PMIx puts its rendezvous files there; a Unix socket's path
+    # is limited to 107 bytes).
     e.update({
+        "OMPI_MCA_orte_tmpdir_base": session_base(catalog),
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "OMPI_MCA_rmaps_base_oversubscribe": "1",

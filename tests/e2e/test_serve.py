@@ -197,6 +197,12 @@ def test_jobs_and_one_job_with_its_candidates(served):
     assert s.json("/api/jobs?state=failed")[1]["jobs"] == []
     batch = j["batches"][0]["id"]
     assert len(s.json("/api/jobs?batch=" + batch)[1]["jobs"]) == 2
+    # a batch the catalog lacks is a 404 naming it, for the list and the dashboard
+    status, b = s.json("/api/jobs?batch=nope")
+    assert status == 404 and "no batch 'nope'" in b["error"], (status, b)
+    status, _, body = s.get("/?batch=nope")
+    assert status == 404 and b"no batch 'nope'" in body, (status, body[:200])
+    assert s.get("/?batch=" + batch)[0] == 200
     job = newest_job(cat, [8192])
     status, one = s.json(f"/api/jobs/{job}")
     assert status == 200 and one["id"] == job
