@@ -130,8 +130,11 @@ def test_a_plan_runs_on_meta_tensors_and_imports_the_fake_ones_only_where_it_nee
     assert rep["import_s"] > 0 and rep["wait_s"] > 0 and "error" not in rep
 
 
-def test_the_import_thread_in_process():
+def test_the_import_thread_in_process(monkeypatch):
     # start_import is idempotent; job_plan waits for it; the report comes once
+    # (a fresh thread: another test in this process may have started one and
+    # taken its report: a plan that fell back to fake tensors)
+    monkeypatch.setattr(memplan, "_IMPORT", None)
     memplan.start_import()
     memplan.start_import()
     waited = memplan.wait_for_import()
