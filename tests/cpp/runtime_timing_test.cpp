@@ -72,6 +72,14 @@ class FakeBackend final : public Backend {
                   int) override {}
 };
 
+// A free flush and a launch that slows from 1.0 to 1.1 ms over ramp_ms of device time.
+void slowing(FakeBackend& b, double ramp_ms) {
+  b.flush_ms = 0;
+  b.launch_ms = 1.0;
+  b.ramp_ms = ramp_ms;
+  b.ramp_extra = 0.1;
+}
+
 std::vector<size_t> where(const std::vector<std::string>& log, const std::string& what) {
   std::vector<size_t> at;
   for (size_t i = 0; i < log.size(); ++i)
@@ -142,10 +150,7 @@ TEST(RuntimeTiming, AnAdaptiveLeadInRunsUntilTheLaunchTimeStopsChanging) {
   // 1.0 -> 1.1 ms a launch over the first 600 ms, then steady: past the
   // 0.1 s minimum until the last 100 ms match the 100 ms 300 ms before.
   FakeBackend ramp;
-  ramp.flush_ms = 0;
-  ramp.launch_ms = 1.0;
-  ramp.ramp_ms = 600;
-  ramp.ramp_extra = 0.1;
+  slowing(ramp, 600);
   const Timing t = time_launches(ramp, [&] { ramp.kernel(); }, 1 << 20, 4, 1, 0.1, 2.0);
   EXPECT_EQ(t.preheat_settled, 1);
   EXPECT_GT(t.preheat_ms, 700);
@@ -153,10 +158,7 @@ TEST(RuntimeTiming, AnAdaptiveLeadInRunsUntilTheLaunchTimeStopsChanging) {
   for (double x : t.samples_ms) EXPECT_NEAR(x, 1.1, 1e-6);  // timed in the steady state (float events)
   // Still 1.5% slower every 300 ms at its 0.5 s maximum: stops there, not settled.
   FakeBackend slow;
-  slow.flush_ms = 0;
-  slow.launch_ms = 1.0;
-  slow.ramp_ms = 2000;
-  slow.ramp_extra = 0.1;
+  slowing(slow, 2000);
   const Timing u = time_launches(slow, [&] { slow.kernel(); }, 1 << 20, 4, 1, 0.1, 0.5);
   EXPECT_EQ(u.preheat_settled, 0);
   EXPECT_GE(u.preheat_ms, 500);

@@ -64,10 +64,11 @@ how many it got);
   (the lead-in leaves the host a chunk ahead, and it stays ahead; a spin
   idles the GPU between calls and lets the clock back up): back to back, as
   ``do_bench`` and ``kiln-rt bench`` run it (``sustained.spin_free``). The
-  probe and each lead-in run at least ``preheat_s`` and
-  then until they settle (``settled``: the per-call time of the last 100 ms
-  within 1% of the 100 ms that ended 300 ms earlier), the probe at most
-  PREHEAT_MAX_S, a lead-in at most as long as its probe took. Timed in 20-call bursts such a kernel reads up to ~10%
+  probe and each lead-in run at least ``preheat_s`` and then until they
+  settle (``settled``: the per-call time of the last 100 ms within 1% of the
+  100 ms that ended 300 ms earlier), the probe at most PREHEAT_MAX_S, a
+  lead-in at most as long as its probe took. Timed in 20-call bursts such a
+  kernel reads up to ~10%
   faster than under sustained load (`triton.testing.do_bench`'s 100-300 ms of
   back-to-back calls), and how much depends on the power state the previous
   work left: the steady state is what a deployment gets, and it reproduces.
@@ -94,6 +95,7 @@ from __future__ import annotations
 import math
 import platform
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from . import check, memplan, timing
@@ -293,16 +295,18 @@ def round_clock_dropped(start: dict, end: dict, mhz_after: float | None, sustain
 
 # -- timing ---------------------------------------------------------------------
 
+@dataclass(frozen=True)
 class LeadIn:
     """What _Clock.sustain ran: `calls` finished in `ms` of device time, one
     more chunk of `in_flight` calls still running; `settled` None where it
     ran a fixed time, else whether it settled before its maximum;
     `window_ms` the per-call time (flush included) of each whole
     SETTLE_WINDOW_MS of it, in order."""
-
-    def __init__(self, calls: int, in_flight: int, ms: float, settled: bool | None, window_ms: list[float]):
-        self.calls, self.in_flight, self.ms = calls, in_flight, ms
-        self.settled, self.window_ms = settled, window_ms
+    calls: int
+    in_flight: int
+    ms: float
+    settled: bool | None
+    window_ms: list[float]
 
 
 def unspun_ok(host_s: float, device_ms: float) -> bool:
@@ -596,8 +600,9 @@ def run(lib, dev, req: dict) -> dict:
         # the probe's 1500-1600, and read it 5-7% faster than do_bench and
         # kiln-rt, which launch back to back.
         for c in calls:
-            c["spin"] = not unspun_ok(c["host_s"], c["call_ms"] + sustained["flush_ms"])
-        sustained["spin_free"] = [_label(c["entry"]) for c in calls if not c["spin"]]
+            if unspun_ok(c["host_s"], c["call_ms"] + sustained["flush_ms"]):
+                c["cycles"] = 0
+        sustained["spin_free"] = [_label(c["entry"]) for c in calls if c["cycles"] == 0]
         guard = _ThrottleGuard(threshold, sustained["mhz"], None, label="sustained clock of this job")
     else:
         guard = _ThrottleGuard(threshold, nvml_max if threshold > 0 else None,
@@ -633,8 +638,7 @@ def run(lib, dev, req: dict) -> dict:
                 c = calls[k]
                 if shared_output and c["out"] is not None:
                     _poison(c["out"])
-                pending.append((k, clock.start_calls(c["fns"][s_idx], c["reps"],
-                                                     c["cycles"] if c.get("spin", True) else 0,
+                pending.append((k, clock.start_calls(c["fns"][s_idx], c["reps"], c["cycles"],
                                                      c["entry"].get("inject_ms"))))
                 if shared_output and c["out"] is not None:
                     got[k] = pending.pop()[1]()
