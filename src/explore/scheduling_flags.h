@@ -38,8 +38,9 @@ inline void add_scheduling_flags(boost::program_options::options_description& d)
       "seconds the GPU is left idle before a throttled confirmation round is timed again")(
       "confirm-preheat", po::value<double>()->default_value(def.confirm_preheat_s),
       "seconds of back-to-back calls of a job's best finalist before its confirmation rounds; where the "
-      "SM clock then reads below --throttle-threshold the job is power-limited and each round starts "
-      "with such a run, so it is timed in the steady state a deployment gets (0: off)");
+      "SM clock then reads below 97% of the maximum the job is power-limited and each round starts "
+      "with such a run, so it is timed in the steady state a deployment gets; calls the host keeps "
+      "ahead of are timed back to back, with no spin (0: off)");
 }
 
 // What is wrong with the flags' values (the message of a usage error), if anything.

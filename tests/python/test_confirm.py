@@ -394,8 +394,8 @@ def test_timed_calls_started_back_to_back_are_read_after_one_wait():
 
 def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_threshold(monkeypatch):
     """The probe: the best finalist back to back, then the SM clock measured
-    by the spin; below the threshold of NVML's maximum the job is
-    power-limited. A fake device whose clock reads 1500 or 1950 MHz."""
+    by the spin; below STEADY_BELOW of NVML's maximum the job is
+    power-limited. A fake device whose clock reads 1500, 1900 or 1950 MHz."""
     import contextlib
     from kiln_worker.evaluation import confirm
     monkeypatch.setattr(confirm, "_lock", lambda dev, shared, kind: contextlib.nullcontext())
@@ -411,8 +411,9 @@ def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_thresho
         def launch():
             clock[0] += 1.0
         lead = {"fns": [launch], "call_ms": 1.0}
-        return confirm._probe_sustained(dev, c, lead, preheat_s, 0.9, nvml_max)
+        return confirm._probe_sustained(dev, c, lead, preheat_s, nvml_max)
 
+    assert confirm.STEADY_BELOW == 0.97
     hot = probe(1.5e6)
     assert hot["power_limited"] is True and hot["mhz"] == pytest.approx(1500.0)
     # at least 50 ms, then until settled: a constant 1 ms call settles once
@@ -422,6 +423,8 @@ def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_thresho
     assert hot["window_ms"] == pytest.approx([1.0] * 4)
     cool = probe(1.95e6)
     assert cool["power_limited"] is False and cool["mhz"] == pytest.approx(1950.0)
+    # attention on an H200 settles near 1830 of 1980 MHz: under 0.97 x the maximum
+    assert probe(1.9e6)["power_limited"] is True
     # nothing probed: preheat off, no NVML maximum, the CPU
     assert probe(1.5e6, preheat_s=0) == {"preheat_s": 0}
     assert probe(1.5e6, nvml_max=None) == {"preheat_s": 0.05}
@@ -457,3 +460,53 @@ def test_a_power_limited_call_goes_without_a_spin_only_where_the_host_stays_ahea
     log.clear()
     c.start_calls(launch, 3, 1000, None)()
     assert log.count(("sleep", 1000)) == 3
+
+
+def _entry_call(label: int, host_s: float, call_ms: float, cycles: int = 1000) -> dict:
+    return {"entry": {"id": label}, "host_s": host_s, "call_ms": call_ms, "cycles": cycles}
+
+
+def test_spins_are_dropped_for_device_bound_calls_of_every_probed_job():
+    """drop_spins: an entry that the host keeps ahead of (device time with its
+    flush over HOST_AHEAD x its enqueue) loses its spin, power-limited or not;
+    a slow-to-enqueue one keeps it; the rounds start with a lead-in where a
+    spin went, or the job is power-limited. Nothing probed: spins stay and
+    no lead-in."""
+    from kiln_worker.evaluation.confirm import drop_spins
+
+    def calls():
+        return [_entry_call(1, 40e-6, 0.3), _entry_call(2, 40e-6, 0.05), _entry_call(3, 250e-6, 0.3)]
+
+    cool = {"power_limited": False, "flush_ms": 0.05, "probe_ms": 500.0}
+    cs = calls()
+    assert drop_spins(cs, cool) is True
+    assert [c["cycles"] for c in cs] == [0, 0, 1000]  # 0.05 + 0.05 ms > 2 x 40 us; 250 us is too slow
+    assert cool["spin_free"] == ["candidate:1", "candidate:2"]
+    slow_host = {"power_limited": False, "flush_ms": 0.0}
+    cs = calls()
+    assert drop_spins(cs, slow_host) is True and [c["cycles"] for c in cs] == [0, 1000, 1000]
+    none_free = {"power_limited": False, "flush_ms": 0.0}
+    cs = [_entry_call(3, 250e-6, 0.3)]
+    assert drop_spins(cs, none_free) is False and none_free["spin_free"] == [] and cs[0]["cycles"] == 1000
+    hot = {"power_limited": True, "flush_ms": 0.0, "probe_ms": 500.0}
+    assert drop_spins([_entry_call(3, 250e-6, 0.3)], hot) is True  # a power-limited job: always a lead-in
+    unprobed = {"preheat_s": 0.3}
+    cs = calls()
+    assert drop_spins(cs, unprobed) is False and [c["cycles"] for c in cs] == [1000] * 3
+    assert "spin_free" not in unprobed
+
+
+def test_a_rounds_lead_in_settles_only_for_a_power_limited_job():
+    """round_lead_in: a power-limited job's runs at least preheat_s and until
+    it settles (at most its probe's time); any other's is one chunk of
+    HOST_LEAD_S with the next chunk left running, which puts the host ahead."""
+    from kiln_worker.evaluation.confirm import HOST_LEAD_S, SUSTAIN_CHUNK_MS, round_lead_in
+    c, log, clock, launch = fake_clock(call_ms=0.5)
+    lead = {"fns": [None, launch], "call_ms": 0.5}
+    short = round_lead_in(c, lead, 1, 0.3, {"power_limited": False, "probe_ms": 600.0})
+    assert HOST_LEAD_S == SUSTAIN_CHUNK_MS / 1e3 and short.settled is None
+    assert short.ms == pytest.approx(20.0) and short.calls == 40 and short.in_flight == 40
+    assert log.count("launch") == 80 and "sync" not in log
+    log.clear()
+    hot = round_lead_in(c, lead, 1, 0.3, {"power_limited": True, "probe_ms": 600.0})
+    assert hot.settled is True and 300.0 <= hot.ms <= 600.0

@@ -49,31 +49,34 @@ how many it got);
   THROTTLE_RETRIES times; then its last samples stand, flagged
   (``throttled``). Threshold 0 turns this off; where the clock cannot be
   measured (no spin kernel) nothing is retimed;
-- a power-limited job is timed in its steady state: after the set-up the best
-  finalist runs back to back for ``preheat_s`` (default PREHEAT_S) of device
-  time, as a deployment runs it, and the SM clock is measured. Where it fell
-  below the throttle threshold of NVML's maximum (a large GEMM on an H200
-  settles near 1500 of 1980 MHz at its power limit, still falling after
-  300 ms), every round starts with a back-to-back run of its first entry
-  (the order rotates, so each entry leads once per len(entries) rounds), all
-  the round's timed calls enqueued behind it with no wait for the device
-  in between (one wait at the end: an idle GPU lets the clock back up), and
-  the throttle guard judges the rounds against that sustained clock instead
-  of the maximum. In such a round an entry whose device time per call is more
-  than HOST_AHEAD x its host enqueue is timed with no spin before its calls
-  (the lead-in leaves the host a chunk ahead, and it stays ahead; a spin
-  idles the GPU between calls and lets the clock back up): back to back, as
-  ``do_bench`` and ``kiln-rt bench`` run it (``sustained.spin_free``). The
-  probe and each lead-in run at least ``preheat_s`` and then until they
+- every job is timed as a deployment and ``do_bench`` run it: back to back.
+  After the set-up the best finalist runs back to back for ``preheat_s``
+  (default PREHEAT_S) of device time and the SM clock is measured (the
+  probe). An entry whose device time per call (flush included) is more than
+  HOST_AHEAD x its host enqueue is timed with no spin before its calls
+  (``sustained.spin_free``): every round starts with a lead-in of its first
+  entry that leaves the host a chunk ahead, and it stays ahead. A spin idles
+  the GPU between calls, and the clock comes back up in the idle time: on an
+  H200 the spins read a 0.4 ms GEMM 5-7% and attention ~3% faster than
+  ``do_bench`` and ``kiln-rt bench``. An entry whose host enqueue would fall
+  behind keeps its spin (its calls would otherwise time the host);
+- a job whose clock settles below STEADY_BELOW of NVML's maximum under the
+  probe (``power_limited``: a large GEMM on an H200 settles near 1500 of
+  1980 MHz, attention near 1830, still falling after 300 ms) is timed in
+  that steady state: every round's lead-in runs at least ``preheat_s`` and
+  then until it settles, all the round's timed calls are enqueued behind it
+  with no wait for the device in between (one wait at the end), and the
+  throttle guard judges the rounds against the sustained clock instead of the
+  maximum. Any other round's lead-in is one chunk (HOST_LEAD_S). The probe
+  and each settling lead-in run at least ``preheat_s`` and then until they
   settle (``settled``: the per-call time of the last 100 ms within 1% of the
   100 ms that ended 300 ms earlier), the probe at most PREHEAT_MAX_S, a
   lead-in at most as long as its probe took. Timed in 20-call bursts such a
-  kernel reads up to ~10%
-  faster than under sustained load (`triton.testing.do_bench`'s 100-300 ms of
-  back-to-back calls), and how much depends on the power state the previous
-  work left: the steady state is what a deployment gets, and it reproduces.
-  ``conditions.sustained`` says what the probe found; ``preheat_s`` 0 turns
-  it off.
+  kernel reads up to ~10% faster than under sustained load, and how much
+  depends on the power state the previous work left: the steady state is
+  what a deployment gets, and it reproduces. ``conditions.sustained`` says
+  what the probe found; ``preheat_s`` 0 turns the probe, the lead-ins and
+  the spin-free calls off.
 
 Every timed round holds the GPU lock exclusively (``gpulock.gpu_lock``), so no
 other worker's kernels run meanwhile; set-up holds it shared, as checks do
@@ -129,7 +132,13 @@ FREQ_SPIN_CYCLES = 1_000_000  # the clock measurement's spin: ~0.5 ms at 2 GHz
 PREHEAT_S, PREHEAT_MAX_S = 0.3, 2.0
 SETTLE_WINDOW_MS, SETTLE_LAG_WINDOWS, SETTLE_TOL = 100.0, 3, 0.01
 SUSTAIN_CHUNK_MS = 20.0   # back-to-back calls enqueued between two reads of the device time
-HOST_AHEAD = 2.0  # a power-limited round's call goes without a spin when its device time is this x its enqueue
+HOST_AHEAD = 2.0  # a call goes without a spin when its device time is this x its host enqueue
+HOST_LEAD_S = SUSTAIN_CHUNK_MS / 1e3  # the lead-in of a round not timed in a settled state: the host a chunk ahead
+# A job whose probe settles below this share of NVML's maximum SM clock is
+# timed in its steady state (module docstring). The clock of a memory-bound
+# kernel on an H200 stays within 1% of the maximum; attention's settles 7-8%
+# below it and reads ~3% slower there than in 20-call bursts.
+STEADY_BELOW = 0.97
 # The worker's cached check inputs are dropped before a confirmation when they
 # hold more than this (server.confirm): the round draws its own sets.
 KEEP_CACHED_BYTES = 1 << 30
@@ -314,6 +323,35 @@ def unspun_ok(host_s: float, device_ms: float) -> bool:
     can be timed back to back with no spin before each: the host enqueues one
     in under 1/HOST_AHEAD of that, so once a chunk ahead it stays ahead."""
     return host_s * 1e3 * HOST_AHEAD < device_ms
+
+
+def drop_spins(calls: list[dict], sustained: dict) -> bool:
+    """Sets `cycles` 0 (no spin before its timed calls) for each call whose
+    device time per call, its L2 flush included, is over HOST_AHEAD x its
+    host enqueue (unspun_ok), and lists them in sustained["spin_free"].
+    Nothing where the probe did not run (no "flush_ms": the CPU, preheat_s
+    0, no clock measurement): every call keeps its spin. Returns whether the
+    rounds start with a lead-in (round_lead_in): a power-limited job's
+    always, any other's where a call goes without a spin."""
+    if "flush_ms" not in sustained:
+        return False
+    for c in calls:
+        if unspun_ok(c["host_s"], c["call_ms"] + sustained["flush_ms"]):
+            c["cycles"] = 0
+    sustained["spin_free"] = [_label(c["entry"]) for c in calls if c["cycles"] == 0]
+    return bool(sustained.get("power_limited")) or bool(sustained["spin_free"])
+
+
+def round_lead_in(clock: "_Clock", lead: dict, s_idx: int, preheat_s: float, sustained: dict) -> "LeadIn":
+    """A round's lead-in, the round's first entry (`lead`, on input set
+    s_idx) back to back, its last chunk left running: for a power-limited
+    job into the steady state (at least preheat_s, then until settled, at
+    most as long as the probe took from a cooler start), else HOST_LEAD_S,
+    which puts the host a chunk ahead of the device."""
+    if sustained.get("power_limited"):
+        return clock.sustain(lead["fns"][s_idx], preheat_s, lead["call_ms"],
+                             max_s=max(preheat_s, sustained["probe_ms"] / 1e3))
+    return clock.sustain(lead["fns"][s_idx], HOST_LEAD_S, lead["call_ms"])
 
 
 def settled(chunk_ms: list[float], window: int) -> bool:
@@ -588,21 +626,10 @@ def run(lib, dev, req: dict) -> dict:
     round_conditions = []
     n = len(calls)
     nvml_max = max_sm_clock_mhz(dev)
-    sustained = _probe_sustained(dev, clock, calls[0] if calls else None, preheat_s,
-                                 threshold or THROTTLE_THRESHOLD, nvml_max)
+    sustained = _probe_sustained(dev, clock, calls[0] if calls else None, preheat_s, nvml_max)
     preheat = sustained.get("power_limited", False)
+    lead_in = drop_spins(calls, sustained)
     if preheat:
-        # Behind a lead-in the host starts a chunk ahead of the device; an
-        # entry whose device time per call is well above its host enqueue
-        # needs no spin to stay ahead, and a spin (the GPU all but idle) is
-        # a duty cycle that lets the power-limited clock back up: under a
-        # 0.4 ms GEMM the spins measured ~1700 MHz after the rounds against
-        # the probe's 1500-1600, and read it 5-7% faster than do_bench and
-        # kiln-rt, which launch back to back.
-        for c in calls:
-            if unspun_ok(c["host_s"], c["call_ms"] + sustained["flush_ms"]):
-                c["cycles"] = 0
-        sustained["spin_free"] = [_label(c["entry"]) for c in calls if c["cycles"] == 0]
         guard = _ThrottleGuard(threshold, sustained["mhz"], None, label="sustained clock of this job")
     else:
         guard = _ThrottleGuard(threshold, nvml_max if threshold > 0 else None,
@@ -617,16 +644,12 @@ def run(lib, dev, req: dict) -> dict:
             if dev.is_gpu:
                 torch.cuda.synchronize()
             pre = None
-            if preheat:
-                # The round's first entry back to back into the power steady
-                # state (at least preheat_s, then until settled, at most as
-                # long as the probe took from a cooler start), and then every
-                # entry's timed calls enqueued behind its last chunk with no
-                # wait between them: the GPU never idles (an idle moment lets
-                # the clock back up).
-                lead = calls[order[0]]
-                pre = clock.sustain(lead["fns"][s_idx], preheat_s, lead["call_ms"],
-                                    max_s=max(preheat_s, sustained["probe_ms"] / 1e3))
+            if lead_in:
+                # The round's first entry back to back (round_lead_in), then
+                # every entry's timed calls enqueued behind its last chunk
+                # with no wait between them: the GPU never idles (an idle
+                # moment lets the clock back up).
+                pre = round_lead_in(clock, calls[order[0]], s_idx, preheat_s, sustained)
             if not shared_output:  # poison the candidates' outputs before the round (after the lead-in)
                 for c in calls:
                     if c["out"] is not None:
@@ -728,7 +751,7 @@ def _preheat(req: dict) -> float:
     return float(v)
 
 
-def _probe_sustained(dev, clock: "_Clock", lead: dict | None, preheat_s: float, threshold: float,
+def _probe_sustained(dev, clock: "_Clock", lead: dict | None, preheat_s: float,
                      nvml_max: float | None) -> dict:
     """Whether the job is power-limited: its lead entry (the best finalist)
     back to back with the GPU to itself, at least preheat_s and then until it
@@ -747,7 +770,7 @@ def _probe_sustained(dev, clock: "_Clock", lead: dict | None, preheat_s: float, 
     flush_ms = max(0.0, li.ms / max(1, li.calls) - lead["call_ms"])
     out.update({"probe_calls": li.calls, "probe_ms": round(li.ms, 3), "flush_ms": round(flush_ms, 5),
                 "settled": li.settled, "window_ms": [round(x, 5) for x in li.window_ms],
-                "mhz": round(mhz, 1), "max_mhz": nvml_max, "power_limited": mhz < threshold * nvml_max})
+                "mhz": round(mhz, 1), "max_mhz": nvml_max, "power_limited": mhz < STEADY_BELOW * nvml_max})
     return out
 
 
