@@ -172,7 +172,8 @@ EvaluationResult read(const json& top, std::vector<std::pair<std::string, std::s
     k.lock_wait_s = t->numbers("lock_wait_s");
     if (auto w = t->object("warm_up")) {
       WarmUpTimings u;
-      w->fields("context_s", u.context_s, "compile_s", u.compile_s, "kernels_s", u.kernels_s, "wait_s", u.wait_s);
+      w->fields("context_s", u.context_s, "compile_s", u.compile_s, "kernels_s", u.kernels_s, "wait_s", u.wait_s,
+                "compile_wait_s", u.compile_wait_s);
       k.warm_up = u;
     }
     if (auto i = t->object("plan_import")) {

@@ -76,7 +76,8 @@ struct GpuSpan {
 // $defs.timings.warm_up: a GPU worker's warm-up, in its first evaluation.
 struct WarmUpTimings {
   std::optional<double> context_s, compile_s, kernels_s;
-  std::optional<double> wait_s;  // the first evaluation's wait for it
+  std::optional<double> compile_wait_s;  // of compile_s: waiting for another worker's compile of it
+  std::optional<double> wait_s;          // the first evaluation's wait for it
 };
 
 // $defs.timings.plan_import: the memory plan's fake-tensor import (only for a

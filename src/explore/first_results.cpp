@@ -157,6 +157,8 @@ std::string FirstResults::line() const {
   const std::string warm =
       join({figure("context", timed([](const Timings& t) { return t.warm_up ? t.warm_up->context_s : std::nullopt; })),
             figure("compile", timed([](const Timings& t) { return t.warm_up ? t.warm_up->compile_s : std::nullopt; })),
+            figure("of which waiting for another worker's",
+                   timed([](const Timings& t) { return t.warm_up ? t.warm_up->compile_wait_s : std::nullopt; })),
             figure("kernels", timed([](const Timings& t) { return t.warm_up ? t.warm_up->kernels_s : std::nullopt; }))},
            ", ");
   if (!warm.empty()) out += "; GPU warm-up " + warm;

@@ -58,11 +58,11 @@ TEST(FirstResults, MediansAndLargestOfEachPhase) {
       {{"worker_s", 4.0}, {"module_s", 0.1}, {"compile_s", 0.5}, {"check_s", 3.0}, {"bench_s", 0.3},
        {"setup_wait_s", 2.5}, {"plan_s", 2.0}, {"inputs_s", 0.2}, {"reference_s", 0.1},
        {"lock_wait_s", {{"setup", 0.05}, {"bench", 0.2}}},
-       {"warm_up", {{"context_s", 1.5}, {"compile_s", 0.4}, {"kernels_s", 0.2}, {"wait_s", 0.0}}},
+       {"warm_up", {{"context_s", 1.5}, {"compile_s", 0.4}, {"compile_wait_s", 0.3}, {"kernels_s", 0.2}, {"wait_s", 0.0}}},
        {"plan_import", {{"import_s", 3.0}, {"wait_s", 1.5}}}},
       {{"worker_s", 3.0}, {"module_s", 0.1}, {"compile_s", 0.5}, {"check_s", 2.0}, {"bench_s", 0.2},
        {"plan_s", 1.0}, {"lock_wait_s", {{"bench", 0.1}}},
-       {"warm_up", {{"context_s", 1.0}, {"compile_s", 0.2}, {"kernels_s", 0.1}, {"wait_s", 0.1}}}},
+       {"warm_up", {{"context_s", 1.0}, {"compile_s", 0.2}, {"compile_wait_s", 0.0}, {"kernels_s", 0.1}, {"wait_s", 0.1}}}},
       {{"worker_s", 5.0}, {"module_s", 0.2}, {"compile_s", 1.0}, {"check_s", 3.0}, {"bench_s", 0.5}, {"util_s", 0.1},
        {"plan_s", 2.5}, {"lock_wait_s", {{"setup", 0.1}, {"check", 0.01}, {"bench", 0.5}}},
        {"warm_up", {{"context_s", 2.0}, {"compile_s", 0.3}, {"kernels_s", 0.3}, {"wait_s", 0.2}}},
@@ -91,7 +91,9 @@ TEST(FirstResults, MediansAndLargestOfEachPhase) {
   has("rest 0.10 (0.10)");
   // lock waits a slot did not report count as none
   has("GPU lock waits setup 0.05 (0.10), check 0.00 (0.01), bench 0.20 (0.50)");
-  has("GPU warm-up context 1.50 (2.00), compile 0.30 (0.40), kernels 0.20 (0.30)");
+  // the third worker reported no compile wait: it counts as none
+  has("GPU warm-up context 1.50 (2.00), compile 0.30 (0.40), of which waiting for another worker's 0.00 (0.30), "
+      "kernels 0.20 (0.30)");
   has("fake-tensor import 3.00 (4.00), its wait 1.50 (2.00)");
   EXPECT_EQ(line.find("memory wait"), std::string::npos) << "no slot waited for memory: " << line;
 }

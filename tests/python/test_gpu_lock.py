@@ -251,7 +251,7 @@ def test_warm_up_off_a_gpu_does_nothing():
     assert gpulock.take_spans() == []  # no lock taken
 
 
-def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
+def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch, tmp_path):
     # The warm-up's kernels run holding the lock shared (kind "warmup"): a
     # benchmark holding it excludes them. Stand-ins for torch record what runs
     # when, so this runs without a GPU.
@@ -320,6 +320,7 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     monkeypatch.setattr(compare_kernel, "precompile", lambda d: order.append(("compile", gpulock.held())))
     monkeypatch.setattr(compare_kernel, "warm", lambda d: order.append(("compare", gpulock.held())))
     monkeypatch.setitem(sys.modules, "torch", FakeTorch)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # compile_once's lock file goes there
     dev = device.Device("cuda", "stand-in GPU", "cuda", "sm_90")
     q = mp.get_context("fork").Queue()
     holder = mp.get_context("fork").Process(target=_hold, args=(False, 0.6, q))
@@ -329,7 +330,8 @@ def test_warm_up_waits_for_a_benchmark_and_holds_the_lock_shared(monkeypatch):
     phases = device.warm_up(dev)
     waited = time.time() - t0
     holder.join(10)
-    assert set(phases) == {"context_s", "compile_s", "kernels_s"}
+    assert set(phases) == {"context_s", "compile_wait_s", "compile_s", "kernels_s"}
+    assert phases["compile_wait_s"] < 0.1 and (tmp_path / "kiln-compare-kernel.lock").exists()
     assert waited >= 0.4 and phases["kernels_s"] >= 0.4  # the kernels waited for the benchmark
     assert phases["context_s"] < 0.4 and phases["compile_s"] < 0.4
     # the context and the comparison kernel's compile outside the lock, kernels inside
@@ -495,3 +497,45 @@ def test_device_identity_off_a_gpu_is_empty(monkeypatch):
         assert ident["uuid"] or ident["pci_bus_id"]
     else:
         assert gpulock.device_identity() == {}
+
+
+def _compile_under_lock(directory, hold_s, q):
+    from kiln_worker.processes.compile_once import compile_once
+    t0 = time.monotonic()
+    with compile_once("k", directory=directory) as taken:
+        q.put(("in", taken, time.monotonic() - t0))
+        time.sleep(hold_s)
+
+
+def test_compile_once_lets_one_process_compile_while_the_others_wait(tmp_path):
+    """The first process through compile_once holds the node's lock while it
+    compiles; a second waits for it (blocked, then taken); a wait past
+    wait_s goes on unlocked; a lock file that cannot be made is no lock."""
+    from kiln_worker.processes.compile_once import compile_once
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    first = ctx.Process(target=_compile_under_lock, args=(str(tmp_path), 0.6, q))
+    first.start()
+    assert q.get(timeout=10)[:2] == ("in", True)
+    second = ctx.Process(target=_compile_under_lock, args=(str(tmp_path), 0.0, q))
+    second.start()
+    _, taken, waited = q.get(timeout=10)
+    first.join(10)
+    second.join(10)
+    assert taken is True and waited >= 0.4  # it waited for the first to finish
+    # a lock that is not released in time: the body runs unlocked after wait_s
+    holder = ctx.Process(target=_compile_under_lock, args=(str(tmp_path), 1.0, q))
+    holder.start()
+    assert q.get(timeout=10)[:2] == ("in", True)
+    t0 = time.monotonic()
+    with compile_once("k", wait_s=0.2, directory=str(tmp_path)) as taken:
+        assert taken is False and 0.2 <= time.monotonic() - t0 < 0.8
+    holder.join(10)
+    # an unwritable place: unlocked at once, no error
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with compile_once("k", directory=str(blocked / "sub")) as taken:
+        assert taken is False
+    # the default directory is Triton's cache
+    from kiln_worker.processes.compile_once import triton_cache_dir
+    assert triton_cache_dir() == os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))

@@ -153,7 +153,8 @@ def warm_up(dev: Device) -> dict:
     """A GPU worker's first CUDA work, done once when it starts instead of in
     its first evaluation; returns the seconds of each phase ({} off a GPU):
     context_s (the CUDA context), compile_s (check.compare's kernel, compiled
-    and not run: compare_kernel) and kernels_s (the tiny kernels, the wait for
+    and not run: compare_kernel; compile_wait_s of it waiting for another
+    worker's compile of it) and kernels_s (the tiny kernels, the wait for
     the lock included).
 
     A worker's first candidate used to create the CUDA context and load the
@@ -175,6 +176,7 @@ def warm_up(dev: Device) -> dict:
     import torch
 
     from ..evaluation import compare_kernel
+    from .compile_once import compile_once
     from .gpulock import gpu_lock
     phases = {}
     t = time.perf_counter()
@@ -187,7 +189,11 @@ def warm_up(dev: Device) -> dict:
 
     torch.empty(1, device=dev.torch_device)  # the context and the caching allocator
     lap("context_s")
-    compare_kernel.precompile(dev.torch_device)  # check.compare's kernel: compiled, not run
+    # check.compare's kernel: compiled, not run; by one worker of the node
+    # at a time, so the others load it from Triton's cache (compile_once)
+    with compile_once("compare-kernel"):
+        phases["compile_wait_s"] = time.perf_counter() - t
+        compare_kernel.precompile(dev.torch_device)
     lap("compile_s")
     with gpu_lock(shared=True, kind="warmup"):
         compare_kernel.warm(dev.torch_device)
