@@ -502,40 +502,52 @@ def test_device_identity_off_a_gpu_is_empty(monkeypatch):
 def _compile_under_lock(directory, hold_s, q):
     from kiln_worker.processes.compile_once import compile_once
     t0 = time.monotonic()
-    with compile_once("k", directory=directory) as taken:
-        q.put(("in", taken, time.monotonic() - t0))
+    with compile_once("k", directory=directory) as state:
+        q.put(("in", state, time.monotonic() - t0, time.monotonic()))
         time.sleep(hold_s)
+    q.put(("out", state, time.monotonic() - t0, time.monotonic()))
 
 
 def test_compile_once_lets_one_process_compile_while_the_others_wait(tmp_path):
     """The first process through compile_once holds the node's lock while it
-    compiles; a second waits for it (blocked, then taken); a wait past
-    wait_s goes on unlocked; a lock file that cannot be made is no lock."""
-    from kiln_worker.processes.compile_once import compile_once
+    compiles; the others wait for it and then run side by side (not in
+    turn); a wait past wait_s goes on unlocked; a lock file that cannot be
+    made is no lock."""
+    from kiln_worker.processes.compile_once import compile_once, triton_cache_dir
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     first = ctx.Process(target=_compile_under_lock, args=(str(tmp_path), 0.6, q))
     first.start()
-    assert q.get(timeout=10)[:2] == ("in", True)
-    second = ctx.Process(target=_compile_under_lock, args=(str(tmp_path), 0.0, q))
-    second.start()
-    _, taken, waited = q.get(timeout=10)
-    first.join(10)
-    second.join(10)
-    assert taken is True and waited >= 0.4  # it waited for the first to finish
-    # a lock that is not released in time: the body runs unlocked after wait_s
+    assert q.get(timeout=10)[:2] == ("in", "compiled")
+    waiters = [ctx.Process(target=_compile_under_lock, args=(str(tmp_path), 0.5, q)) for _ in range(2)]
+    for w in waiters:
+        w.start()
+    events = [q.get(timeout=10) for _ in range(5)]
+    for p in [first, *waiters]:
+        p.join(10)
+    first_out = [e for e in events if e[0] == "out" and e[1] == "compiled"][0]
+    ins = [e for e in events if e[0] == "in"]
+    outs = [e for e in events if e[0] == "out" and e[1] == "waited"]
+    assert [e[1] for e in ins] == ["waited", "waited"] and len(outs) == 2
+    assert all(e[3] >= first_out[3] - 0.05 for e in ins)  # after the compiler was done
+    assert all(e[2] >= 0.3 for e in ins)                   # they waited for it
+    # side by side: the second waiter was in before the first waiter was out
+    assert max(e[3] for e in ins) < min(e[3] for e in outs)
+    # a compile that is not done in time: the body runs unlocked after wait_s
     holder = ctx.Process(target=_compile_under_lock, args=(str(tmp_path), 1.0, q))
     holder.start()
-    assert q.get(timeout=10)[:2] == ("in", True)
+    assert q.get(timeout=10)[:2] == ("in", "compiled")
     t0 = time.monotonic()
-    with compile_once("k", wait_s=0.2, directory=str(tmp_path)) as taken:
-        assert taken is False and 0.2 <= time.monotonic() - t0 < 0.8
+    with compile_once("k", wait_s=0.2, directory=str(tmp_path)) as state:
+        assert state == "unlocked" and 0.2 <= time.monotonic() - t0 < 0.8
     holder.join(10)
+    # nobody compiling: this one is the compiler
+    with compile_once("k", directory=str(tmp_path)) as state:
+        assert state == "compiled"
     # an unwritable place: unlocked at once, no error
     blocked = tmp_path / "file"
     blocked.write_text("")
-    with compile_once("k", directory=str(blocked / "sub")) as taken:
-        assert taken is False
+    with compile_once("k", directory=str(blocked / "sub")) as state:
+        assert state == "unlocked"
     # the default directory is Triton's cache
-    from kiln_worker.processes.compile_once import triton_cache_dir
     assert triton_cache_dir() == os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))

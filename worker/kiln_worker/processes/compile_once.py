@@ -3,10 +3,12 @@
 A GPU worker's warm-up compiles the comparison kernel of the checks
 (device.warm_up). Twelve workers starting at once used to compile the same
 kernels twelve times, each beside its own first candidate's compile and in
-the same interpreter (one GIL): 3.5-4.4 s of warm-up on a 16-core H200 node,
-with every first check waiting for it. Under ``compile_once`` the first
-worker compiles into Triton's on-disk cache while the others wait (blocked
-in flock, not holding the GIL) and then load what it wrote.
+the same interpreter (one GIL). Under ``compile_once`` the first worker
+compiles into Triton's on-disk cache, holding the lock exclusively; the
+others wait for it (blocked in flock, not holding the GIL) and then run the
+same body side by side, finding what it wrote in the cache. They do not take
+turns: loading a kernel from the cache still costs each one its key's
+computation, and in turn that queued 11 workers behind each other.
 
 The lock is an flock on a file in Triton's cache directory, so it is shared
 by exactly the processes that share that cache, and a process that dies
@@ -33,30 +35,41 @@ def triton_cache_dir() -> str:
 
 @contextlib.contextmanager
 def compile_once(name: str, wait_s: float = WAIT_S, directory: str | None = None):
-    """Holds the node-wide lock `name` for the body; yields whether it was
-    taken (False: the wait timed out or the lock file could not be opened,
-    and the body runs unlocked)."""
+    """Runs the body as the node's compiler of `name` (the lock held
+    exclusively) or after it (another process held it: this one waited until
+    it was released, and runs the body unlocked, beside any other waiter).
+    Yields "compiled" (the exclusive holder), "waited" (after another's
+    compile) or "unlocked" (the wait timed out, or no lock file)."""
     path = os.path.join(directory or triton_cache_dir(), f"kiln-{name}.lock")
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         f = open(path, "a")
     except OSError:
-        yield False
+        yield "unlocked"
         return
     with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass
+        else:
+            try:
+                yield "compiled"
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+            return
+        # Another process is compiling: a shared hold is granted once it
+        # has released its exclusive one, and is let go at once.
         deadline = time.monotonic() + wait_s
-        taken = False
         while True:
             try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                taken = True
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+                state = "waited"
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
+                    state = "unlocked"
                     break
                 time.sleep(POLL_S)
-        try:
-            yield taken
-        finally:
-            if taken:
-                fcntl.flock(f, fcntl.LOCK_UN)
+    yield state
