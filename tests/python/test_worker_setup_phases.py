@@ -94,6 +94,23 @@ class NeedsAValue:  # an .item(): no meta tensor answers; a fake one does
         return torch.empty_like(inputs["x"])
 
 out = {}
+# the library's templates whose inputs are scaled and shifted (torch._refs'
+# meta kernels for that import torch._dynamo) and whose outputs are made
+# empty_like (those import sympy): planned with neither imported
+sys.path.insert(0, sys.argv[2])
+import importlib
+from kiln_worker.evaluation import templates
+lib = templates.Library()
+library = {}
+for op, shape, dt in (("gemm_bias_act", [512, 256, 128], "bf16"), ("rmsnorm", [64, 4096], "bf16"),
+                      ("conv2d", [2, 3, 32, 32], "fp16"), ("layernorm", [64, 4096], "fp16"),
+                      ("attention", [1, 2, 128, 64], "bf16"), ("add", [1 << 20], "fp32")):
+    mod = importlib.import_module("kernels." + lib.module_name_for(op).split(".")[-1])
+    q = memplan.job_plan(mod, op, shape, dt, lib.complete_params(op, {}), None)
+    library[op] = [q.input_bytes, q.output_bytes]
+out["library"] = library
+out["sympy_after_library"] = "sympy" in sys.modules
+out["dynamo_after_library"] = "torch._dynamo" in sys.modules
 p = memplan.job_plan(Plain, "x", [1 << 20, 4096], "fp16", {}, None)  # 8 GiB of fp16: nothing drawn
 out["plain"] = [p.input_bytes, p.upcast_bytes, p.output_bytes, p.ref_bytes]
 out["dynamo_after_plain"] = "torch._dynamo" in sys.modules
@@ -115,10 +132,15 @@ def test_a_plan_runs_on_meta_tensors_and_imports_the_fake_ones_only_where_it_nee
     import json
     import subprocess
     worker_dir = str(Path(__file__).resolve().parents[2] / "worker")
-    r = subprocess.run([sys.executable, "-c", PLAN_IN_A_FRESH_PROCESS, worker_dir], capture_output=True,
+    repo = str(Path(__file__).resolve().parents[2])
+    r = subprocess.run([sys.executable, "-c", PLAN_IN_A_FRESH_PROCESS, worker_dir, repo], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["sympy_after_library"] is False and out["dynamo_after_library"] is False
+    # a, b bf16 and a bias; out bf16
+    assert out["library"]["gemm_bias_act"] == [2 * (512 * 128 + 128 * 256 + 256), 2 * 512 * 256]
+    assert out["library"]["add"] == [2 * 4 * (1 << 20), 4 * (1 << 20)]
     n = (1 << 20) * 4096
     # x fp16 + w fp32 (ones() takes the default dtype); an fp16 job is checked in
     # float32 (check.upcast_dtype): x doubles, w stays 4 bytes an element

@@ -238,6 +238,28 @@ _FACTORIES = ("empty", "empty_strided", "zeros", "ones", "full", "rand", "randn"
               "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
 
 
+# Random draws, answered on the meta device with torch.empty: PyTorch's own
+# meta kernels for them are Python (torch._refs), and their first call imports
+# sympy (~490 modules).
+_RANDOM_FACTORIES = ("randn", "rand", "randint", "randperm")
+# ... and tensors made like another (PyTorch's meta empty_like, through
+# torch._refs, imports sympy too); the plan needs their size, not their strides.
+_LIKE = ("randn_like", "rand_like", "randint_like", "empty_like", "zeros_like", "ones_like", "full_like")
+_RANDOM_FILLS = ("normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
+                 "log_normal_", "geometric_")
+# Arithmetic whose result is the broadcast of its operands in their promoted
+# dtype: answered with torch.empty. PyTorch's meta kernels for these go
+# through torch._refs, whose first call imports torch._dynamo (~900 modules,
+# 1.2 s on an idle core; several seconds for each of twelve workers starting
+# together, in a thread beside the first compile).
+_ARITH = {name: name for name in ("add", "sub", "mul", "div", "true_divide")}
+_ARITH.update({f"__{n}__": n for n in ("add", "sub", "mul", "truediv")})
+_ARITH.update({f"__r{n}__": n for n in ("add", "sub", "mul", "truediv")})
+_ARITH["__truediv__"] = _ARITH["__rtruediv__"] = "div"
+_ARITH_INPLACE = {"add_": "add", "sub_": "sub", "mul_": "mul", "div_": "div",
+                  "__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div"}
+
+
 def meta_tensors():
     """A torch function mode in which every tensor made lives on the meta
     device (shapes and dtypes, no storage, no values): factory functions get
@@ -245,12 +267,52 @@ def meta_tensors():
     keep a tensor where it is, random in-place fills drop their generator.
     Code that needs values (`.item()`, numpy, data-dependent shapes) raises.
     Unlike FakeTensorMode it imports nothing beyond torch (FakeTensorMode's
-    first use imports torch._dynamo: seconds per worker at a run's start)."""
+    first use imports torch._dynamo: seconds per worker at a run's start):
+    random draws, tensors made like another and the arithmetic templates do on their inputs (a scale, a
+    shift) are answered here (_RANDOM_*, _LIKE, _ARITH), since PyTorch's meta
+    kernels for them import sympy and torch._dynamo; anything else runs
+    PyTorch's meta kernel."""
     import torch
     from torch.overrides import TorchFunctionMode
 
     def is_device(x) -> bool:
         return isinstance(x, (str, torch.device, int)) and not isinstance(x, bool)
+
+    def size_of(args) -> tuple:
+        if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+            return tuple(int(a) for a in args[0])
+        return tuple(int(a) for a in args)
+
+    def meta_empty(shape, dtype):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def random_factory(name, args, kwargs):
+        dtype = kwargs.get("dtype")
+        if name == "randperm":
+            return meta_empty((int(args[0]),), dtype or torch.int64)
+        if name == "randint":  # randint(high, size) / randint(low, high, size)
+            size = kwargs.get("size", args[-1] if args else None)
+            return meta_empty(size_of((size,)), dtype or torch.int64)
+        size = kwargs.get("size", args)
+        return meta_empty(size_of(size if isinstance(size, tuple) and size and not isinstance(size[0], int)
+                                  else (size,) if not isinstance(size, tuple) else size),
+                          dtype or torch.get_default_dtype())
+
+    def arith(op, a, b, kwargs):
+        if not all(isinstance(x, (torch.Tensor, int, float, bool)) for x in (a, b)):
+            return NotImplemented
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.device != b.device:
+            return NotImplemented
+        if op == "div" and kwargs.get("rounding_mode") is None:
+            dt = torch.result_type(a, b)
+            dtype = dt if dt.is_floating_point or dt.is_complex else torch.get_default_dtype()
+        else:
+            dtype = torch.result_type(a, b)
+        shapes = [tuple(x.shape) for x in (a, b) if isinstance(x, torch.Tensor)]
+        return meta_empty(broadcast(shapes), dtype)
+
+    def on_meta(args) -> bool:
+        return any(isinstance(a, torch.Tensor) and a.is_meta for a in args)
 
     class _Meta(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -258,6 +320,22 @@ def meta_tensors():
             name = getattr(func, "__name__", "")
             kwargs.pop("generator", None)
             kwargs.pop("pin_memory", None)
+            if name in _RANDOM_FACTORIES and not (args and isinstance(args[0], torch.Tensor)):
+                return random_factory(name, args, kwargs)
+            if name in _LIKE and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+                return meta_empty(tuple(args[0].shape), kwargs.get("dtype") or args[0].dtype)
+            if name in _RANDOM_FILLS and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+                return args[0]
+            if name in _ARITH and len(args) == 2 and on_meta(args) and set(kwargs) <= {"alpha", "rounding_mode"}:
+                a, b = (args[1], args[0]) if name.startswith("__r") else args
+                out = arith(_ARITH[name], a, b, kwargs)
+                if out is not NotImplemented:
+                    return out
+            if (name in _ARITH_INPLACE and len(args) == 2 and isinstance(args[0], torch.Tensor)
+                    and args[0].is_meta and set(kwargs) <= {"alpha", "rounding_mode"}):
+                out = arith(_ARITH_INPLACE[name], args[0], args[1], kwargs)
+                if out is not NotImplemented and tuple(out.shape) == tuple(args[0].shape):
+                    return args[0]
             if name in ("cuda", "cpu") and args and isinstance(args[0], torch.Tensor):
                 return args[0]
             if name == "to" and args and isinstance(args[0], torch.Tensor):
@@ -273,6 +351,20 @@ def meta_tensors():
                 kwargs["device"] = "meta"
             return func(*args, **kwargs)
     return _Meta()
+
+
+def broadcast(shapes: list[tuple]) -> tuple:
+    """The broadcast of concrete shapes, as torch.broadcast_shapes computes it
+    (which imports sympy on its first call); ValueError where they do not
+    broadcast."""
+    n = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(n):
+        dims = {s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0} - {1}
+        if len(dims) > 1:
+            raise ValueError(f"shapes {shapes} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
 
 
 def _tensors(value):
