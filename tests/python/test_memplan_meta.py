@@ -38,6 +38,8 @@ FACTORIES = [
     lambda d: torch.randint(5, (2, 3), device=d),
     lambda d: torch.randint(1, 5, (6,), dtype=torch.int32, device=d),
     lambda d: torch.randperm(7, device=d),
+    lambda d: torch.randn(size=(3, 2), device=d),
+    lambda d: torch.randint(0, 9, size=[4], device=d),
 ]
 
 
@@ -60,6 +62,8 @@ def test_likes_fills_and_arithmetic_follow_pytorchs_meta_kernels():
         lambda d: 1.0 + torch.empty(4, device=d),
         lambda d: torch.empty(3, 1, device=d, dtype=torch.float16) + torch.empty(4, device=d),
         lambda d: torch.empty(3, 4, device=d, dtype=torch.int32) / 2,
+        lambda d: torch.true_divide(torch.empty(3, device=d, dtype=torch.int64), 2),
+        lambda d: 6 / torch.empty(3, device=d, dtype=torch.int16),
         lambda d: torch.div(torch.empty(3, 4, device=d, dtype=torch.int64), 2, rounding_mode="floor"),
         lambda d: torch.sub(torch.empty(2, 1, 4, device=d), torch.empty(3, 1, device=d), alpha=2),
         lambda d: 2 - torch.empty(3, device=d, dtype=torch.int64),

@@ -242,20 +242,21 @@ _FACTORIES = ("empty", "empty_strided", "zeros", "ones", "full", "rand", "randn"
 # meta kernels for them are Python (torch._refs), and their first call imports
 # sympy (~490 modules).
 _RANDOM_FACTORIES = ("randn", "rand", "randint", "randperm")
+_RANDOM_FILLS = ("normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
+                 "log_normal_", "geometric_")
 # ... and tensors made like another (PyTorch's meta empty_like, through
 # torch._refs, imports sympy too); the plan needs their size, not their strides.
 _LIKE = ("randn_like", "rand_like", "randint_like", "empty_like", "zeros_like", "ones_like", "full_like")
-_RANDOM_FILLS = ("normal_", "uniform_", "random_", "bernoulli_", "exponential_", "cauchy_",
-                 "log_normal_", "geometric_")
 # Arithmetic whose result is the broadcast of its operands in their promoted
 # dtype: answered with torch.empty. PyTorch's meta kernels for these go
 # through torch._refs, whose first call imports torch._dynamo (~900 modules,
 # 1.2 s on an idle core; several seconds for each of twelve workers starting
 # together, in a thread beside the first compile).
-_ARITH = {name: name for name in ("add", "sub", "mul", "div", "true_divide")}
-_ARITH.update({f"__{n}__": n for n in ("add", "sub", "mul", "truediv")})
-_ARITH.update({f"__r{n}__": n for n in ("add", "sub", "mul", "truediv")})
-_ARITH["__truediv__"] = _ARITH["__rtruediv__"] = "div"
+_ARITH = {name: op for op, names in {"add": ("add", "__add__", "__radd__"),
+                                      "sub": ("sub", "__sub__", "__rsub__"),
+                                      "mul": ("mul", "__mul__", "__rmul__"),
+                                      "div": ("div", "true_divide", "__truediv__", "__rtruediv__")}.items()
+          for name in names}
 _ARITH_INPLACE = {"add_": "add", "sub_": "sub", "mul_": "mul", "div_": "div",
                   "__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div"}
 
@@ -288,15 +289,14 @@ def meta_tensors():
 
     def random_factory(name, args, kwargs):
         dtype = kwargs.get("dtype")
-        if name == "randperm":
+        if name == "randperm":  # randperm(n)
             return meta_empty((int(args[0]),), dtype or torch.int64)
         if name == "randint":  # randint(high, size) / randint(low, high, size)
-            size = kwargs.get("size", args[-1] if args else None)
+            size = kwargs["size"] if "size" in kwargs else args[-1]
             return meta_empty(size_of((size,)), dtype or torch.int64)
-        size = kwargs.get("size", args)
-        return meta_empty(size_of(size if isinstance(size, tuple) and size and not isinstance(size[0], int)
-                                  else (size,) if not isinstance(size, tuple) else size),
-                          dtype or torch.get_default_dtype())
+        # randn / rand: randn(2, 3), randn((2, 3)), randn(size=(2, 3))
+        shape = size_of((kwargs["size"],)) if "size" in kwargs else size_of(args)
+        return meta_empty(shape, dtype or torch.get_default_dtype())
 
     def arith(op, a, b, kwargs):
         if not all(isinstance(x, (torch.Tensor, int, float, bool)) for x in (a, b)):
