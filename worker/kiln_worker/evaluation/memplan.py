@@ -269,10 +269,10 @@ def meta_tensors():
     Code that needs values (`.item()`, numpy, data-dependent shapes) raises.
     Unlike FakeTensorMode it imports nothing beyond torch (FakeTensorMode's
     first use imports torch._dynamo: seconds per worker at a run's start):
-    random draws, tensors made like another and the arithmetic templates do on their inputs (a scale, a
-    shift) are answered here (_RANDOM_*, _LIKE, _ARITH), since PyTorch's meta
-    kernels for them import sympy and torch._dynamo; anything else runs
-    PyTorch's meta kernel."""
+    random draws, tensors made like another and the arithmetic templates do
+    on their inputs (a scale, a shift) are answered here (_RANDOM_*, _LIKE,
+    _ARITH), since PyTorch's meta kernels for them import sympy and
+    torch._dynamo; anything else runs PyTorch's meta kernel."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -320,22 +320,22 @@ def meta_tensors():
             name = getattr(func, "__name__", "")
             kwargs.pop("generator", None)
             kwargs.pop("pin_memory", None)
+            first_meta = bool(args) and isinstance(args[0], torch.Tensor) and args[0].is_meta
             if name in _RANDOM_FACTORIES and not (args and isinstance(args[0], torch.Tensor)):
                 return random_factory(name, args, kwargs)
-            if name in _LIKE and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            if name in _LIKE and first_meta:
                 return meta_empty(tuple(args[0].shape), kwargs.get("dtype") or args[0].dtype)
-            if name in _RANDOM_FILLS and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
+            if name in _RANDOM_FILLS and first_meta:
                 return args[0]
-            if name in _ARITH and len(args) == 2 and on_meta(args) and set(kwargs) <= {"alpha", "rounding_mode"}:
+            op = _ARITH.get(name) or _ARITH_INPLACE.get(name)
+            if op and len(args) == 2 and on_meta(args) and set(kwargs) <= {"alpha", "rounding_mode"}:
                 a, b = (args[1], args[0]) if name.startswith("__r") else args
-                out = arith(_ARITH[name], a, b, kwargs)
+                out = arith(op, a, b, kwargs)
                 if out is not NotImplemented:
-                    return out
-            if (name in _ARITH_INPLACE and len(args) == 2 and isinstance(args[0], torch.Tensor)
-                    and args[0].is_meta and set(kwargs) <= {"alpha", "rounding_mode"}):
-                out = arith(_ARITH_INPLACE[name], args[0], args[1], kwargs)
-                if out is not NotImplemented and tuple(out.shape) == tuple(args[0].shape):
-                    return args[0]
+                    if name in _ARITH:
+                        return out
+                    if first_meta and tuple(out.shape) == tuple(args[0].shape):
+                        return args[0]  # in place: the same tensor
             if name in ("cuda", "cpu") and args and isinstance(args[0], torch.Tensor):
                 return args[0]
             if name == "to" and args and isinstance(args[0], torch.Tensor):

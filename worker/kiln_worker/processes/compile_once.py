@@ -1,4 +1,4 @@
-"""One worker at a time through a compile that every worker of a node needs.
+"""A compile that every worker of a node needs, done by one of them.
 
 A GPU worker's warm-up compiles the comparison kernel of the checks
 (device.warm_up). Twelve workers starting at once used to compile the same

@@ -189,8 +189,8 @@ def warm_up(dev: Device) -> dict:
 
     torch.empty(1, device=dev.torch_device)  # the context and the caching allocator
     lap("context_s")
-    # check.compare's kernel: compiled, not run; by one worker of the node
-    # at a time, so the others load it from Triton's cache (compile_once)
+    # check.compare's kernel: compiled, not run; by one worker of the node,
+    # the others wait for it and load it from Triton's cache (compile_once)
     with compile_once("compare-kernel"):
         phases["compile_wait_s"] = time.perf_counter() - t
         compare_kernel.precompile(dev.torch_device)

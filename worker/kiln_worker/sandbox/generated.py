@@ -52,8 +52,8 @@ def sandbox_cache_dir() -> str:
     env = os.environ.get("KILN_SANDBOX_CACHE_DIR")
     if env:
         return env
-    base = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
-    return base.rstrip("/") + "-sandbox"
+    from ..processes.compile_once import triton_cache_dir
+    return triton_cache_dir().rstrip("/") + "-sandbox"
 
 
 def gpu_lock_files() -> list[str]:
