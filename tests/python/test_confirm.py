@@ -419,7 +419,7 @@ def test_a_job_is_power_limited_when_its_sustained_clock_falls_below_the_thresho
     # at least 50 ms, then until settled: a constant 1 ms call settles once
     # there are 4 windows of 100 ms (5 chunks of 20 calls each) to compare
     assert hot["probe_calls"] == 400 and hot["preheat_s"] == 0.05 and hot["settled"] is True
-    assert hot["probe_ms"] == pytest.approx(400.0) and hot["flush_ms"] == pytest.approx(0.0)  # a free flush
+    assert hot["probe_ms"] == pytest.approx(400.0) and hot["flush_ms"] == pytest.approx(0.0)  # the fake flush is free
     assert hot["window_ms"] == pytest.approx([1.0] * 4)
     cool = probe(1.95e6)
     assert cool["power_limited"] is False and cool["mhz"] == pytest.approx(1950.0)
@@ -445,15 +445,9 @@ def test_bad_preheat_is_refused(worker, bad):
     assert not ans["ok"] and "preheat_s" in str(ans), ans
 
 
-def test_a_power_limited_call_goes_without_a_spin_only_where_the_host_stays_ahead():
-    """unspun_ok: a call whose device time is more than HOST_AHEAD x its host
-    enqueue needs no spin behind a lead-in; start_calls with 0 cycles
-    enqueues no spin at all (a spin idles the GPU between the calls)."""
-    from kiln_worker.evaluation.confirm import HOST_AHEAD, unspun_ok
-    assert HOST_AHEAD == 2.0
-    assert unspun_ok(40e-6, 0.5)            # a 0.4 ms GEMM + its flush, enqueued in 40 us
-    assert not unspun_ok(40e-6, 0.07)       # a 70 us row kernel: the host would fall behind
-    assert not unspun_ok(250e-6, 0.5)       # an eager chain of ops that enqueues slowly
+def test_a_call_with_no_spin_enqueues_none():
+    """start_calls with 0 cycles enqueues no spin at all (a spin idles the
+    GPU between the calls); with cycles, one before each timed call."""
     c, log, clock, launch = fake_clock(call_ms=0.5)
     c.start_calls(launch, 3, 0, None)()
     assert log.count("launch") == 3 and not [x for x in log if isinstance(x, tuple) and x[0] == "sleep"]
@@ -462,38 +456,79 @@ def test_a_power_limited_call_goes_without_a_spin_only_where_the_host_stays_ahea
     assert log.count(("sleep", 1000)) == 3
 
 
-def _entry_call(label: int, host_s: float, call_ms: float, cycles: int = 1000) -> dict:
-    return {"entry": {"id": label}, "host_s": host_s, "call_ms": call_ms, "cycles": cycles}
+def _entry_call(label: int, host_s: float, call_ms: float, cycles: int = 1000, reps: int = 20) -> dict:
+    return {"entry": {"id": label}, "host_s": host_s, "call_ms": call_ms, "cycles": cycles, "reps": reps}
 
 
-def test_spins_are_dropped_for_device_bound_calls_of_every_probed_job():
-    """drop_spins: an entry that the host keeps ahead of (device time with its
-    flush over HOST_AHEAD x its enqueue) loses its spin, power-limited or not;
-    a slow-to-enqueue one keeps it; the rounds start with a lead-in where a
-    spin went, or the job is power-limited. Nothing probed: spins stay and
-    no lead-in."""
-    from kiln_worker.evaluation.confirm import drop_spins
+def test_host_deficit_counts_what_the_enqueues_fall_behind_in_a_round():
+    """host_deficit_ms: per entry, reps x (HOST_MARGIN x host enqueue - device
+    time with the flush), never below 0; summed over the round's entries."""
+    from kiln_worker.evaluation.confirm import HOST_MARGIN, host_deficit_ms
+    assert HOST_MARGIN == 1.5
+    # a 0.4 ms GEMM enqueued in 40 us: 60 us < 0.45 ms, nothing behind
+    assert host_deficit_ms([_entry_call(1, 40e-6, 0.4)], 0.05) == 0.0
+    # an eager chain enqueued in 250 us on a 5 us kernel + 50 us flush:
+    # 20 x (375 - 55) us = 6.4 ms behind
+    assert host_deficit_ms([_entry_call(1, 250e-6, 0.005)], 0.05) == pytest.approx(6.4)
+    # the round's entries add up; the fast one takes nothing back
+    both = [_entry_call(1, 250e-6, 0.005), _entry_call(2, 40e-6, 0.4, reps=100)]
+    assert host_deficit_ms(both, 0.05) == pytest.approx(6.4)
 
-    def calls():
-        return [_entry_call(1, 40e-6, 0.3), _entry_call(2, 40e-6, 0.05), _entry_call(3, 250e-6, 0.3)]
+
+def test_spins_go_for_every_entry_of_a_job_or_for_none():
+    """drop_spins: one rule for a job's entries. Where the round's enqueues
+    fall behind the device by at most HOST_BUFFER_MS in all, no entry has a
+    spin (a spun neighbour would hand its cooler clock to the next entry),
+    even one whose own enqueue is slower than its call; past the buffer
+    every entry keeps its spin. With a shared output (a wait after each
+    entry) none may fall behind at all. The rounds start with a lead-in
+    where the spins went, or the job is power-limited. Nothing probed:
+    spins stay and no lead-in."""
+    from kiln_worker.evaluation.confirm import HOST_BUFFER_MS, SUSTAIN_CHUNK_MS, drop_spins
+    assert HOST_BUFFER_MS == SUSTAIN_CHUNK_MS / 2
+
+    def calls(slow_host_s=250e-6):
+        return [_entry_call(1, 40e-6, 0.3), _entry_call(2, 40e-6, 0.005), _entry_call(3, slow_host_s, 0.005)]
 
     cool = {"power_limited": False, "flush_ms": 0.05, "probe_ms": 500.0}
-    cs = calls()
+    cs = calls()  # 20 x 5 us + 6.4 ms = 6.5 ms behind in all: within the 10 ms buffer
     assert drop_spins(cs, cool) is True
-    assert [c["cycles"] for c in cs] == [0, 0, 1000]  # 0.05 + 0.05 ms > 2 x 40 us; 250 us is too slow
-    assert cool["spin_free"] == ["candidate:1", "candidate:2"]
-    slow_host = {"power_limited": False, "flush_ms": 0.0}
-    cs = calls()
-    assert drop_spins(cs, slow_host) is True and [c["cycles"] for c in cs] == [0, 1000, 1000]
-    none_free = {"power_limited": False, "flush_ms": 0.0}
-    cs = [_entry_call(3, 250e-6, 0.3)]
-    assert drop_spins(cs, none_free) is False and none_free["spin_free"] == [] and cs[0]["cycles"] == 1000
+    assert [c["cycles"] for c in cs] == [0, 0, 0]
+    assert cool["spin_free"] == ["candidate:1", "candidate:2", "candidate:3"]
+    assert cool["host_deficit_ms"] == pytest.approx(6.5)
+    behind = {"power_limited": False, "flush_ms": 0.05}
+    cs = calls(slow_host_s=500e-6)  # 0.1 + 20 x (750 - 55) us = 14 ms: past the buffer
+    assert drop_spins(cs, behind) is False and behind["spin_free"] == []
+    assert [c["cycles"] for c in cs] == [1000] * 3 and behind["host_deficit_ms"] == pytest.approx(14.0)
+    shared = {"power_limited": False, "flush_ms": 0.05}
+    cs = calls()  # with a wait after each entry, entry 3 would time the host
+    assert drop_spins(cs, shared, shared_output=True) is False and [c["cycles"] for c in cs] == [1000] * 3
+    shared_ok = {"power_limited": False, "flush_ms": 0.05}
+    cs = [_entry_call(1, 40e-6, 0.3), _entry_call(2, 20e-6, 0.005)]  # 30 us < 55 us
+    assert drop_spins(cs, shared_ok, shared_output=True) is True and [c["cycles"] for c in cs] == [0, 0]
     hot = {"power_limited": True, "flush_ms": 0.0, "probe_ms": 500.0}
-    assert drop_spins([_entry_call(3, 250e-6, 0.3)], hot) is True  # a power-limited job: always a lead-in
+    assert drop_spins(calls(slow_host_s=500e-6), hot) is True  # a power-limited job: always a lead-in
     unprobed = {"preheat_s": 0.3}
     cs = calls()
     assert drop_spins(cs, unprobed) is False and [c["cycles"] for c in cs] == [1000] * 3
     assert "spin_free" not in unprobed
+
+
+def test_the_flush_is_timed_on_its_own():
+    """_Clock.flush_ms: the median of FLUSH_SAMPLES flushes, each between two
+    events, on a fake device whose flush takes 0.05 ms (one takes 3 ms)."""
+    from kiln_worker.evaluation.confirm import FLUSH_SAMPLES
+    c, log, clock, launch = fake_clock()
+    times = iter([0.05, 3.0, 0.05, 0.05, 0.06] * 2)
+
+    class Flush:
+        def zero_(self):
+            clock[0] += next(times)
+            log.append("flush")
+    c.cache = Flush()
+    assert FLUSH_SAMPLES == 5
+    assert c.flush_ms() == pytest.approx(0.05)
+    assert log.count("flush") == 5 and log.count("sync") == 1
 
 
 def test_a_rounds_lead_in_settles_only_for_a_power_limited_job():

@@ -49,17 +49,24 @@ how many it got);
   THROTTLE_RETRIES times; then its last samples stand, flagged
   (``throttled``). Threshold 0 turns this off; where the clock cannot be
   measured (no spin kernel) nothing is retimed;
-- every job is timed as a deployment and ``do_bench`` run it: back to back.
-  After the set-up the best finalist runs back to back for ``preheat_s``
-  (default PREHEAT_S) of device time and the SM clock is measured (the
-  probe). An entry whose device time per call (flush included) is more than
-  HOST_AHEAD x its host enqueue is timed with no spin before its calls
-  (``sustained.spin_free``): every round starts with a lead-in of its first
-  entry that leaves the host a chunk ahead, and it stays ahead. A spin idles
-  the GPU between calls, and the clock comes back up in the idle time: on an
-  H200 the spins read a 0.4 ms GEMM 5-7% and attention ~3% faster than
-  ``do_bench`` and ``kiln-rt bench``. An entry whose host enqueue would fall
-  behind keeps its spin (its calls would otherwise time the host);
+- every job is timed as a deployment and ``do_bench`` run it: back to back,
+  all of its entries alike. After the set-up the best finalist runs back to
+  back for ``preheat_s`` (default PREHEAT_S) of device time, the SM clock is
+  measured (the probe) and the L2 flush is timed on its own. Where the host
+  keeps the device busy through a round's timed calls -- what its enqueues
+  would fall behind the device in all (``sustained.host_deficit_ms``: per
+  entry, its reps x how much its host enqueue, HOST_MARGIN x the measured
+  one, exceeds its device time with the flush) is at most half the lead-in's
+  last chunk (HOST_BUFFER_MS), still queued when the timed calls start -- no
+  entry gets a spin before its calls (``sustained.spin_free`` lists them
+  all): every round starts with a lead-in of its first entry that leaves the
+  host that chunk ahead. Else every entry keeps its spin (the list is
+  empty; the calls would otherwise time the host). One rule for the whole
+  job: a spin idles the GPU, the clock comes back up in the idle time, and
+  the entry timed next inherits it (on an H200 a spun 0.4 ms GEMM read 5-7%
+  and attention ~3% faster than ``do_bench`` and ``kiln-rt bench``, and
+  with two of three attention finalists spun the third, spin-free, read 5%
+  faster than both outside harnesses -- except in the round it led);
 - a job whose clock settles below STEADY_BELOW of NVML's maximum under the
   probe (``power_limited``: a large GEMM on an H200 settles near 1500 of
   1980 MHz, attention near 1830, still falling after 300 ms) is timed in
@@ -132,8 +139,15 @@ FREQ_SPIN_CYCLES = 1_000_000  # the clock measurement's spin: ~0.5 ms at 2 GHz
 PREHEAT_S, PREHEAT_MAX_S = 0.3, 2.0
 SETTLE_WINDOW_MS, SETTLE_LAG_WINDOWS, SETTLE_TOL = 100.0, 3, 0.01
 SUSTAIN_CHUNK_MS = 20.0   # back-to-back calls enqueued between two reads of the device time
-HOST_AHEAD = 2.0  # a call goes without a spin when its device time is this x its host enqueue
 HOST_LEAD_S = SUSTAIN_CHUNK_MS / 1e3  # the lead-in of a round not timed in a settled state: the host a chunk ahead
+# Spin-free rounds (module docstring): the host's enqueue of a timed call is
+# taken as HOST_MARGIN x the one measured at set-up (the timed calls also
+# record two events, and the host is shared), and the rounds' timed calls may
+# fall behind the device by HOST_BUFFER_MS in all: half the lead-in's last
+# chunk, which is still queued when they start.
+HOST_MARGIN = 1.5
+HOST_BUFFER_MS = SUSTAIN_CHUNK_MS / 2
+FLUSH_SAMPLES = 5  # the L2 flush timed on its own: the median of this many
 # A job whose probe settles below this share of NVML's maximum SM clock is
 # timed in its steady state (module docstring). The clock of a memory-bound
 # kernel on an H200 stays within 1% of the maximum; attention's settles 7-8%
@@ -318,28 +332,41 @@ class LeadIn:
     window_ms: list[float]
 
 
-def unspun_ok(host_s: float, device_ms: float) -> bool:
-    """Whether calls taking `device_ms` each on the device (flush included)
-    can be timed back to back with no spin before each: the host enqueues one
-    in under 1/HOST_AHEAD of that, so once a chunk ahead it stays ahead."""
-    return host_s * 1e3 * HOST_AHEAD < device_ms
+def host_deficit_ms(calls: list[dict], flush_ms: float) -> float:
+    """How far a round's timed calls, enqueued back to back, would fall
+    behind the device in all (ms): per entry, its reps x how much its host
+    enqueue (HOST_MARGIN x `host_s`) exceeds its device time with the L2
+    flush (`call_ms` + flush_ms); 0 where the host is faster throughout."""
+    return sum(c["reps"] * max(0.0, c["host_s"] * 1e3 * HOST_MARGIN - (c["call_ms"] + flush_ms))
+               for c in calls)
 
 
-def drop_spins(calls: list[dict], sustained: dict) -> bool:
-    """Sets `cycles` 0 (no spin before its timed calls) for each call whose
-    device time per call, its L2 flush included, is over HOST_AHEAD x its
-    host enqueue (unspun_ok), and lists them in sustained["spin_free"].
-    Nothing where the probe did not run (no "flush_ms": the CPU, preheat_s
-    0, no clock measurement): every call keeps its spin. Returns whether the
-    rounds start with a lead-in (round_lead_in): a power-limited job's
-    always, any other's where a call goes without a spin."""
+def drop_spins(calls: list[dict], sustained: dict, shared_output: bool = False) -> bool:
+    """One rule for all of a job's entries: where the host keeps the device
+    busy through a round's timed calls (host_deficit_ms at most
+    HOST_BUFFER_MS; with a shared output, where the rounds wait for each
+    entry's calls before the next's, none may fall behind at all) every
+    entry's `cycles` becomes 0 (no spin before its timed calls), and
+    sustained["spin_free"] lists them all; else none (an empty list), and
+    sustained["host_deficit_ms"] says why. Nothing where the probe did not
+    run (no "flush_ms": the CPU, preheat_s 0, no clock measurement): every
+    call keeps its spin. Returns whether the rounds start with a lead-in
+    (round_lead_in): a power-limited job's always, any other's where the
+    spins went."""
     if "flush_ms" not in sustained:
         return False
-    for c in calls:
-        if unspun_ok(c["host_s"], c["call_ms"] + sustained["flush_ms"]):
+    flush_ms = sustained["flush_ms"]
+    deficit = host_deficit_ms(calls, flush_ms)
+    if shared_output:
+        ok = all(host_deficit_ms([c], flush_ms) == 0 for c in calls)
+    else:
+        ok = deficit <= HOST_BUFFER_MS
+    if ok:
+        for c in calls:
             c["cycles"] = 0
-    sustained["spin_free"] = [_label(c["entry"]) for c in calls if c["cycles"] == 0]
-    return bool(sustained.get("power_limited")) or bool(sustained["spin_free"])
+    sustained["host_deficit_ms"] = round(deficit, 4)
+    sustained["spin_free"] = [_label(c["entry"]) for c in calls] if ok else []
+    return bool(sustained.get("power_limited")) or ok
 
 
 def round_lead_in(clock: "_Clock", lead: dict, s_idx: int, preheat_s: float, sustained: dict) -> "LeadIn":
@@ -392,15 +419,15 @@ class _Clock:
 
     def host_cycles(self, fn) -> tuple[int, float]:
         """The spin that covers the host's enqueue of one call (timing._benchmark's
-        rule), and that enqueue's time in seconds (the median of 3)."""
+        rule), and that enqueue's time in seconds (the median of 5)."""
         host = []
-        for _ in range(3):
+        for _ in range(5):
             self.cache.zero_()
             t0 = time.perf_counter()
             fn()
             host.append(time.perf_counter() - t0)
         self.api.synchronize()
-        host_s = sorted(host)[1]
+        host_s = sorted(host)[2]
         return int(min(5e7, max(2e4, 2.0 * host_s * 2.5e9))), host_s
 
     def sm_mhz(self) -> float | None:
@@ -416,6 +443,19 @@ class _Clock:
         self.api.synchronize()
         ms = a.elapsed_time(b)
         return FREQ_SPIN_CYCLES / ms / 1e3 if ms > 0 else None
+
+    def flush_ms(self) -> float:
+        """The L2 flush's own device time (ms): the median of FLUSH_SAMPLES,
+        each between two events (0 on the CPU)."""
+        if not self.gpu:
+            return 0.0
+        marks = [(self.api.event(), self.api.event()) for _ in range(FLUSH_SAMPLES)]
+        for a, b in marks:
+            a.record()
+            self.cache.zero_()
+            b.record()
+        self.api.synchronize()
+        return sorted(a.elapsed_time(b) for a, b in marks)[FLUSH_SAMPLES // 2]
 
     def call_ms(self, fn) -> float:
         """One cold call's time in ms (device events; on the CPU perf_counter):
@@ -628,7 +668,7 @@ def run(lib, dev, req: dict) -> dict:
     nvml_max = max_sm_clock_mhz(dev)
     sustained = _probe_sustained(dev, clock, calls[0] if calls else None, preheat_s, nvml_max)
     preheat = sustained.get("power_limited", False)
-    lead_in = drop_spins(calls, sustained)
+    lead_in = drop_spins(calls, sustained, shared_output)
     if preheat:
         guard = _ThrottleGuard(threshold, sustained["mhz"], None, label="sustained clock of this job")
     else:
@@ -756,7 +796,7 @@ def _probe_sustained(dev, clock: "_Clock", lead: dict | None, preheat_s: float,
     """Whether the job is power-limited: its lead entry (the best finalist)
     back to back with the GPU to itself, at least preheat_s and then until it
     settles (at most PREHEAT_MAX_S), then the SM clock measured right behind
-    it. Only {"preheat_s"} where nothing was probed (CPU, preheat_s 0,
+    it and the L2 flush timed on its own (`flush_ms`). Only {"preheat_s"} where nothing was probed (CPU, preheat_s 0,
     no entries, no NVML maximum or no clock measurement)."""
     out: dict[str, Any] = {"preheat_s": preheat_s}
     if not dev.is_gpu or preheat_s <= 0 or lead is None or not nvml_max:
@@ -764,10 +804,9 @@ def _probe_sustained(dev, clock: "_Clock", lead: dict | None, preheat_s: float,
     with _lock(dev, False, "bench"):
         li = clock.sustain(lead["fns"][0], preheat_s, lead["call_ms"], max_s=max(preheat_s, PREHEAT_MAX_S))
         mhz = clock.sm_mhz()  # queued behind the probe's last chunk
+        flush_ms = clock.flush_ms()  # what one timed call's L2 flush adds to it
     if mhz is None:
         return out
-    # what one call's L2 flush adds to it
-    flush_ms = max(0.0, li.ms / max(1, li.calls) - lead["call_ms"])
     out.update({"probe_calls": li.calls, "probe_ms": round(li.ms, 3), "flush_ms": round(flush_ms, 5),
                 "settled": li.settled, "window_ms": [round(x, 5) for x in li.window_ms],
                 "mhz": round(mhz, 1), "max_mhz": nvml_max, "power_limited": mhz < STEADY_BELOW * nvml_max})
