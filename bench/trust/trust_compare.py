@@ -15,14 +15,20 @@ run's eager baseline (its bootstrap interval): a GPU at its power limit
 settles at a clock that moves with its temperature from run to run, and what
 was timed beside the kernel in the same round moves with it.
 Table 2 (independent harness, RUN_B): do_bench on the packaged cubin against
-the confirmed median ("within 3%"), and in the same harness Kiln's kernel
-against cuBLAS's GEMM (torch.matmul) where the operator is a GEMM.
+the confirmed median ("within 3%"; a miss by less than CUDA's stated event
+timer resolution, EVENT_RESOLUTION_MS, says so: 3% of a 5 us kernel is
+0.15 us), and in the same harness Kiln's kernel against cuBLAS's GEMM
+(torch.matmul) where the operator is a GEMM.
 """
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+
+# cuEventElapsedTime's resolution as the CUDA driver API states it ("around
+# 0.5 microseconds"); do_bench and Kiln's confirmation both read CUDA events.
+EVENT_RESOLUTION_MS = 5e-4
 
 
 def key(b: dict) -> tuple:
@@ -84,21 +90,29 @@ def main() -> int:
           "`triton.testing.do_bench`, median of 3 rounds):\n")
     print("| job | correct | do_bench ms | confirmed ms | do_bench / confirmed | within 3% | cuBLAS GEMM ms | Kiln / cuBLAS |")
     print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |")
-    within = n = 0
+    within = n = below = 0
     for r in ind["rows"]:
         if "ms" not in r:
             print(f"| {r['operator']} {'x'.join(map(str, r['shape']))} {r['dtype']} | error: {r.get('error')} | | | | | | |")
             continue
         n += 1
         ratio = r["ms"] / r["catalog_ms"]
-        within += abs(ratio - 1) <= 0.03
+        ok = abs(ratio - 1) <= 0.03
+        gap_us = (r["ms"] - r["catalog_ms"]) * 1e3
+        tiny = not ok and abs(gap_us) <= EVENT_RESOLUTION_MS * 1e3
+        within += ok
+        below += tiny
+        verdict = "yes" if ok else (f"**no** ({gap_us:+.2f} us: within the timer's "
+                                    f"{EVENT_RESOLUTION_MS * 1e3:.1f} us resolution)" if tiny else "**no**")
         cub = r.get("cublas_gemm_ms")
         cub_ms = f"{cub:.4f}" if cub else ""
         vs_cub = f"{r['ms'] / cub:.3f}" if cub else ""
         print(f"| {r['operator']} {'x'.join(map(str, r['shape']))} {r['dtype']} | {'yes' if r['correct'] else '**no**'} | "
-              f"{r['ms']:.4f} | {r['catalog_ms']:.4f} | {ratio:.3f} | {'yes' if abs(ratio - 1) <= 0.03 else '**no**'} | "
+              f"{r['ms']:.4f} | {r['catalog_ms']:.4f} | {ratio:.3f} | {verdict} | "
               f"{cub_ms} | {vs_cub} |")
-    print(f"\n{within} of {n} confirmed medians reproduced within 3% by the independent harness.")
+    print(f"\n{within} of {n} confirmed medians reproduced within 3% by the independent harness"
+          + (f"; {below} of the others differ by less than CUDA's event timer resolution "
+             f"({EVENT_RESOLUTION_MS * 1e3:.1f} us)." if below else "."))
     return 0
 
 

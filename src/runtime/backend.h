@@ -48,6 +48,9 @@ class Backend {
   virtual void* event_create() = 0;
   virtual void event_record(void* ev, void* stream) = 0;
   virtual float event_elapsed_ms(void* start, void* end) = 0;  // synchronises on end
+  // The resolution its runtime states for event_elapsed_ms, in ms: about
+  // 0.5 us for cuEventElapsedTime, about 1 us for hipEventElapsedTime.
+  virtual double event_resolution_ms() const { return 1e-3; }
   virtual void event_destroy(void* ev) = 0;
   // cuTensorMapEncodeTiled (CUDA only; HIP throws): rank dims innermost first.
   virtual void encode_tma(void* out128, const std::string& elem, int rank, void* base,

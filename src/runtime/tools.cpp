@@ -214,4 +214,9 @@ Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flu
   return t;
 }
 
+BenchVerdict bench_verdict(double measured_ms, double recorded_ms, double resolution_ms) {
+  if (recorded_ms <= 0 || measured_ms <= recorded_ms * (1 + kBenchTolerance)) return BenchVerdict::kWithin;
+  return measured_ms - recorded_ms > resolution_ms ? BenchVerdict::kSlower : BenchVerdict::kBelowResolution;
+}
+
 }  // namespace kiln::rt

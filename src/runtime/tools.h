@@ -76,4 +76,16 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3, 
 Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flush_bytes, int reps, int warmup,
                      double preheat_s, double preheat_max_s = 0);
 
+// kiln-rt bench's verdict on a kernel timed at `measured_ms` against the
+// `recorded_ms` its package carries (the catalog's confirmed median): slower
+// when more than kBenchTolerance above it and by more than `resolution_ms`,
+// the backend's event timer resolution (Backend::event_resolution_ms). A gap
+// the timer cannot resolve is no finding: 3% of a 5 us kernel is 0.15 us,
+// and on an H200 the same harness read such kernels up to 0.7 us apart from
+// one run to the next. kBelowResolution: above the tolerance, within the
+// resolution. recorded_ms <= 0: kWithin (nothing to compare with).
+enum class BenchVerdict { kWithin, kSlower, kBelowResolution };
+constexpr double kBenchTolerance = 0.03;
+BenchVerdict bench_verdict(double measured_ms, double recorded_ms, double resolution_ms);
+
 }  // namespace kiln::rt

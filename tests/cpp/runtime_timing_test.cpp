@@ -178,3 +178,26 @@ TEST(RuntimeTiming, AFailingLaunchReleasesTheEventsAndTheFlushBuffer) {
   EXPECT_EQ(b.live_events, 0);
   EXPECT_EQ(b.live_allocs, 0);
 }
+
+TEST(RuntimeTiming, BenchFlagsASlowerKernelOnlyBeyondTheToleranceAndTheTimersResolution) {
+  const double cuda_res = 5e-4;  // CUDA's stated event resolution, 0.5 us
+  // a 0.4 ms GEMM 3.5% slower: 14 us, far beyond the resolution
+  EXPECT_EQ(bench_verdict(0.414, 0.4, cuda_res), BenchVerdict::kSlower);
+  // within 3%: never flagged, however large
+  EXPECT_EQ(bench_verdict(0.411, 0.4, cuda_res), BenchVerdict::kWithin);
+  EXPECT_EQ(bench_verdict(0.38, 0.4, cuda_res), BenchVerdict::kWithin);  // faster
+  // a 4.9 us kernel read at 5.1 us: 4% slower, 0.2 us, below 0.5 us
+  EXPECT_EQ(bench_verdict(0.0051, 0.0049, cuda_res), BenchVerdict::kBelowResolution);
+  // the same kernel 0.7 us slower is a finding
+  EXPECT_EQ(bench_verdict(0.0056, 0.0049, cuda_res), BenchVerdict::kSlower);
+  // HIP's events resolve about 1 us: 0.7 us is below it
+  EXPECT_EQ(bench_verdict(0.0056, 0.0049, 1e-3), BenchVerdict::kBelowResolution);
+  // nothing recorded: nothing to compare
+  EXPECT_EQ(bench_verdict(0.5, 0.0, cuda_res), BenchVerdict::kWithin);
+  EXPECT_DOUBLE_EQ(kBenchTolerance, 0.03);
+}
+
+TEST(RuntimeTiming, ABackendWithoutAStatedResolutionAssumesOneMicrosecond) {
+  FakeBackend b;
+  EXPECT_DOUBLE_EQ(b.event_resolution_ms(), 1e-3);
+}

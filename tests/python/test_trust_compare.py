@@ -43,3 +43,24 @@ def test_a_device_that_moves_both_kernel_and_baseline_holds_in_the_speedup_table
     assert "| gemm 4096 bf16 | 1.250 [1.240, 1.260] | 1.250 [1.240, 1.260] | 1.000 | yes |" in out
     assert "2 of 2 speedups over the same run's eager hold." in out
     assert "0 of 1 confirmed medians reproduced within 3%" in out  # 0.1957 / 0.19 = 1.030
+
+
+def test_a_miss_smaller_than_the_event_timers_resolution_says_so(tmp_path):
+    """A 4.9 us kernel read at 5.3 us (8% slower, 0.4 us) is still a miss of
+    the 3% rule, marked as within CUDA's 0.5 us event resolution; a 0.4 ms
+    kernel 3.5% slower (14 us) is a plain miss."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    runs = [best("tiny", 0.0049, [0.0048, 0.0050], 0.006, 1.2, [1.1, 1.3]),
+            best("gemm", 0.40, [0.399, 0.401], 0.50, 1.25, [1.24, 1.26])]
+    (a / "best.json").write_text(json.dumps(runs))
+    (b / "best.json").write_text(json.dumps(runs))
+    (b / "independent.json").write_text(json.dumps({"device": "X", "torch": "t", "triton": "3", "rows": [
+        {"operator": "tiny", "shape": [4096], "dtype": "bf16", "ms": 0.0053, "catalog_ms": 0.0049, "correct": True},
+        {"operator": "gemm", "shape": [4096], "dtype": "bf16", "ms": 0.414, "catalog_ms": 0.40, "correct": True}]}))
+    out = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "| 1.082 | **no** (+0.40 us: within the timer's 0.5 us resolution) |" in out
+    assert "| 1.035 | **no** |" in out
+    assert ("0 of 2 confirmed medians reproduced within 3% by the independent harness; 1 of the others "
+            "differ by less than CUDA's event timer resolution (0.5 us).") in out

@@ -197,13 +197,21 @@ int cmd_bench(const Args& a) {
       Timing t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s, a.preheat_max_s);
       double ref = var.confirmed_median_ms.value_or(var.value_ms);
       double ratio = ref > 0 ? t.median_ms / ref : 0;
-      bool flag = ref > 0 && ratio > 1.03;
-      slow += flag;
+      const double res_ms = p->backend()->event_resolution_ms();
+      BenchVerdict verdict = bench_verdict(t.median_ms, ref, res_ms);
+      slow += verdict == BenchVerdict::kSlower;
       const char* how = t.preheat_settled == 1 ? "settled" : t.preheat_settled == 0 ? "at max" : "fixed";
       char lead[48] = "none";
       if (t.preheat_launches) std::snprintf(lead, sizeof lead, "%.2fs %s", t.preheat_ms / 1e3, how);
+      char note[80] = "";
+      if (verdict == BenchVerdict::kSlower) {
+        std::snprintf(note, sizeof note, "  SLOWER >%.0f%%", kBenchTolerance * 100);
+      } else if (verdict == BenchVerdict::kBelowResolution) {
+        std::snprintf(note, sizeof note, "  +%.2f us, within the timer's %.1f us resolution",
+                      (t.median_ms - ref) * 1e3, res_ms * 1e3);
+      }
       std::printf("%-40s %-8s %10.4f %10.4f %8.3f  %-14s%s\n", m.kernels[k].label().c_str(), var.target.c_str(),
-                  t.median_ms, ref, ratio, lead, flag ? "  SLOWER >3%" : "");
+                  t.median_ms, ref, ratio, lead, note);
     }
   }
   return slow ? kFail : kOk;
