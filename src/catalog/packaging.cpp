@@ -62,6 +62,14 @@ nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f3
   return out;
 }
 
+std::optional<long long> confirmed_flush_bytes(const std::string& conditions_json) {
+  const json c = json::parse(conditions_json, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object() || !c.contains("l2_flush_bytes")) return std::nullopt;
+  const json& v = c.at("l2_flush_bytes");
+  if (!v.is_number_integer() || v.get<long long>() <= 0) return std::nullopt;
+  return v.get<long long>();
+}
+
 namespace {
 
 constexpr const char* kCandidateCols =
@@ -124,11 +132,14 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
       }
     }
     if (confirmations) {
-      Stmt cq(catalog, "SELECT c.median_ms, c.samples FROM best b JOIN confirmations c "
+      Stmt cq(catalog, "SELECT c.median_ms, c.samples, c.conditions FROM best b JOIN confirmations c "
                     "ON c.run_id = b.confirmed_run AND c.candidate_id = b.candidate_id "
                     "WHERE b.job_id = ?1 AND c.candidate_id = ?2 AND c.basis = 'device' LIMIT 1");
       cq.bind(1, j.job_id).bind(2, best);
-      if (cq.step()) j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1));
+      if (cq.step()) {
+        j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1));
+        if (auto fb = confirmed_flush_bytes(cq.text(2))) j.confirmed["flush_bytes"] = *fb;
+      }
     }
     const std::optional<double> best_est = j.candidates[0].estimate_ms;
     if (j.basis != "estimated" || shortlist_max <= 1 || !best_est || *best_est <= 0) continue;

@@ -48,10 +48,18 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
 
 // The manifest's `confirmed` for a best whose confirmation round timed it on a
 // device (table confirmations, the confirmation round's migration): the round's
-// median, the 95% distribution-free interval of the median from the raw
-// samples (float32 little-endian; order statistics n/2 -+ 1.96 sqrt(n)/2; null
-// with fewer than 6 samples) and the sample count as runs.
+// median, the 95% interval of the median from the raw samples (float32
+// little-endian; the percentile bootstrap `kiln best` shows, src/stats; null
+// with fewer than 6 samples) and the sample count as runs. package_jobs adds
+// `flush_bytes` (confirmed_flush_bytes) where the round recorded it.
 nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le);
+
+// The L2 flush the confirmation round wrote before each timed call (its
+// conditions' `l2_flush_bytes`), or nullopt where the conditions (JSON text)
+// do not say (a CPU round, an older catalog, unparsable text): a deployment's
+// timing flushes as much, so that a kernel at the GPU's power limit rests as
+// long between calls as it did when its number was taken.
+std::optional<long long> confirmed_flush_bytes(const std::string& conditions_json);
 
 // One kernel timed on a deployment node (`kiln-rt tune`).
 struct ImportedKernel {

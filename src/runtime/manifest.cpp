@@ -198,6 +198,11 @@ Variant parse_variant(const Ctx& c, const json& v, const std::string& p) {
   if (v.contains("confirmed") && v.at("confirmed").is_object() && v.at("confirmed").contains("median_ms") &&
       v.at("confirmed").at("median_ms").is_number())
     r.confirmed_median_ms = v.at("confirmed").at("median_ms").get<double>();
+  if (v.contains("confirmed") && v.at("confirmed").is_object() && v.at("confirmed").contains("flush_bytes")) {
+    const auto& fb = v.at("confirmed").at("flush_bytes");
+    if (!fb.is_number_integer() || fb.get<int64_t>() <= 0) c.fail(p + ".confirmed.flush_bytes", "expected a positive integer");
+    r.confirmed_flush_bytes = fb.get<int64_t>();
+  }
   r.device = c.str(v, "device", p, false);
   r.driver = c.str(v, "driver", p, false);
   r.verify = c.str(v, "verify", p, false);

@@ -82,6 +82,9 @@ struct Variant {
   int64_t candidate_id = -1;
   double value_ms = 0;
   std::optional<double> confirmed_median_ms;
+  // The L2 flush the confirmation wrote before each timed call (bytes), where
+  // the manifest says (confirmed.flush_bytes).
+  std::optional<int64_t> confirmed_flush_bytes;
   nlohmann::json config;
 };
 

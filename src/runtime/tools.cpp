@@ -122,9 +122,15 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, Inpu
     VerifySpec vs = VerifySpec::parse(read_pkg_file(p.dir(), var.verify, "manifest.json verify"), var.verify);
     load_inputs(p, ks, var.verify, vs, kern, buf, cache);
   }
-  const size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(p.device()->l2_bytes), size_t(64) << 20);
+  const size_t flush_bytes = bench_flush_bytes(var, p.device()->l2_bytes);
   return time_launches(*b, [&] { kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr); },
                        flush_bytes, reps, warmup, preheat_s, preheat_max_s);
+}
+
+size_t bench_flush_bytes(const Variant& v, int64_t l2_bytes) {
+  if (v.confirmed_flush_bytes && *v.confirmed_flush_bytes > 0) return static_cast<size_t>(*v.confirmed_flush_bytes);
+  const size_t lo = size_t(256) << 20, hi = size_t(1) << 30;
+  return std::clamp<size_t>(2 * static_cast<size_t>(std::max<int64_t>(l2_bytes, 0)), lo, hi);
 }
 
 bool lead_in_settled(const std::vector<double>& chunk_ms, size_t window) {

@@ -69,6 +69,15 @@ bool lead_in_settled(const std::vector<double>& chunk_ms, size_t window);
 Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3, InputCache* cache = nullptr,
                       double preheat_s = 0.3, double preheat_max_s = 2.0);
 
+// The bytes time_on_device writes before each launch: what the kernel's
+// confirmation wrote (Variant::confirmed_flush_bytes), else the rule Kiln's
+// worker follows (worker/kiln_worker/evaluation/timing.py flush_bytes: twice
+// the L2, at least 256 MiB, at most 1 GiB; do_bench writes 256 MB). The
+// flush is also the kernel's rest between calls, which moves the clock of a
+// kernel at the GPU's power limit: the number is reproduced under the
+// conditions it was taken in.
+size_t bench_flush_bytes(const Variant& v, int64_t l2_bytes);
+
 // The timing loop of time_on_device on any backend (a fake one in the tests):
 // `warmup` launches, a wait, the lead-in, then `reps` launches each after
 // writing `flush_bytes` (a buffer it allocates and frees) between two events,

@@ -176,6 +176,19 @@ TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
   EXPECT_LT(ci.lo, 10.5);
   EXPECT_GT(ci.hi, 10.5);
   EXPECT_EQ(confirmed_summary(1.0, std::string(8, '\0'))["ci_low_ms"], nullptr);  // too few samples
+  EXPECT_FALSE(got.contains("flush_bytes"));  // the round's conditions ('{}') do not say
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE confirmations SET conditions = '{\"l2_flush_bytes\": 268435456}'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  EXPECT_EQ(package_jobs(*cat, "MI300X")[0].confirmed["flush_bytes"], 268435456);
+}
+
+TEST(ConfirmedFlushBytes, ReadsTheRoundsFlushOrNothing) {
+  EXPECT_EQ(confirmed_flush_bytes(R"({"l2_flush_bytes": 268435456, "reps": 20})"), 268435456);
+  EXPECT_EQ(confirmed_flush_bytes(R"({"l2_flush_bytes": 0})"), std::nullopt);  // the CPU's rounds
+  EXPECT_EQ(confirmed_flush_bytes(R"({"l2_flush_bytes": "256M"})"), std::nullopt);
+  EXPECT_EQ(confirmed_flush_bytes("{}"), std::nullopt);
+  EXPECT_EQ(confirmed_flush_bytes("not json"), std::nullopt);
 }
 
 TEST_F(PackagingTest, AMeasuredBestCarriesTheDriverAndUuidTheWorkerReported) {

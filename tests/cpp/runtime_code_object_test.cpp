@@ -253,3 +253,23 @@ TEST(InputCache, GivesFillInputsBytesOncePerVerifyFile) {
   // another file: the first file's inputs are dropped, the values are its own
   EXPECT_EQ(cache.get("verify/y.json", 42, 1, -2, 2, "bf16", 3000, want.size()), want);
 }
+
+TEST(RuntimeManifest, ConfirmedFlushBytesIsReadAndChecked) {
+  nlohmann::json j = nlohmann::json::parse(slurp(pkgs() / "full" / "manifest.json"));
+  auto& var = j["kernels"][0]["variants"][0];
+  var["confirmed"] = {{"median_ms", 0.07}, {"runs", 100}, {"flush_bytes", 268435456}};
+  Manifest m = Manifest::parse(j.dump(), "manifest.json");
+  EXPECT_EQ(m.kernels[0].variants[0].confirmed_flush_bytes, 268435456);
+  EXPECT_EQ(m.kernels[0].variants[0].confirmed_median_ms, 0.07);
+  var["confirmed"].erase("flush_bytes");
+  EXPECT_FALSE(Manifest::parse(j.dump(), "manifest.json").kernels[0].variants[0].confirmed_flush_bytes);
+  for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json(-5), nlohmann::json("256M")}) {
+    var["confirmed"]["flush_bytes"] = bad;
+    try {
+      Manifest::parse(j.dump(), "manifest.json");
+      ADD_FAILURE() << "accepted flush_bytes " << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("confirmed.flush_bytes"), std::string::npos) << e.what();
+    }
+  }
+}

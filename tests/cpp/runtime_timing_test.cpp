@@ -201,3 +201,16 @@ TEST(RuntimeTiming, ABackendWithoutAStatedResolutionAssumesOneMicrosecond) {
   FakeBackend b;
   EXPECT_DOUBLE_EQ(b.event_resolution_ms(), 1e-3);
 }
+
+TEST(RuntimeTiming, BenchFlushesAsMuchAsTheConfirmationDid) {
+  Variant v;
+  const int64_t h200_l2 = 60 << 20;
+  // no record: Kiln's worker rule, twice the L2 within [256 MiB, 1 GiB]
+  EXPECT_EQ(bench_flush_bytes(v, h200_l2), size_t(256) << 20);
+  EXPECT_EQ(bench_flush_bytes(v, int64_t(300) << 20), size_t(600) << 20);
+  EXPECT_EQ(bench_flush_bytes(v, int64_t(4) << 30), size_t(1) << 30);
+  EXPECT_EQ(bench_flush_bytes(v, 0), size_t(256) << 20);  // L2 unknown
+  // the confirmation's own flush wins
+  v.confirmed_flush_bytes = int64_t(512) << 20;
+  EXPECT_EQ(bench_flush_bytes(v, h200_l2), size_t(512) << 20);
+}
