@@ -14,9 +14,14 @@ and the two-pass BLOCK_N 2048 L2-hint config, which they reproduce within 1%.
   wait in between), the order alternating; 10 rounds, median per config;
 - back to back, alone: the same with one config at a time.
 
-Twice. Needs a CUDA GPU.
+Twice. With --series instead: per config, do_bench with 3 ms of calls
+(median of 9) against 300 ms (median of 3), and 2300 calls back to back
+(flush, events, no wait) read in fifths (the median of each, µs) beside a
+20-call series: whether the gap grows with the length of the run.
 
-    python3 bench/trust/harness_gap.py
+Needs a CUDA GPU.
+
+    python3 bench/trust/harness_gap.py [--series]
 """
 from __future__ import annotations
 
@@ -68,7 +73,23 @@ def back_to_back(fns, rounds: int, reps: int = 20) -> list[float]:
     return [statistics.median(s) for s in samples]
 
 
+def series(cache, f, n: int) -> list[float]:
+    """n calls back to back (flush, events, no wait); the median of each
+    fifth, in µs (of the whole where n < 5)."""
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for a, b in ev:
+        cache.zero_()
+        a.record()
+        f()
+        b.record()
+    torch.cuda.synchronize()
+    t = [a.elapsed_time(b) for a, b in ev]
+    q = max(1, n // 5)
+    return [round(statistics.median(t[i * q:(i + 1) * q]) * 1000, 1) for i in range(min(5, n // q))]
+
+
 def main() -> int:
+    long_runs = "--series" in sys.argv[1:]
     x = torch.randn(16384, 4096, device="cuda").to(torch.bfloat16)
     w = torch.randn(4096, device="cuda").to(torch.bfloat16)
     ins = {"x": x, "weight": w}
@@ -78,6 +99,17 @@ def main() -> int:
         fns[name] = (lambda cfg=cfg, out=out: rmsnorm.launch("rmsnorm", ins, out, cfg, {}))
         fns[name]()
         torch.cuda.synchronize()
+    if long_runs:
+        cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+        for rep in range(2):
+            for k, f in fns.items():
+                short = statistics.median([triton.testing.do_bench(f, warmup=5, rep=3, return_mode="median")
+                                           for _ in range(9)])
+                long = statistics.median([triton.testing.do_bench(f, warmup=50, rep=300, return_mode="median")
+                                          for _ in range(3)])
+                print(rep, k, "do_bench rep=3ms", round(short * 1000, 1), "rep=300ms", round(long * 1000, 1),
+                      "2300-call series by fifths (us)", series(cache, f, 2300), "20-call", series(cache, f, 20))
+        return 0
     for rep in range(2):
         db = {k: statistics.median([triton.testing.do_bench(f, warmup=50, rep=300, return_mode="median")
                                     for _ in range(3)]) for k, f in fns.items()}
