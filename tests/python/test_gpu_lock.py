@@ -551,3 +551,38 @@ def test_compile_once_lets_one_process_compile_while_the_others_wait(tmp_path):
         assert state == "unlocked"
     # the default directory is Triton's cache
     assert triton_cache_dir() == os.environ.get("TRITON_CACHE_DIR", os.path.expanduser("~/.triton/cache"))
+
+
+def test_the_context_is_created_in_a_thread_of_its_own_and_its_failure_dropped():
+    """create_context_early: the first allocation runs in another thread than
+    the caller's (which goes on importing Triton), on the device asked for;
+    an allocation that raises (no usable GPU) ends the thread quietly."""
+    import threading
+    from kiln_worker.processes.device import create_context_early
+
+    calls = []
+
+    class FakeTorch:
+        @staticmethod
+        def empty(n, device):
+            calls.append((n, device, threading.current_thread().name))
+
+    t = create_context_early(FakeTorch, "cuda")
+    t.join(5)
+    assert not t.is_alive()
+    assert calls == [(1, "cuda", "kiln-context")] and threading.current_thread().name != "kiln-context"
+
+    class Broken:
+        @staticmethod
+        def empty(n, device):
+            raise RuntimeError("CUDA error: no CUDA-capable device is detected")
+
+    seen = []
+    old = threading.excepthook
+    threading.excepthook = lambda args: seen.append(args)
+    try:
+        t = create_context_early(Broken, "cuda")
+        t.join(5)
+    finally:
+        threading.excepthook = old
+    assert not t.is_alive() and seen == []

@@ -93,6 +93,8 @@ def select_device() -> Device:
         else:
             dev = Device("cpu", "cpu (Triton interpreter)", "cpu")
 
+    if dev.is_gpu:
+        create_context_early(torch, dev.torch_device)  # beside the Triton import below
     if dev.kind == "cpu" and dev.error is None:
         try:
             import numpy  # noqa: F401  (the Triton interpreter computes with NumPy)
@@ -120,6 +122,25 @@ def select_device() -> Device:
     except Exception:
         pass
     return dev
+
+
+def create_context_early(torch, device: str):
+    """Creates the GPU context in a thread of its own, started while the main
+    thread goes on importing Triton: the warm-up's first step (warm_up,
+    context_s) then finds it made, or waits only for the rest of it. The
+    context is the process's; the thread keeps nothing and ends. A failure is
+    dropped here: the warm-up's own first allocation meets it again and
+    reports it. Returns the thread (tests join it)."""
+    import threading
+
+    def make() -> None:
+        try:
+            torch.empty(1, device=device)  # the context and the caching allocator
+        except Exception:  # noqa: BLE001
+            pass
+    t = threading.Thread(target=make, name="kiln-context", daemon=True)
+    t.start()
+    return t
 
 
 # PyTorch's own defaults for the precision flags the worker changes above
@@ -152,7 +173,8 @@ def as_pytorch_defaults(fn):
 def warm_up(dev: Device) -> dict:
     """A GPU worker's first CUDA work, done once when it starts instead of in
     its first evaluation; returns the seconds of each phase ({} off a GPU):
-    context_s (the CUDA context), compile_s (check.compare's kernel, compiled
+    context_s (the CUDA context: what is left of it, select_device having
+    started it beside the Triton import), compile_s (check.compare's kernel, compiled
     and not run: compare_kernel; compile_wait_s of it waiting for another
     worker's compile of it) and kernels_s (the tiny kernels, the wait for
     the lock included).
@@ -187,7 +209,9 @@ def warm_up(dev: Device) -> dict:
         phases[name] = now - t
         t = now
 
-    torch.empty(1, device=dev.torch_device)  # the context and the caching allocator
+    # the context and the caching allocator; select_device started creating
+    # them beside the Triton import (create_context_early): what is left of it
+    torch.empty(1, device=dev.torch_device)
     lap("context_s")
     # check.compare's kernel: compiled, not run; by one worker of the node,
     # the others wait for it and load it from Triton's cache (compile_once)
