@@ -64,3 +64,27 @@ def test_a_miss_smaller_than_the_event_timers_resolution_says_so(tmp_path):
     assert "| 1.035 | **no** |" in out
     assert ("0 of 2 confirmed medians reproduced within 3% by the independent harness; 1 of the others "
             "differ by less than CUDA's event timer resolution (0.5 us).") in out
+
+
+def test_kiln_rt_bench_tables_come_from_each_runs_rtbench_txt(tmp_path):
+    """Table 3: `kiln-rt bench`'s own table parsed per run (its ratio, from
+    the unrounded times, decides), by the same 3% / timer-resolution rule."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    runs = [best("gemm", 0.40, [0.399, 0.401], 0.50, 1.25, [1.24, 1.26])]
+    (a / "best.json").write_text(json.dumps(runs))
+    (b / "best.json").write_text(json.dumps(runs))
+    (b / "independent.json").write_text(json.dumps({"device": "X", "torch": "t", "triton": "3", "rows": []}))
+    (b / "rtbench.txt").write_text(
+        "kernel                                   target    median_ms   recorded    ratio  lead-in\n"
+        "matmul 4096x4096x4096 bf16               H200         0.2025     0.1962    1.032  0.47s settled   SLOWER >3%\n"
+        "conv2d 2x3x16x16 fp32                    H200         0.0053     0.0051    1.050  0.33s settled   "
+        "+0.26 us, within the timer's 0.5 us resolution\n"
+        "add 67108864 fp32                        H200         0.1888     0.1888    1.000  0.38s settled \n")
+    out = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "of run A's package" not in out  # no rtbench.txt there
+    assert "| matmul 4096x4096x4096 bf16 | 0.2025 | 0.1962 | 1.032 | **no** |" in out
+    assert "| conv2d 2x3x16x16 fp32 | 0.0053 | 0.0051 | 1.050 | **no** (+0.26 us: within the timer's 0.5 us resolution) |" in out
+    assert "| add 67108864 fp32 | 0.1888 | 0.1888 | 1.000 | yes |" in out
+    assert "1 of 3 within 3% by kiln-rt bench; 1 of the others differ by less than the timer's resolution." in out
