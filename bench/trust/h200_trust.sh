@@ -42,7 +42,7 @@ echo "package: rc=$? $(( $(date +%s) - t0 )) s; $(tail -1 "$W/package.log")"
 env -i PATH=/usr/bin:/bin "$RT" verify "$W/pkg" >"$W/verify.txt" 2>&1
 echo "kiln-rt verify (no Python): rc=$? $(grep -c '^PASS' "$W/verify.txt") PASS $(grep -c '^FAIL' "$W/verify.txt") FAIL"
 grep -E "^FAIL" "$W/verify.txt" | head -5
-"$RT" bench "$W/pkg" >"$W/rtbench.txt" 2>&1
+"$RT" bench "$W/pkg" --out "$W/rtbench.json" >"$W/rtbench.txt" 2>&1
 echo "kiln-rt bench: rc=$?"; tail -20 "$W/rtbench.txt"
 python3 bench/trust/independent_bench.py "$W/pkg" --json "$W/independent.json" >"$W/independent.txt" 2>&1
 echo "independent harness: rc=$?"; cat "$W/independent.txt" | tail -20

@@ -20,7 +20,8 @@ timer resolution, EVENT_RESOLUTION_MS, says so: 3% of a 5 us kernel is
 0.15 us), and in the same harness Kiln's kernel against cuBLAS's GEMM
 (torch.matmul) where the operator is a GEMM. Table 3 (each run with an
 `rtbench.txt`, the output of `kiln-rt bench`): the runtime's own timing of
-the package against the confirmed median it carries, by the same rule.
+the package against the confirmed median it carries, by the same rule (from
+`rtbench.json`, `kiln-rt bench --out`, where the run wrote one).
 """
 from __future__ import annotations
 
@@ -56,6 +57,15 @@ def within(ms: float, ref: float, eps: float = 0.0) -> tuple[bool, bool, str]:
 
 
 RTBENCH_ROW = re.compile(r"^(.*?\S)\s+(\S+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)(?:\s|$)")
+
+
+def rtbench_json_rows(path: Path) -> list[tuple[str, float, float, float]]:
+    """The same rows from `kiln-rt bench --out` (kiln-bench/1), unrounded;
+    [] without the file."""
+    if not path.exists():
+        return []
+    return [(r["kernel"], r["median_ms"], r["recorded_ms"], r["ratio"])
+            for r in json.loads(path.read_text())["kernels"] if r.get("recorded_ms")]
 
 
 def rtbench_rows(path: Path) -> list[tuple[str, float, float, float]]:
@@ -141,10 +151,10 @@ def main() -> int:
           + (f"; {below} of the others differ by less than CUDA's event timer resolution "
              f"({EVENT_RESOLUTION_MS * 1e3:.1f} us)." if below else "."))
     for name, d in (("A", a_dir), ("B", b_dir)):
-        rows = rtbench_rows(d / "rtbench.txt")
+        rows = rtbench_json_rows(d / "rtbench.json") or rtbench_rows(d / "rtbench.txt")
         if not rows:
             continue
-        print(f"\n`kiln-rt bench` of run {name}'s package (`rtbench.txt`) against the confirmed median it carries:\n")
+        print(f"\n`kiln-rt bench` of run {name}'s package against the confirmed median it carries:\n")
         print("| kernel | kiln-rt ms | confirmed ms | kiln-rt / confirmed | within 3% |")
         print("| --- | ---: | ---: | ---: | --- |")
         inside = below = 0

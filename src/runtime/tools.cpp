@@ -225,4 +225,26 @@ BenchVerdict bench_verdict(double measured_ms, double recorded_ms, double resolu
   return measured_ms - recorded_ms > resolution_ms ? BenchVerdict::kSlower : BenchVerdict::kBelowResolution;
 }
 
+nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing& t, double resolution_ms,
+                            size_t flush_bytes) {
+  const double ref = v.confirmed_median_ms.value_or(v.value_ms);
+  const BenchVerdict verdict = bench_verdict(t.median_ms, ref, resolution_ms);
+  const char* verdict_name = verdict == BenchVerdict::kSlower            ? "slower"
+                             : verdict == BenchVerdict::kBelowResolution ? "below_resolution"
+                                                                         : "within";
+  const char* lead = t.preheat_launches == 0 ? "none"
+                     : t.preheat_settled == 1 ? "settled"
+                     : t.preheat_settled == 0 ? "at max"
+                                              : "fixed";
+  nlohmann::json r = {{"kernel", ks.label()}, {"job_key", ks.job_key}, {"operator", ks.op}, {"shape", ks.shape},
+                      {"dtype", ks.dtype}, {"target", v.target}, {"rank", v.rank},
+                      {"candidate_id", v.candidate_id}, {"median_ms", t.median_ms},
+                      {"recorded_ms", ref > 0 ? nlohmann::json(ref) : nlohmann::json(nullptr)},
+                      {"ratio", ref > 0 ? nlohmann::json(t.median_ms / ref) : nlohmann::json(nullptr)},
+                      {"verdict", verdict_name}, {"tolerance", kBenchTolerance}, {"resolution_ms", resolution_ms},
+                      {"flush_bytes", flush_bytes}, {"lead_in", lead}, {"lead_in_ms", t.preheat_ms},
+                      {"lead_in_launches", t.preheat_launches}, {"samples_ms", t.samples_ms}};
+  return r;
+}
+
 }  // namespace kiln::rt

@@ -97,4 +97,12 @@ enum class BenchVerdict { kWithin, kSlower, kBelowResolution };
 constexpr double kBenchTolerance = 0.03;
 BenchVerdict bench_verdict(double measured_ms, double recorded_ms, double resolution_ms);
 
+// One kernel's record in `kiln-rt bench --out FILE` (format kiln-bench/1,
+// docs/runtime.md): what the table shows -- median, the recorded median
+// (confirmed, else value_ms; 0 where the package has none), their ratio, the
+// verdict ("within", "slower", "below_resolution") -- and how it was taken:
+// the flush, the lead-in, the timer's resolution, every sample.
+nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing& t, double resolution_ms,
+                            size_t flush_bytes);
+
 }  // namespace kiln::rt

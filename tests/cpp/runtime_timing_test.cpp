@@ -214,3 +214,43 @@ TEST(RuntimeTiming, BenchFlushesAsMuchAsTheConfirmationDid) {
   v.confirmed_flush_bytes = int64_t(512) << 20;
   EXPECT_EQ(bench_flush_bytes(v, h200_l2), size_t(512) << 20);
 }
+
+TEST(RuntimeTiming, ABenchRecordSaysWhatTheTableSaysAndHowItWasTaken) {
+  KernelSpec ks;
+  ks.op = "matmul";
+  ks.dtype = "bf16";
+  ks.shape = {4096, 4096, 4096};
+  ks.job_key = "k1";
+  Variant v;
+  v.target = "H200";
+  v.candidate_id = 185;
+  v.value_ms = 0.25;
+  v.confirmed_median_ms = 0.1962;
+  Timing t;
+  t.median_ms = 0.2025;
+  t.samples_ms = {0.2020, 0.2025, 0.2030};
+  t.preheat_launches = 2000;
+  t.preheat_ms = 470;
+  t.preheat_settled = 1;
+  nlohmann::json r = bench_record(ks, v, t, 5e-4, size_t(256) << 20);
+  EXPECT_EQ(r["kernel"], ks.label());
+  EXPECT_EQ(r["recorded_ms"], 0.1962);  // the confirmed median, not value_ms
+  EXPECT_NEAR(r["ratio"].get<double>(), 0.2025 / 0.1962, 1e-12);
+  EXPECT_EQ(r["verdict"], "slower");
+  EXPECT_EQ(r["flush_bytes"], size_t(256) << 20);
+  EXPECT_EQ(r["lead_in"], "settled");
+  EXPECT_EQ(r["samples_ms"].size(), 3u);
+  // a 5 us kernel 0.2 us slower: below CUDA's resolution
+  v.confirmed_median_ms = 0.0049;
+  t.median_ms = 0.0051;
+  t.preheat_launches = 0;
+  r = bench_record(ks, v, t, 5e-4, size_t(256) << 20);
+  EXPECT_EQ(r["verdict"], "below_resolution");
+  EXPECT_EQ(r["lead_in"], "none");
+  // nothing recorded: no ratio, nothing to be slower than
+  v.confirmed_median_ms.reset();
+  v.value_ms = 0;
+  r = bench_record(ks, v, t, 5e-4, size_t(256) << 20);
+  EXPECT_TRUE(r["recorded_ms"].is_null() && r["ratio"].is_null());
+  EXPECT_EQ(r["verdict"], "within");
+}

@@ -88,3 +88,24 @@ def test_kiln_rt_bench_tables_come_from_each_runs_rtbench_txt(tmp_path):
     assert "| conv2d 2x3x16x16 fp32 | 0.0053 | 0.0051 | 1.050 | **no** (+0.26 us: within the timer's 0.5 us resolution) |" in out
     assert "| add 67108864 fp32 | 0.1888 | 0.1888 | 1.000 | yes |" in out
     assert "1 of 3 within 3% by kiln-rt bench; 1 of the others differ by less than the timer's resolution." in out
+
+
+def test_kiln_rt_bench_json_is_preferred_to_its_table(tmp_path):
+    """A run with `kiln-rt bench --out` (rtbench.json, unrounded) is read from
+    it, not from the printed table."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    runs = [best("gemm", 0.40, [0.399, 0.401], 0.50, 1.25, [1.24, 1.26])]
+    (a / "best.json").write_text(json.dumps(runs))
+    (b / "best.json").write_text(json.dumps(runs))
+    (b / "independent.json").write_text(json.dumps({"device": "X", "torch": "t", "triton": "3", "rows": []}))
+    (b / "rtbench.txt").write_text("kernel target median_ms recorded ratio lead-in\n"
+                                   "stale 1 fp32   H200   9.0000   1.0000   9.000  none\n")
+    (b / "rtbench.json").write_text(json.dumps({"format": "kiln-bench/1", "kernels": [
+        {"kernel": "gemm 4096 bf16", "median_ms": 0.41196, "recorded_ms": 0.4, "ratio": 1.0299},
+        {"kernel": "untimed 1 fp32", "median_ms": 0.1, "recorded_ms": None, "ratio": None}]}))
+    out = subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "stale" not in out and "untimed" not in out
+    assert "| gemm 4096 bf16 | 0.4120 | 0.4000 | 1.030 | yes |" in out
+    assert "1 of 1 within 3% by kiln-rt bench." in out

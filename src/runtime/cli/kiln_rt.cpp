@@ -29,7 +29,7 @@ constexpr long kMaxReps = 100000;
 const char* kUsageText =
     "usage: kiln-rt info   PKG [--target ID] [--device N]\n"
     "       kiln-rt verify PKG [--pubkey PEM] [--target ID] [--device N]\n"
-    "       kiln-rt bench  PKG [--reps N] [--preheat S] [--preheat-max S] [--device N]\n"
+    "       kiln-rt bench  PKG [--out bench.json] [--reps N] [--preheat S] [--preheat-max S] [--device N]\n"
     "       kiln-rt tune   PKG --out measurements.json [--reps N] [--preheat S] [--preheat-max S] [--device N]\n"
     "--preheat S: at least S seconds of back-to-back launches before each kernel's timed ones (default 0.3;\n"
     "  0: none), then until their time per launch settles, at most --preheat-max seconds (default 2;\n"
@@ -183,11 +183,25 @@ int cmd_verify(const Args& a) {
   return fails ? kFail : kOk;
 }
 
+// `out` written to `path` whole or not at all (a temporary file, renamed).
+void write_json_atomically(const std::string& path, const nlohmann::json& out) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << out.dump(1) << "\n";
+    if (!f) throw Error(KILN_E_IO, "cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(KILN_E_IO, "cannot write " + path);
+}
+
 int cmd_bench(const Args& a) {
   std::string dummy;
   auto p = open_pkg(a, false, &dummy);
   InputCache inputs;
   const Manifest& m = p->manifest();
+  const DeviceProps* d = p->device();
+  nlohmann::json out = {{"format", "kiln-bench/1"}, {"device", d->name}, {"driver", d->driver},
+                        {"uuid", d->uuid}, {"target", p->bound().label}, {"kernels", nlohmann::json::array()}};
   int slow = 0;
   std::printf("%-40s %-8s %10s %10s %8s  %s\n", "kernel", "target", "median_ms", "recorded", "ratio", "lead-in");
   for (size_t k = 0; k < m.kernels.size(); ++k) {
@@ -212,7 +226,12 @@ int cmd_bench(const Args& a) {
       }
       std::printf("%-40s %-8s %10.4f %10.4f %8.3f  %-14s%s\n", m.kernels[k].label().c_str(), var.target.c_str(),
                   t.median_ms, ref, ratio, lead, note);
+      out["kernels"].push_back(bench_record(m.kernels[k], var, t, res_ms, bench_flush_bytes(var, d->l2_bytes)));
     }
+  }
+  if (!a.out.empty()) {
+    write_json_atomically(a.out, out);
+    std::printf("wrote %s (%zu kernels)\n", a.out.c_str(), out["kernels"].size());
   }
   return slow ? kFail : kOk;
 }
@@ -250,13 +269,7 @@ int cmd_tune(const Args& a) {
     }
     if (!best.is_null()) out["kernels"].push_back(best);
   }
-  std::string tmp = a.out + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << out.dump(1) << "\n";
-    if (!f) throw Error(KILN_E_IO, "cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), a.out.c_str()) != 0) throw Error(KILN_E_IO, "cannot write " + a.out);
+  write_json_atomically(a.out, out);
   std::printf("wrote %s (%zu kernels)\n", a.out.c_str(), out["kernels"].size());
   return kOk;
 }
