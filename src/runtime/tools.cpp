@@ -155,6 +155,7 @@ Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flu
     b.free(flush);
   };
   Timing t;
+  t.flush_bytes = flush_bytes;
   try {
     for (int i = 0; i < 3 + 2 * reps; ++i) ev.push_back(b.event_create());
     auto flushed_launch = [&](int i) {
@@ -225,8 +226,7 @@ BenchVerdict bench_verdict(double measured_ms, double recorded_ms, double resolu
   return measured_ms - recorded_ms > resolution_ms ? BenchVerdict::kSlower : BenchVerdict::kBelowResolution;
 }
 
-nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing& t, double resolution_ms,
-                            size_t flush_bytes) {
+nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing& t, double resolution_ms) {
   const double ref = v.confirmed_median_ms.value_or(v.value_ms);
   const BenchVerdict verdict = bench_verdict(t.median_ms, ref, resolution_ms);
   const char* verdict_name = verdict == BenchVerdict::kSlower            ? "slower"
@@ -242,7 +242,7 @@ nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing
                       {"recorded_ms", ref > 0 ? nlohmann::json(ref) : nlohmann::json(nullptr)},
                       {"ratio", ref > 0 ? nlohmann::json(t.median_ms / ref) : nlohmann::json(nullptr)},
                       {"verdict", verdict_name}, {"tolerance", kBenchTolerance}, {"resolution_ms", resolution_ms},
-                      {"flush_bytes", flush_bytes}, {"lead_in", lead}, {"lead_in_ms", t.preheat_ms},
+                      {"flush_bytes", t.flush_bytes}, {"lead_in", lead}, {"lead_in_ms", t.preheat_ms},
                       {"lead_in_launches", t.preheat_launches}, {"samples_ms", t.samples_ms}};
   return r;
 }

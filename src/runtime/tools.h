@@ -44,6 +44,7 @@ struct Timing {
   long preheat_launches = 0;  // the back-to-back lead-in's launches
   double preheat_ms = 0;      // its device time up to the last chunk waited for
   int preheat_settled = -1;   // 1 settled, 0 stopped at its maximum, -1 a fixed length (or none)
+  size_t flush_bytes = 0;     // written before each launch (the lead-in's and the timed ones)
 };
 
 // The lead-in's settling rule (the same as the confirmation round's,
@@ -102,7 +103,6 @@ BenchVerdict bench_verdict(double measured_ms, double recorded_ms, double resolu
 // (confirmed, else value_ms; 0 where the package has none), their ratio, the
 // verdict ("within", "slower", "below_resolution") -- and how it was taken:
 // the flush, the lead-in, the timer's resolution, every sample.
-nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing& t, double resolution_ms,
-                            size_t flush_bytes);
+nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing& t, double resolution_ms);
 
 }  // namespace kiln::rt

@@ -96,6 +96,7 @@ TEST(RuntimeTiming, TimedLaunchesExcludeTheFlushAndAreReadAfterAllAreQueued) {
   ASSERT_EQ(t.samples_ms.size(), 5u);
   for (double x : t.samples_ms) EXPECT_NEAR(x, 2.0, 1e-9);  // the launch alone, not its flush
   EXPECT_NEAR(t.median_ms, 2.0, 1e-9);
+  EXPECT_EQ(t.flush_bytes, size_t(64) << 20);  // what bench --out records
   // 2 warm-up launches, the sync, then 5 x (flush, launch) before the first read
   const auto waits = where(b.log, "wait");
   ASSERT_EQ(waits.size(), 5u);
@@ -232,7 +233,8 @@ TEST(RuntimeTiming, ABenchRecordSaysWhatTheTableSaysAndHowItWasTaken) {
   t.preheat_launches = 2000;
   t.preheat_ms = 470;
   t.preheat_settled = 1;
-  nlohmann::json r = bench_record(ks, v, t, 5e-4, size_t(256) << 20);
+  t.flush_bytes = size_t(256) << 20;
+  nlohmann::json r = bench_record(ks, v, t, 5e-4);
   EXPECT_EQ(r["kernel"], ks.label());
   EXPECT_EQ(r["recorded_ms"], 0.1962);  // the confirmed median, not value_ms
   EXPECT_NEAR(r["ratio"].get<double>(), 0.2025 / 0.1962, 1e-12);
@@ -244,13 +246,13 @@ TEST(RuntimeTiming, ABenchRecordSaysWhatTheTableSaysAndHowItWasTaken) {
   v.confirmed_median_ms = 0.0049;
   t.median_ms = 0.0051;
   t.preheat_launches = 0;
-  r = bench_record(ks, v, t, 5e-4, size_t(256) << 20);
+  r = bench_record(ks, v, t, 5e-4);
   EXPECT_EQ(r["verdict"], "below_resolution");
   EXPECT_EQ(r["lead_in"], "none");
   // nothing recorded: no ratio, nothing to be slower than
   v.confirmed_median_ms.reset();
   v.value_ms = 0;
-  r = bench_record(ks, v, t, 5e-4, size_t(256) << 20);
+  r = bench_record(ks, v, t, 5e-4);
   EXPECT_TRUE(r["recorded_ms"].is_null() && r["ratio"].is_null());
   EXPECT_EQ(r["verdict"], "within");
 }

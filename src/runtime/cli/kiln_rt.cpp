@@ -203,30 +203,31 @@ int cmd_bench(const Args& a) {
   nlohmann::json out = {{"format", "kiln-bench/1"}, {"device", d->name}, {"driver", d->driver},
                         {"uuid", d->uuid}, {"target", p->bound().label}, {"kernels", nlohmann::json::array()}};
   int slow = 0;
+  const double res_ms = p->backend()->event_resolution_ms();
   std::printf("%-40s %-8s %10s %10s %8s  %s\n", "kernel", "target", "median_ms", "recorded", "ratio", "lead-in");
   for (size_t k = 0; k < m.kernels.size(); ++k) {
     for (size_t v = 0; v < m.kernels[k].variants.size(); ++v) {
       const Variant& var = m.kernels[k].variants[v];
       if (!p->runs_here(k, v) || var.rank != 0) continue;
       Timing t = time_on_device(*p, k, v, a.reps, 3, &inputs, a.preheat_s, a.preheat_max_s);
-      double ref = var.confirmed_median_ms.value_or(var.value_ms);
-      double ratio = ref > 0 ? t.median_ms / ref : 0;
-      const double res_ms = p->backend()->event_resolution_ms();
-      BenchVerdict verdict = bench_verdict(t.median_ms, ref, res_ms);
-      slow += verdict == BenchVerdict::kSlower;
-      const char* how = t.preheat_settled == 1 ? "settled" : t.preheat_settled == 0 ? "at max" : "fixed";
+      // the table is printed from the record --out writes
+      const nlohmann::json r = bench_record(m.kernels[k], var, t, res_ms);
+      const double ref = r["recorded_ms"].is_null() ? 0.0 : r["recorded_ms"].get<double>();
+      const double ratio = r["ratio"].is_null() ? 0.0 : r["ratio"].get<double>();
+      const std::string verdict = r["verdict"], how = r["lead_in"];
+      slow += verdict == "slower";
       char lead[48] = "none";
-      if (t.preheat_launches) std::snprintf(lead, sizeof lead, "%.2fs %s", t.preheat_ms / 1e3, how);
+      if (how != "none") std::snprintf(lead, sizeof lead, "%.2fs %s", t.preheat_ms / 1e3, how.c_str());
       char note[80] = "";
-      if (verdict == BenchVerdict::kSlower) {
+      if (verdict == "slower") {
         std::snprintf(note, sizeof note, "  SLOWER >%.0f%%", kBenchTolerance * 100);
-      } else if (verdict == BenchVerdict::kBelowResolution) {
+      } else if (verdict == "below_resolution") {
         std::snprintf(note, sizeof note, "  +%.2f us, within the timer's %.1f us resolution",
                       (t.median_ms - ref) * 1e3, res_ms * 1e3);
       }
       std::printf("%-40s %-8s %10.4f %10.4f %8.3f  %-14s%s\n", m.kernels[k].label().c_str(), var.target.c_str(),
                   t.median_ms, ref, ratio, lead, note);
-      out["kernels"].push_back(bench_record(m.kernels[k], var, t, res_ms, bench_flush_bytes(var, d->l2_bytes)));
+      out["kernels"].push_back(r);
     }
   }
   if (!a.out.empty()) {
