@@ -99,7 +99,7 @@ def main() -> int:
     B = {key(b): b for b in json.loads((b_dir / "best.json").read_text())}
     print("| job | run A ms [95% CI] | run B ms [95% CI] | B / A | holds |")
     print("| --- | ---: | ---: | ---: | --- |")
-    held = total = 0
+    held = total = below = 0
     for k in sorted(set(A) & set(B)):
         ma, ca, da = confirmed(A[k])
         mb, cb, db = confirmed(B[k])
@@ -108,10 +108,17 @@ def main() -> int:
         total += 1
         ok = holds(ma, ca, mb, cb)
         held += ok
+        gap_us = (mb - ma) * 1e3
+        tiny = not ok and abs(gap_us) <= EVENT_RESOLUTION_MS * 1e3
+        below += tiny
+        cell = "yes" if ok else (f"**no** ({gap_us:+.2f} us: within the timer's "
+                                 f"{EVENT_RESOLUTION_MS * 1e3:.1f} us resolution)" if tiny else "**no**")
         flag = lambda d: " (clock drop)" if d else ""  # noqa: E731
         print(f"| {k[0]} {k[1]} {k[2]} | {ma:.4f} [{ca[0]:.4f}, {ca[1]:.4f}]{flag(da)} | "
-              f"{mb:.4f} [{cb[0]:.4f}, {cb[1]:.4f}]{flag(db)} | {mb / ma:.3f} | {'yes' if ok else '**no**'} |")
-    print(f"\n{held} of {total} jobs hold.\n")
+              f"{mb:.4f} [{cb[0]:.4f}, {cb[1]:.4f}]{flag(db)} | {mb / ma:.3f} | {cell} |")
+    print(f"\n{held} of {total} jobs hold" + (f"; {below} of the others differ by less than the timer's "
+                                              f"resolution ({EVENT_RESOLUTION_MS * 1e3:.1f} us)" if below else "")
+          + ".\n")
     print("| job | run A eager / Kiln [95% CI] | run B eager / Kiln [95% CI] | B / A | holds |")
     print("| --- | ---: | ---: | ---: | --- |")
     held = total = 0

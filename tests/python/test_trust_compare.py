@@ -73,6 +73,20 @@ def test_a_miss_smaller_than_the_event_timers_resolution_says_so(tmp_path):
             "differ by less than CUDA's event timer resolution (0.5 us).") in out
 
 
+def test_a_rerun_miss_smaller_than_the_timers_resolution_says_so(tmp_path):
+    """Re-run table: a 4.4 us kernel at 4.2 us with disjoint intervals (4.5%,
+    0.2 us) is a miss marked as below the 0.5 us resolution; the GEMM 4% apart
+    (16 us) a plain miss."""
+    out = compare(tmp_path,
+                  [best("tiny", 0.0044, [0.0043, 0.0045], 0.006, 1.2, [1.1, 1.3]), GEMM],
+                  [best("tiny", 0.0042, [0.00415, 0.00425], 0.006, 1.2, [1.1, 1.3]),
+                   best("gemm", 0.416, [0.415, 0.417], 0.52, 1.25, [1.24, 1.26])], [])
+    assert ("| tiny 4096 bf16 | 0.0044 [0.0043, 0.0045] | 0.0042 [0.0042, 0.0043] | 0.955 | "
+            "**no** (-0.20 us: within the timer's 0.5 us resolution) |") in out
+    assert "| 1.040 | **no** |" in out
+    assert "0 of 2 jobs hold; 1 of the others differ by less than the timer's resolution (0.5 us)." in out
+
+
 def test_kiln_rt_bench_tables_come_from_each_runs_rtbench_txt(tmp_path):
     """Table 3: `kiln-rt bench`'s own table parsed per run (its ratio, from
     the unrounded times, decides), by the same 3% / timer-resolution rule."""
