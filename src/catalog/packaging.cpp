@@ -70,6 +70,32 @@ std::optional<long long> confirmed_flush_bytes(const std::string& conditions_jso
   return v.get<long long>();
 }
 
+std::optional<double> confirmed_sm_clock_mhz(const std::string& conditions_json) {
+  const json c = json::parse(conditions_json, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object() || !c.contains("rounds") || !c.at("rounds").is_array()) return std::nullopt;
+  std::vector<double> mhz;
+  for (const json& r : c.at("rounds")) {
+    if (!r.is_object()) continue;
+    for (const char* at : {"start", "end"}) {
+      if (!r.contains(at) || !r.at(at).is_object() || !r.at(at).contains("sm_clock_mhz")) continue;
+      const json& v = r.at(at).at("sm_clock_mhz");
+      if (v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>())) mhz.push_back(v.get<double>());
+    }
+  }
+  if (mhz.empty()) return std::nullopt;
+  std::sort(mhz.begin(), mhz.end());
+  const size_t n = mhz.size();
+  return n % 2 ? mhz[n / 2] : 0.5 * (mhz[n / 2 - 1] + mhz[n / 2]);
+}
+
+std::optional<bool> confirmed_power_limited(const std::string& conditions_json) {
+  const json c = json::parse(conditions_json, nullptr, /*allow_exceptions=*/false);
+  if (!c.is_object() || !c.contains("sustained") || !c.at("sustained").is_object()) return std::nullopt;
+  const json& s = c.at("sustained");
+  if (!s.contains("power_limited") || !s.at("power_limited").is_boolean()) return std::nullopt;
+  return s.at("power_limited").get<bool>();
+}
+
 namespace {
 
 constexpr const char* kCandidateCols =
@@ -138,7 +164,10 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
       cq.bind(1, j.job_id).bind(2, best);
       if (cq.step()) {
         j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1));
-        if (auto fb = confirmed_flush_bytes(cq.text(2))) j.confirmed["flush_bytes"] = *fb;
+        const std::string conditions = cq.text(2);
+        if (auto fb = confirmed_flush_bytes(conditions)) j.confirmed["flush_bytes"] = *fb;
+        if (auto mhz = confirmed_sm_clock_mhz(conditions)) j.confirmed["sm_clock_mhz"] = *mhz;
+        if (auto pl = confirmed_power_limited(conditions)) j.confirmed["power_limited"] = *pl;
       }
     }
     const std::optional<double> best_est = j.candidates[0].estimate_ms;

@@ -51,7 +51,9 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
 // median, the 95% interval of the median from the raw samples (float32
 // little-endian; the percentile bootstrap `kiln best` shows, src/stats; null
 // with fewer than 6 samples) and the sample count as runs. package_jobs adds
-// `flush_bytes` (confirmed_flush_bytes) where the round recorded it.
+// `flush_bytes` (confirmed_flush_bytes), `sm_clock_mhz`
+// (confirmed_sm_clock_mhz) and `power_limited` (confirmed_power_limited)
+// where the round recorded them.
 nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le);
 
 // The L2 flush the confirmation round wrote before each timed call (its
@@ -60,6 +62,18 @@ nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f3
 // timing flushes as much, so that a kernel at the GPU's power limit rests as
 // long between calls as it did when its number was taken.
 std::optional<long long> confirmed_flush_bytes(const std::string& conditions_json);
+
+// The SM clock the confirmation ran at: the median of its rounds' NVML
+// readings at the start and the end of each round (conditions
+// `rounds[].start.sm_clock_mhz`, `rounds[].end.sm_clock_mhz`; numbers above
+// 0 only), or nullopt where no round has one (a CPU round, no NVML, an older
+// catalog, unparsable text). kiln-rt bench prints it beside its own reading,
+// so that a deployment sees the clock a ratio was taken at.
+std::optional<double> confirmed_sm_clock_mhz(const std::string& conditions_json);
+
+// Whether the confirmation found the kernel at the GPU's power limit
+// (conditions `sustained.power_limited`), or nullopt where it does not say.
+std::optional<bool> confirmed_power_limited(const std::string& conditions_json);
 
 // One kernel timed on a deployment node (`kiln-rt tune`).
 struct ImportedKernel {

@@ -85,6 +85,11 @@ struct Variant {
   // The L2 flush the confirmation wrote before each timed call (bytes), where
   // the manifest says (confirmed.flush_bytes).
   std::optional<int64_t> confirmed_flush_bytes;
+  // The SM clock the confirmation ran at (MHz, the median of its rounds'
+  // readings) and whether it found the kernel at the GPU's power limit, where
+  // the manifest says (confirmed.sm_clock_mhz, confirmed.power_limited).
+  std::optional<double> confirmed_sm_clock_mhz;
+  std::optional<bool> confirmed_power_limited;
   nlohmann::json config;
 };
 

@@ -111,7 +111,7 @@ std::string verify_on_device(Package& p, size_t k, size_t v, InputCache* cache) 
 }
 
 Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, InputCache* cache,
-                      double preheat_s, double preheat_max_s) {
+                      double preheat_s, double preheat_max_s, const ClockProbe* clock) {
   const KernelSpec& ks = p.manifest().kernels[k];
   Kernel kern(p, k, v, ks.shape);
   Buffers buf = make_buffers(p, kern);
@@ -124,7 +124,8 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, Inpu
   }
   const size_t flush_bytes = bench_flush_bytes(var, p.device()->l2_bytes);
   return time_launches(*b, [&] { kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr); },
-                       flush_bytes, reps, warmup, preheat_s, preheat_max_s);
+                       flush_bytes, reps, warmup, preheat_s, preheat_max_s,
+                       clock ? std::function<ClockSample()>([clock] { return clock->read(); }) : nullptr);
 }
 
 size_t bench_flush_bytes(const Variant& v, int64_t l2_bytes) {
@@ -146,7 +147,7 @@ bool lead_in_settled(const std::vector<double>& chunk_ms, size_t window) {
 }
 
 Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flush_bytes, int reps, int warmup,
-                     double preheat_s, double preheat_max_s) {
+                     double preheat_s, double preheat_max_s, const std::function<ClockSample()>& read_clock) {
   void* flush = b.alloc(flush_bytes);
   // Events: [0, 3) for the lead-in, then a start and an end per timed launch.
   std::vector<void*> ev;
@@ -203,6 +204,9 @@ Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flu
         std::swap(done, next);
       }
     }
+    // The clock as the timed launches start (behind the lead-in, still
+    // running) and as they end, as the confirmation reads it around a round.
+    if (read_clock) t.clock_start = read_clock();
     for (int i = 0; i < reps; ++i) {
       b.fill_async(flush, static_cast<unsigned char>(i), flush_bytes, nullptr);
       b.event_record(ev[3 + 2 * i], nullptr);
@@ -210,6 +214,7 @@ Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flu
       b.event_record(ev[4 + 2 * i], nullptr);
     }
     for (int i = 0; i < reps; ++i) t.samples_ms.push_back(b.event_elapsed_ms(ev[3 + 2 * i], ev[4 + 2 * i]));
+    if (read_clock) t.clock_end = read_clock();
   } catch (...) {
     release();
     throw;
@@ -244,7 +249,66 @@ nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing
                       {"verdict", verdict_name}, {"tolerance", kBenchTolerance}, {"resolution_ms", resolution_ms},
                       {"flush_bytes", t.flush_bytes}, {"lead_in", lead}, {"lead_in_ms", t.preheat_ms},
                       {"lead_in_launches", t.preheat_launches}, {"samples_ms", t.samples_ms}};
+  r["clock"] = t.clock_start.known() || t.clock_end.known()
+                   ? nlohmann::json{{"start", t.clock_start.to_json()}, {"end", t.clock_end.to_json()}}
+                   : nlohmann::json(nullptr);
+  r["confirmed_sm_mhz"] = v.confirmed_sm_clock_mhz ? nlohmann::json(*v.confirmed_sm_clock_mhz) : nlohmann::json(nullptr);
   return r;
+}
+
+namespace {
+
+// A number of a bench record, or nullopt where it is null or absent.
+std::optional<double> record_number(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j.at(key).is_number()) return std::nullopt;
+  return j.at(key).get<double>();
+}
+
+}  // namespace
+
+std::optional<double> bench_clock_mhz(const nlohmann::json& record) {
+  if (!record.contains("clock") || !record.at("clock").is_object()) return std::nullopt;
+  const nlohmann::json& c = record.at("clock");
+  std::optional<double> a = record_number(c.value("start", nlohmann::json()), "sm_mhz");
+  std::optional<double> b = record_number(c.value("end", nlohmann::json()), "sm_mhz");
+  if (a && b) return 0.5 * (*a + *b);
+  return a ? a : b;
+}
+
+std::string bench_clock_text(const nlohmann::json& record) {
+  const std::optional<double> ran = bench_clock_mhz(record);
+  if (!ran) return "-";
+  const std::optional<double> confirmed = record_number(record, "confirmed_sm_mhz");
+  char s[64];
+  if (confirmed)
+    std::snprintf(s, sizeof s, "%.0f/%.0f MHz", *ran, *confirmed);
+  else
+    std::snprintf(s, sizeof s, "%.0f/- MHz", *ran);
+  return s;
+}
+
+std::string bench_note(const nlohmann::json& record) {
+  const std::string verdict = record.value("verdict", "");
+  std::string note;
+  char s[128];
+  if (verdict == "slower") {
+    std::snprintf(s, sizeof s, "SLOWER >%.0f%%", kBenchTolerance * 100);
+    note = s;
+  } else if (verdict == "below_resolution") {
+    const double gap_ms = record_number(record, "median_ms").value_or(0) - record_number(record, "recorded_ms").value_or(0);
+    std::snprintf(s, sizeof s, "+%.2f us, within the timer's %.1f us resolution", gap_ms * 1e3,
+                  record_number(record, "resolution_ms").value_or(0) * 1e3);
+    note = s;
+  }
+  const std::optional<double> ratio = record_number(record, "ratio");
+  const std::optional<double> ran = bench_clock_mhz(record);
+  const std::optional<double> confirmed = record_number(record, "confirmed_sm_mhz");
+  if (ratio && std::abs(*ratio - 1) > kBenchTolerance && ran && confirmed && *confirmed > 0) {
+    std::snprintf(s, sizeof s, "ran at %.0f MHz, confirmed at %.0f MHz (%+.1f%%)", *ran, *confirmed,
+                  (*ran / *confirmed - 1) * 100);
+    note += (note.empty() ? "" : "; ") + std::string(s);
+  }
+  return note;
 }
 
 }  // namespace kiln::rt

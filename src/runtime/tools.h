@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "clock_probe.h"
 #include "package.h"
 
 namespace kiln::rt {
@@ -45,6 +47,10 @@ struct Timing {
   double preheat_ms = 0;      // its device time up to the last chunk waited for
   int preheat_settled = -1;   // 1 settled, 0 stopped at its maximum, -1 a fixed length (or none)
   size_t flush_bytes = 0;     // written before each launch (the lead-in's and the timed ones)
+  // The GPU's clock as the timed launches were queued (behind the lead-in,
+  // still running) and once the last of them was read: unknown without a
+  // clock reader (time_launches' read_clock) or where it could not read.
+  ClockSample clock_start, clock_end;
 };
 
 // The lead-in's settling rule (the same as the confirmation round's,
@@ -66,9 +72,10 @@ bool lead_in_settled(const std::vector<double>& chunk_ms, size_t window);
 // GEMM on an H200 settles near 1500 of 1980 MHz, still falling after 300 ms)
 // is timed in that steady state, as a deployment runs it and as Kiln's
 // confirmation round times a power-limited job, not in a burst after an idle
-// moment. preheat_s 0: no lead-in.
+// moment. preheat_s 0: no lead-in. `clock` (optional, not owned) reads the
+// GPU's clock at the start and the end of the timed launches (Timing::clock_start, clock_end).
 Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3, InputCache* cache = nullptr,
-                      double preheat_s = 0.3, double preheat_max_s = 2.0);
+                      double preheat_s = 0.3, double preheat_max_s = 2.0, const ClockProbe* clock = nullptr);
 
 // The bytes time_on_device writes before each launch: what the kernel's
 // confirmation wrote (Variant::confirmed_flush_bytes), else the rule Kiln's
@@ -82,9 +89,14 @@ size_t bench_flush_bytes(const Variant& v, int64_t l2_bytes);
 // The timing loop of time_on_device on any backend (a fake one in the tests):
 // `warmup` launches, a wait, the lead-in, then `reps` launches each after
 // writing `flush_bytes` (a buffer it allocates and frees) between two events,
-// all queued before the first is read. Throws what the backend or launch throws.
+// all queued before the first is read. `read_clock` (optional) is called
+// twice: right before the first timed launch is queued (Timing::clock_start)
+// and after the last one's end event was waited for (Timing::clock_end), as
+// the confirmation reads NVML at the start and the end of a round. Throws what
+// the backend, launch or read_clock throws.
 Timing time_launches(Backend& b, const std::function<void()>& launch, size_t flush_bytes, int reps, int warmup,
-                     double preheat_s, double preheat_max_s = 0);
+                     double preheat_s, double preheat_max_s = 0,
+                     const std::function<ClockSample()>& read_clock = nullptr);
 
 // kiln-rt bench's verdict on a kernel timed at `measured_ms` against the
 // `recorded_ms` its package carries (the catalog's confirmed median): slower
@@ -102,7 +114,26 @@ BenchVerdict bench_verdict(double measured_ms, double recorded_ms, double resolu
 // docs/runtime.md): what the table shows -- median, the recorded median
 // (confirmed, else value_ms; 0 where the package has none), their ratio, the
 // verdict ("within", "slower", "below_resolution") -- and how it was taken:
-// the flush, the lead-in, the timer's resolution, every sample.
+// the flush, the lead-in, the timer's resolution, every sample, and the
+// GPU's clock: `clock` {start, end: ClockSample::to_json()} (null when neither
+// reading has an SM clock) and `confirmed_sm_mhz`, the clock the confirmation
+// ran at (Variant::confirmed_sm_clock_mhz; null where the package does not say).
 nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing& t, double resolution_ms);
+
+// The SM clock of a bench record's run (MHz): the mean of its start and end
+// readings, or the one known; nullopt when neither is.
+std::optional<double> bench_clock_mhz(const nlohmann::json& record);
+
+// kiln-rt bench's clock column for a record: "1455/1420 MHz" (the run's
+// clock, bench_clock_mhz / the confirmation's), "1455/- MHz" where the
+// package does not say the confirmation's, "-" where the run's is unknown.
+std::string bench_clock_text(const nlohmann::json& record);
+
+// kiln-rt bench's note for a record ("" when none): "SLOWER >3%" for a slower
+// kernel, the gap and the timer's resolution for one below it, and, where the
+// ratio is more than kBenchTolerance from 1 (either way) and both clocks are
+// known, "ran at 1530 MHz, confirmed at 1450 MHz (+5.5%)". The clock explains
+// a ratio and never changes the verdict: a slower kernel is still SLOWER.
+std::string bench_note(const nlohmann::json& record);
 
 }  // namespace kiln::rt

@@ -181,6 +181,44 @@ TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
                          nullptr, nullptr),
             SQLITE_OK);
   EXPECT_EQ(package_jobs(*cat, "MI300X")[0].confirmed["flush_bytes"], 268435456);
+  EXPECT_FALSE(package_jobs(*cat, "MI300X")[0].confirmed.contains("sm_clock_mhz"));  // no rounds' clocks
+  EXPECT_FALSE(package_jobs(*cat, "MI300X")[0].confirmed.contains("power_limited"));
+  // a power-limited round's clocks: the median of the rounds' start and end readings
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE confirmations SET conditions = '{\"l2_flush_bytes\": 268435456, \"rounds\": ["
+                             "{\"start\": {\"sm_clock_mhz\": 1485}, \"end\": {\"sm_clock_mhz\": 1420}}, "
+                             "{\"start\": {\"sm_clock_mhz\": 1470}, \"end\": {\"sm_clock_mhz\": 1440}}], "
+                             "\"sustained\": {\"mhz\": 1450, \"power_limited\": true}}'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  const json clocked = package_jobs(*cat, "MI300X")[0].confirmed;
+  EXPECT_EQ(clocked["sm_clock_mhz"], 1455.0);
+  EXPECT_EQ(clocked["power_limited"], true);
+  EXPECT_EQ(clocked["flush_bytes"], 268435456);
+}
+
+TEST(ConfirmedClock, TheMedianOfTheRoundsStartAndEndClocksOrNothing) {
+  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": [{"start": {"sm_clock_mhz": 1485, "power_w": 699.1},
+                                                  "end": {"sm_clock_mhz": 1420}},
+                                                 {"start": {"sm_clock_mhz": 1470}, "end": {"sm_clock_mhz": 1440}},
+                                                 {"start": {"sm_clock_mhz": 1455}, "end": {"sm_clock_mhz": 1450}}]})"),
+            1452.5);  // 1420 1440 1450 1455 1470 1485
+  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": [{"start": {"sm_clock_mhz": 1485}, "end": {}}]})"), 1485.0);
+  // what is not a positive number is left out, not counted as 0
+  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": [{"start": {"sm_clock_mhz": 0}, "end": {"sm_clock_mhz": 1420}},
+                                                 {"start": {"sm_clock_mhz": "1470"}, "end": {"sm_clock_mhz": 1440}}]})"),
+            1430.0);
+  EXPECT_EQ(confirmed_sm_clock_mhz(R"j({"rounds": [{"start": {"source": "none (CPU)"}, "end": {"source": "none (CPU)"}}]})j"),
+            std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": []})"), std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": 5})"), std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz("{}"), std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz("not json"), std::nullopt);
+  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"mhz": 1450, "power_limited": true}})"), true);
+  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"mhz": 1950, "power_limited": false}})"), false);
+  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"preheat_s": 0.3}})"), std::nullopt);  // a CPU round
+  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"power_limited": 1}})"), std::nullopt);
+  EXPECT_EQ(confirmed_power_limited("{}"), std::nullopt);
+  EXPECT_EQ(confirmed_power_limited("not json"), std::nullopt);
 }
 
 TEST(ConfirmedFlushBytes, ReadsTheRoundsFlushOrNothing) {

@@ -273,3 +273,36 @@ TEST(RuntimeManifest, ConfirmedFlushBytesIsReadAndChecked) {
     }
   }
 }
+
+TEST(RuntimeManifest, ConfirmedClockAndPowerLimitAreReadAndChecked) {
+  nlohmann::json j = nlohmann::json::parse(slurp(pkgs() / "full" / "manifest.json"));
+  auto& var = j["kernels"][0]["variants"][0];
+  var["confirmed"] = {{"median_ms", 1.6}, {"runs", 100}, {"sm_clock_mhz", 1452.5}, {"power_limited", true}};
+  Manifest m = Manifest::parse(j.dump(), "manifest.json");
+  EXPECT_EQ(m.kernels[0].variants[0].confirmed_sm_clock_mhz, 1452.5);
+  EXPECT_EQ(m.kernels[0].variants[0].confirmed_power_limited, true);
+  var["confirmed"]["sm_clock_mhz"] = 1980;  // an integer is a number too
+  var["confirmed"]["power_limited"] = false;
+  m = Manifest::parse(j.dump(), "manifest.json");
+  EXPECT_EQ(m.kernels[0].variants[0].confirmed_sm_clock_mhz, 1980.0);
+  EXPECT_EQ(m.kernels[0].variants[0].confirmed_power_limited, false);
+  var["confirmed"].erase("sm_clock_mhz");
+  var["confirmed"].erase("power_limited");
+  m = Manifest::parse(j.dump(), "manifest.json");
+  EXPECT_FALSE(m.kernels[0].variants[0].confirmed_sm_clock_mhz);
+  EXPECT_FALSE(m.kernels[0].variants[0].confirmed_power_limited);
+  const std::vector<std::pair<std::string, nlohmann::json>> bad = {
+      {"sm_clock_mhz", 0}, {"sm_clock_mhz", -1450.0}, {"sm_clock_mhz", "1450 MHz"}, {"sm_clock_mhz", nullptr},
+      {"power_limited", 1}, {"power_limited", "yes"}, {"power_limited", nullptr}};
+  for (const auto& [key, value] : bad) {
+    nlohmann::json k = j;
+    k["kernels"][0]["variants"][0]["confirmed"][key] = value;
+    try {
+      Manifest::parse(k.dump(), "manifest.json");
+      ADD_FAILURE() << "accepted " << key << " " << value.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("kernels[0].variants[0].confirmed." + key), std::string::npos)
+          << e.what();
+    }
+  }
+}

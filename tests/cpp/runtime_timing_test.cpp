@@ -256,3 +256,133 @@ TEST(RuntimeTiming, ABenchRecordSaysWhatTheTableSaysAndHowItWasTaken) {
   EXPECT_TRUE(r["recorded_ms"].is_null() && r["ratio"].is_null());
   EXPECT_EQ(r["verdict"], "within");
 }
+
+TEST(RuntimeTiming, TheClockIsReadAsTheTimedLaunchesStartAndAfterTheLastIsWaitedFor) {
+  FakeBackend b;
+  int reads = 0;
+  auto read_clock = [&] {
+    b.log.push_back("clock");
+    ClockSample s;
+    s.sm_mhz = ++reads == 1 ? 1500.0 : 1440.0;
+    s.power_w = 690.5;
+    s.temperature_c = 61;
+    return s;
+  };
+  const Timing t = time_launches(b, [&] { b.kernel(); }, 64 << 20, 4, 2, 0.1, 0, read_clock);
+  const auto clocks = where(b.log, "clock");
+  ASSERT_EQ(clocks.size(), 2u);
+  const auto launches = where(b.log, "launch");
+  const size_t timed_from = launches.size() - 4;  // the last 4 launches are the timed ones
+  ASSERT_GT(t.preheat_launches, 0);
+  // start: after the lead-in's launches are queued, before the first timed
+  // launch (and its flush), with no wait in between (the lead-in still runs)
+  EXPECT_GT(clocks[0], launches[timed_from - 1]);
+  EXPECT_LT(clocks[0], launches[timed_from]);
+  EXPECT_EQ(b.log[clocks[0] + 1], "flush");
+  // end: after the last timed launch's events were read
+  EXPECT_GT(clocks[1], where(b.log, "wait").back());
+  EXPECT_EQ(clocks[1], b.log.size() - 1);
+  EXPECT_EQ(t.clock_start.sm_mhz, 1500.0);
+  EXPECT_EQ(t.clock_end.sm_mhz, 1440.0);
+  EXPECT_EQ(t.clock_end.power_w, 690.5);
+  EXPECT_EQ(t.clock_end.temperature_c, 61.0);
+  // no reader: nothing read, nothing known
+  b.log.clear();
+  const Timing none = time_launches(b, [&] { b.kernel(); }, 64 << 20, 4, 2, 0.0);
+  EXPECT_TRUE(where(b.log, "clock").empty());
+  EXPECT_FALSE(none.clock_start.known() || none.clock_end.known());
+}
+
+namespace {
+
+// A power-limited GEMM's bench record: 0.961 of its confirmed median.
+nlohmann::json gemm_record(double median_ms, std::optional<double> start_mhz, std::optional<double> end_mhz,
+                           std::optional<double> confirmed_mhz) {
+  KernelSpec ks;
+  ks.op = "matmul";
+  ks.dtype = "bf16";
+  ks.shape = {8192, 8192, 8192};
+  Variant v;
+  v.target = "H200";
+  v.confirmed_median_ms = 1.6;
+  v.confirmed_sm_clock_mhz = confirmed_mhz;
+  Timing t;
+  t.median_ms = median_ms;
+  t.clock_start.sm_mhz = start_mhz;
+  t.clock_end.sm_mhz = end_mhz;
+  if (start_mhz) t.clock_start.power_w = 699.0;
+  return bench_record(ks, v, t, 5e-4);
+}
+
+}  // namespace
+
+TEST(RuntimeTiming, ABenchRecordCarriesTheClockItRanAtAndTheConfirmations) {
+  nlohmann::json r = gemm_record(1.5376, 1530.0, 1530.0, 1450.0);
+  ASSERT_TRUE(r["clock"].is_object());
+  EXPECT_EQ(r["clock"]["start"]["sm_mhz"], 1530.0);
+  EXPECT_EQ(r["clock"]["start"]["power_w"], 699.0);
+  EXPECT_TRUE(r["clock"]["start"]["temperature_c"].is_null());
+  EXPECT_TRUE(r["clock"]["end"]["power_w"].is_null());
+  EXPECT_EQ(r["confirmed_sm_mhz"], 1450.0);
+  // nothing read, nothing confirmed: both null
+  r = gemm_record(1.5376, std::nullopt, std::nullopt, std::nullopt);
+  EXPECT_TRUE(r.contains("clock") && r["clock"].is_null());
+  EXPECT_TRUE(r.contains("confirmed_sm_mhz") && r["confirmed_sm_mhz"].is_null());
+}
+
+TEST(RuntimeTiming, TheClockColumnShowsTheRunsMeanClockAndTheConfirmations) {
+  EXPECT_EQ(bench_clock_text(gemm_record(1.6, 1490.0, 1420.0, 1420.0)), "1455/1420 MHz");
+  EXPECT_EQ(bench_clock_text(gemm_record(1.6, std::nullopt, 1420.0, 1450.0)), "1420/1450 MHz");  // one reading
+  EXPECT_EQ(bench_clock_text(gemm_record(1.6, 1455.0, 1455.0, std::nullopt)), "1455/- MHz");
+  EXPECT_EQ(bench_clock_text(gemm_record(1.6, std::nullopt, std::nullopt, 1450.0)), "-");
+  EXPECT_EQ(bench_clock_mhz(gemm_record(1.6, 1490.0, 1420.0, 1420.0)), 1455.0);
+  EXPECT_EQ(bench_clock_mhz(gemm_record(1.6, std::nullopt, std::nullopt, 1450.0)), std::nullopt);
+}
+
+TEST(RuntimeTiming, TheNoteExplainsARatioBeyondTheToleranceByTheClockWithoutChangingTheVerdict) {
+  // faster by 3.9% at a higher clock: within, and the note says why
+  nlohmann::json r = gemm_record(1.5376, 1530.0, 1530.0, 1450.0);
+  EXPECT_EQ(r["verdict"], "within");
+  EXPECT_EQ(bench_note(r), "ran at 1530 MHz, confirmed at 1450 MHz (+5.5%)");
+  // slower by 5% at a lower clock: still SLOWER, the clock beside it
+  r = gemm_record(1.68, 1380.0, 1380.0, 1450.0);
+  EXPECT_EQ(r["verdict"], "slower");
+  EXPECT_EQ(bench_note(r), "SLOWER >3%; ran at 1380 MHz, confirmed at 1450 MHz (-4.8%)");
+  // without either clock: the verdict alone
+  EXPECT_EQ(bench_note(gemm_record(1.68, std::nullopt, std::nullopt, 1450.0)), "SLOWER >3%");
+  EXPECT_EQ(bench_note(gemm_record(1.68, 1380.0, 1380.0, std::nullopt)), "SLOWER >3%");
+  EXPECT_EQ(bench_note(gemm_record(1.5376, std::nullopt, std::nullopt, 1450.0)), "");
+  // within 3%: no note, whatever the clocks
+  EXPECT_EQ(bench_note(gemm_record(1.62, 1530.0, 1530.0, 1450.0)), "");
+  // a 5 us kernel 0.2 us slower: the resolution note, unchanged
+  nlohmann::json small = gemm_record(0.0051, std::nullopt, std::nullopt, std::nullopt);
+  small["recorded_ms"] = 0.0049;
+  small["ratio"] = 0.0051 / 0.0049;
+  small["verdict"] = "below_resolution";
+  EXPECT_EQ(bench_note(small), "+0.20 us, within the timer's 0.5 us resolution");
+}
+
+TEST(RuntimeClockProbe, WithoutNvmlEveryReadingIsUnknown) {
+  DeviceProps cuda;
+  cuda.backend = "cuda";
+  cuda.uuid = "GPU-00000000-0000-0000-0000-000000000000";
+  // the same code path as libnvidia-ml.so.1, with a library that is nowhere
+  const ClockProbe missing(cuda, "libkiln-test-no-such-nvml.so.1");
+  EXPECT_FALSE(missing.available());
+  EXPECT_NE(missing.why().find("libkiln-test-no-such-nvml.so.1"), std::string::npos) << missing.why();
+  const ClockSample s = missing.read();
+  EXPECT_FALSE(s.known());
+  EXPECT_FALSE(s.power_w || s.temperature_c);
+  EXPECT_EQ(s.to_json(), (nlohmann::json{{"sm_mhz", nullptr}, {"power_w", nullptr}, {"temperature_c", nullptr}}));
+  // a HIP device: NVML is not asked
+  DeviceProps hip;
+  hip.backend = "hip";
+  const ClockProbe on_hip(hip);
+  EXPECT_FALSE(on_hip.available());
+  EXPECT_FALSE(on_hip.read().known());
+  EXPECT_NE(on_hip.why().find("CUDA"), std::string::npos) << on_hip.why();
+  // a library that loads but is not NVML
+  const ClockProbe not_nvml(cuda, "libc.so.6");
+  EXPECT_FALSE(not_nvml.available());
+  EXPECT_FALSE(not_nvml.read().known());
+}
