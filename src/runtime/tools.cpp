@@ -50,37 +50,44 @@ Buffers make_buffers(Package& p, const Kernel& kern) {
 
 }  // namespace
 
-const std::vector<unsigned char>& InputCache::get(const std::string& verify, uint64_t seed, int tensor, double lo,
-                                                   double hi, const std::string& dtype, size_t numel, size_t bytes) {
+const std::vector<unsigned char>& InputCache::get(const std::string& verify, uint64_t seed, int tensor,
+                                                   const InputDist& dist, const std::string& dtype, size_t numel,
+                                                   size_t bytes) {
   if (verify != file_) {
     inputs_.clear();
     file_ = verify;
   }
-  char key[160];
-  std::snprintf(key, sizeof key, "%d:%llu:%.17g:%.17g:%s:%zu:%zu", tensor, (unsigned long long)seed, lo, hi,
-                dtype.c_str(), numel, bytes);
+  char key[192];
+  std::snprintf(key, sizeof key, "%d:%llu:%c:%.17g:%.17g:%s:%zu:%zu", tensor, (unsigned long long)seed,
+                dist.kind == InputDist::kNormal ? 'n' : 'u', dist.a, dist.b, dtype.c_str(), numel, bytes);
   auto [it, fresh] = inputs_.try_emplace(key);
   if (fresh) {
     it->second.resize(bytes);
-    fill_inputs(seed, tensor, lo, hi, dtype, it->second.data(), numel);
+    fill_dist(seed, tensor, dist, dtype, it->second.data(), numel);
   }
   return it->second;
 }
 
 namespace {
 
-// Writes the verify file's inputs into the kernel's buffers.
-void load_inputs(Package& p, const KernelSpec& ks, const std::string& verify, const VerifySpec& vs, Kernel& kern,
-                 Buffers& buf, InputCache* cache) {
+// Writes the verify file's inputs into the kernel's buffers: from each
+// input's verification range, or (`timing`) from the distribution the
+// confirmation timed it on where the file records one. Returns whether every
+// input came from a recorded timing distribution.
+bool load_inputs(Package& p, const KernelSpec& ks, const std::string& verify, const VerifySpec& vs, Kernel& kern,
+                 Buffers& buf, InputCache* cache, bool timing = false) {
   InputCache local;
   InputCache& c = cache ? *cache : local;
+  bool all_timing = !vs.inputs.empty();
   for (const auto& in : vs.inputs) {
     if (in.tensor < 0 || in.tensor >= int(ks.tensors.size()))
       throw Error(KILN_E_FORMAT, verify + ": input tensor index out of range");
-    const auto& host = c.get(verify, vs.seed, in.tensor, in.lo, in.hi, ks.tensors[in.tensor].dtype,
+    all_timing = all_timing && timing && in.timing.has_value();
+    const auto& host = c.get(verify, vs.seed, in.tensor, input_dist(in, timing), ks.tensors[in.tensor].dtype,
                              kern.numel()[in.tensor], buf.bytes[in.tensor]);
     p.backend()->to_device(buf.ptrs[in.tensor], host.data(), host.size());
   }
+  return all_timing;
 }
 
 }  // namespace
@@ -118,14 +125,19 @@ Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup, Inpu
   Backend* b = p.backend();
   for (size_t t = 0; t < ks.tensors.size(); ++t) b->fill(buf.ptrs[t], 0, buf.bytes[t]);
   const Variant& var = ks.variants[v];
-  if (!var.verify.empty()) {  // realistic values (a kernel's speed may depend on them)
+  // Values of the kind the confirmation timed (a kernel's speed at the power
+  // limit depends on its data), else the verification's, else zeros.
+  const char* inputs = "zeros";
+  if (!var.verify.empty()) {
     VerifySpec vs = VerifySpec::parse(read_pkg_file(p.dir(), var.verify, "manifest.json verify"), var.verify);
-    load_inputs(p, ks, var.verify, vs, kern, buf, cache);
+    inputs = load_inputs(p, ks, var.verify, vs, kern, buf, cache, /*timing=*/true) ? "timing" : "verify";
   }
   const size_t flush_bytes = bench_flush_bytes(var, p.device()->l2_bytes);
-  return time_launches(*b, [&] { kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr); },
-                       flush_bytes, reps, warmup, preheat_s, preheat_max_s,
-                       clock ? std::function<ClockSample()>([clock] { return clock->read(); }) : nullptr);
+  Timing t = time_launches(*b, [&] { kern.launch(buf.ptrs.data(), static_cast<int>(buf.ptrs.size()), nullptr); },
+                           flush_bytes, reps, warmup, preheat_s, preheat_max_s,
+                           clock ? std::function<ClockSample()>([clock] { return clock->read(); }) : nullptr);
+  t.inputs = inputs;
+  return t;
 }
 
 size_t bench_flush_bytes(const Variant& v, int64_t l2_bytes) {
@@ -248,7 +260,8 @@ nlohmann::json bench_record(const KernelSpec& ks, const Variant& v, const Timing
                       {"ratio", ref > 0 ? nlohmann::json(t.median_ms / ref) : nlohmann::json(nullptr)},
                       {"verdict", verdict_name}, {"tolerance", kBenchTolerance}, {"resolution_ms", resolution_ms},
                       {"flush_bytes", t.flush_bytes}, {"lead_in", lead}, {"lead_in_ms", t.preheat_ms},
-                      {"lead_in_launches", t.preheat_launches}, {"samples_ms", t.samples_ms}};
+                      {"lead_in_launches", t.preheat_launches}, {"inputs", t.inputs},
+                      {"samples_ms", t.samples_ms}};
   r["clock"] = t.clock_start.known() || t.clock_end.known()
                    ? nlohmann::json{{"start", t.clock_start.to_json()}, {"end", t.clock_end.to_json()}}
                    : nlohmann::json(nullptr);

@@ -11,6 +11,7 @@
 
 #include "clock_probe.h"
 #include "package.h"
+#include "verify_data.h"
 
 namespace kiln::rt {
 
@@ -24,9 +25,9 @@ std::vector<std::string> static_problems(const Package& p);
 // Not thread-safe: one per thread.
 class InputCache {
  public:
-  // The bytes of input `tensor` of verify file `verify` (seed, range and dtype
-  // as given), `numel` elements in `bytes` bytes.
-  const std::vector<unsigned char>& get(const std::string& verify, uint64_t seed, int tensor, double lo, double hi,
+  // The bytes of input `tensor` of verify file `verify` (seed, distribution
+  // and dtype as given; fill_dist), `numel` elements in `bytes` bytes.
+  const std::vector<unsigned char>& get(const std::string& verify, uint64_t seed, int tensor, const InputDist& dist,
                                         const std::string& dtype, size_t numel, size_t bytes);
 
  private:
@@ -51,6 +52,11 @@ struct Timing {
   // still running) and once the last of them was read: unknown without a
   // clock reader (time_launches' read_clock) or where it could not read.
   ClockSample clock_start, clock_end;
+  // What the kernel's inputs held (time_on_device): "timing" (drawn from the
+  // distributions the confirmation timed on, verify inputs' "timing"),
+  // "verify" (the verification ranges: a package without them), "zeros"
+  // (no verify data), "" (time_launches alone).
+  std::string inputs;
 };
 
 // The lead-in's settling rule (the same as the confirmation round's,
@@ -74,6 +80,9 @@ bool lead_in_settled(const std::vector<double>& chunk_ms, size_t window);
 // confirmation round times a power-limited job, not in a burst after an idle
 // moment. preheat_s 0: no lead-in. `clock` (optional, not owned) reads the
 // GPU's clock at the start and the end of the timed launches (Timing::clock_start, clock_end).
+// The inputs: drawn from the distributions the confirmation timed on where
+// the verify file records them, else from its verification ranges
+// (Timing::inputs says which).
 Timing time_on_device(Package& p, size_t k, size_t v, int reps, int warmup = 3, InputCache* cache = nullptr,
                       double preheat_s = 0.3, double preheat_max_s = 2.0, const ClockProbe* clock = nullptr);
 

@@ -46,12 +46,10 @@ double round_to_dtype(double x, std::string_view d) {
   throw std::runtime_error("verification inputs of dtype " + std::string(d) + " are not supported");
 }
 
-void fill_inputs(uint64_t seed, int tensor, double lo, double hi, std::string_view d, void* out,
-                 int64_t n) {
-  SplitMix64 g(seed, static_cast<uint64_t>(tensor));
-  auto* b = static_cast<unsigned char*>(out);
-  for (int64_t k = 0; k < n; ++k) {
-    double x = round_to_dtype(lo + (hi - lo) * g.uniform(), d);
+namespace {
+
+// Element k of a dtype buffer set to x (already rounded to the dtype).
+void store_as(double x, std::string_view d, unsigned char* b, int64_t k) {
     if (d == "fp32") { float f = static_cast<float>(x); std::memcpy(b + 4 * k, &f, 4); }
     else if (d == "fp64") std::memcpy(b + 8 * k, &x, 8);
     else if (d == "bf16") { uint16_t u = bf16_bits(x); std::memcpy(b + 2 * k, &u, 2); }
@@ -62,6 +60,27 @@ void fill_inputs(uint64_t seed, int tensor, double lo, double hi, std::string_vi
     else if (d == "i8") { int8_t v = static_cast<int8_t>(x); std::memcpy(b + k, &v, 1); }
     else if (d == "u8") { uint8_t v = static_cast<uint8_t>(x); std::memcpy(b + k, &v, 1); }
     else throw std::runtime_error("verification inputs of dtype " + std::string(d) + " are not supported");
+}
+
+}  // namespace
+
+void fill_inputs(uint64_t seed, int tensor, double lo, double hi, std::string_view d, void* out,
+                 int64_t n) {
+  SplitMix64 g(seed, static_cast<uint64_t>(tensor));
+  auto* b = static_cast<unsigned char*>(out);
+  for (int64_t k = 0; k < n; ++k) store_as(round_to_dtype(lo + (hi - lo) * g.uniform(), d), d, b, k);
+}
+
+void fill_dist(uint64_t seed, int tensor, const InputDist& dist, std::string_view d, void* out, int64_t n) {
+  if (dist.kind == InputDist::kUniform) return fill_inputs(seed, tensor, dist.a, dist.b, d, out, n);
+  SplitMix64 g(seed, static_cast<uint64_t>(tensor));
+  auto* b = static_cast<unsigned char*>(out);
+  constexpr double kTwoPi = 6.283185307179586;
+  for (int64_t k = 0; k < n; k += 2) {
+    const double r = std::sqrt(-2.0 * std::log(1.0 - g.uniform()));  // 1 - u in (0, 1]
+    const double t = kTwoPi * g.uniform();
+    store_as(round_to_dtype(dist.a + dist.b * r * std::cos(t), d), d, b, k);
+    if (k + 1 < n) store_as(round_to_dtype(dist.a + dist.b * r * std::sin(t), d), d, b, k + 1);
   }
 }
 
@@ -103,6 +122,38 @@ std::string check_output(const OutputCheck& c, const void* data, int64_t n, std:
   return {};
 }
 
+InputDist input_dist(const VerifySpec::Input& in, bool timing) {
+  return timing && in.timing ? *in.timing : InputDist{InputDist::kUniform, in.lo, in.hi};
+}
+
+namespace {
+
+// A verify input's "timing": {"dist": "normal", "mean", "std" >= 0} or
+// {"dist": "uniform", "lo", "hi" >= lo}, finite numbers.
+InputDist parse_timing(const nlohmann::json& t, const std::string& where) {
+  auto num = [&](const char* key) {
+    if (!t.contains(key) || !t.at(key).is_number() || !std::isfinite(t.at(key).get<double>()))
+      throw std::runtime_error(where + "." + key + ": expected a finite number");
+    return t.at(key).get<double>();
+  };
+  if (!t.is_object() || !t.contains("dist") || !t.at("dist").is_string())
+    throw std::runtime_error(where + ": expected {\"dist\": \"normal\" | \"uniform\", ...}");
+  const std::string dist = t.at("dist").get<std::string>();
+  if (dist == "normal") {
+    InputDist d{InputDist::kNormal, num("mean"), num("std")};
+    if (d.b < 0) throw std::runtime_error(where + ".std: expected a number >= 0");
+    return d;
+  }
+  if (dist == "uniform") {
+    InputDist d{InputDist::kUniform, num("lo"), num("hi")};
+    if (d.b < d.a) throw std::runtime_error(where + ": hi below lo");
+    return d;
+  }
+  throw std::runtime_error(where + ".dist: \"" + dist + "\" is neither normal nor uniform");
+}
+
+}  // namespace
+
 VerifySpec VerifySpec::parse(const std::string& text, const std::string& what) {
   try {
     auto j = nlohmann::json::parse(text);
@@ -111,8 +162,12 @@ VerifySpec VerifySpec::parse(const std::string& text, const std::string& what) {
     VerifySpec v;
     v.seed = j.at("seed").get<uint64_t>();
     v.shape = j.at("shape").get<std::vector<int64_t>>();
-    for (const auto& i : j.at("inputs"))
-      v.inputs.push_back({i.at("tensor").get<int>(), i.value("lo", -1.0), i.value("hi", 1.0)});
+    for (size_t n = 0; n < j.at("inputs").size(); ++n) {
+      const auto& i = j.at("inputs").at(n);
+      Input in{i.at("tensor").get<int>(), i.value("lo", -1.0), i.value("hi", 1.0), std::nullopt};
+      if (i.contains("timing")) in.timing = parse_timing(i.at("timing"), "inputs[" + std::to_string(n) + "].timing");
+      v.inputs.push_back(in);
+    }
     for (const auto& o : j.at("outputs")) {
       OutputCheck c;
       c.tensor = o.at("tensor").get<int>();

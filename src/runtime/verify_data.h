@@ -4,6 +4,7 @@
 // atol*count + rtol*abs_sum). Pure functions; thread-safe.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,19 @@ class SplitMix64 {
 // rounded to the dtype to nearest even. Throws std::runtime_error on an unknown dtype.
 void fill_inputs(uint64_t seed, int tensor, double lo, double hi, std::string_view dtype,
                  void* out, int64_t n);
+
+// A distribution input values are drawn from: uniform in [a, b), or normal
+// with mean a and standard deviation b.
+struct InputDist {
+  enum Kind { kUniform, kNormal } kind = kUniform;
+  double a = -1, b = 1;
+  bool operator==(const InputDist&) const = default;
+};
+// fill_inputs for any InputDist: uniform is fill_inputs itself; normal takes
+// the same SplitMix64 stream two draws at a time (Box-Muller: u1, u2 give
+// a + b*sqrt(-2 ln(1-u1))*cos(2 pi u2) and the same with sin), each rounded
+// once to the dtype.
+void fill_dist(uint64_t seed, int tensor, const InputDist& dist, std::string_view dtype, void* out, int64_t n);
 double round_to_dtype(double x, std::string_view dtype);
 // Element i of a dtype buffer as double.
 double load_as_double(const void* data, int64_t i, std::string_view dtype);
@@ -46,11 +60,23 @@ struct OutputCheck {
 struct VerifySpec {
   uint64_t seed = 0;
   std::vector<int64_t> shape;
-  struct Input { int tensor; double lo, hi; };
+  struct Input {
+    int tensor;
+    double lo, hi;
+    // The distribution the confirmation timed this input on ("timing"), for
+    // kiln-rt bench; absent in packages written before it (bench then times
+    // on the verification range).
+    std::optional<InputDist> timing;
+  };
   std::vector<Input> inputs;
   std::vector<OutputCheck> outputs;
   static VerifySpec parse(const std::string& text, const std::string& what);  // Error(KILN_E_FORMAT)
 };
+
+// What input `in` is drawn from: its timing distribution where `timing` asks
+// for it and the file records one (kiln-rt bench), else its verification
+// range (kiln-rt verify, and bench on older packages).
+InputDist input_dist(const VerifySpec::Input& in, bool timing);
 
 // "" when the output passes, else what failed (first NaN index, worst sample, sum).
 std::string check_output(const OutputCheck& c, const void* data, int64_t n, std::string_view dtype);

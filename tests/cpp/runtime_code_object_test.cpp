@@ -3,6 +3,7 @@
 // assembly, recorded by make_package.py), clang offload bundles made by
 // clang-offload-bundler-15, target-id feature matching, and the verification
 // input generator against the numpy implementation.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include <set>
@@ -239,19 +240,95 @@ TEST(RuntimeCompat, LimitsNameBothSides) {
 
 TEST(InputCache, GivesFillInputsBytesOncePerVerifyFile) {
   InputCache cache;
+  const InputDist U{InputDist::kUniform, -2, 2};
   std::vector<unsigned char> want(2 * 3000);
   fill_inputs(42, 1, -2, 2, "bf16", want.data(), 3000);
-  const auto& a = cache.get("verify/x.json", 42, 1, -2, 2, "bf16", 3000, want.size());
+  const auto& a = cache.get("verify/x.json", 42, 1, U, "bf16", 3000, want.size());
   EXPECT_EQ(a, want);
   const unsigned char* first = a.data();
   // the same file and input again: the same bytes, not generated again
-  EXPECT_EQ(cache.get("verify/x.json", 42, 1, -2, 2, "bf16", 3000, want.size()).data(), first);
+  EXPECT_EQ(cache.get("verify/x.json", 42, 1, U, "bf16", 3000, want.size()).data(), first);
   // another seed in the same file is another input
   std::vector<unsigned char> other(want.size());
   fill_inputs(43, 1, -2, 2, "bf16", other.data(), 3000);
-  EXPECT_EQ(cache.get("verify/x.json", 43, 1, -2, 2, "bf16", 3000, want.size()), other);
+  EXPECT_EQ(cache.get("verify/x.json", 43, 1, U, "bf16", 3000, want.size()), other);
   // another file: the first file's inputs are dropped, the values are its own
-  EXPECT_EQ(cache.get("verify/y.json", 42, 1, -2, 2, "bf16", 3000, want.size()), want);
+  EXPECT_EQ(cache.get("verify/y.json", 42, 1, U, "bf16", 3000, want.size()), want);
+}
+
+TEST(InputCache, KeepsATimingDistributionApartFromTheVerificationRange) {
+  // the same file, seed and tensor drawn normal (kiln-rt bench) and uniform
+  // (kiln-rt verify) are two inputs, each as fill_dist makes it
+  InputCache cache;
+  const InputDist normal{InputDist::kNormal, 0, 1}, uniform{InputDist::kUniform, -1, 1};
+  std::vector<unsigned char> n(2 * 1001), u(2 * 1001);
+  fill_dist(7, 0, normal, "bf16", n.data(), 1001);
+  fill_dist(7, 0, uniform, "bf16", u.data(), 1001);
+  EXPECT_NE(n, u);
+  EXPECT_EQ(cache.get("verify/x.json", 7, 0, normal, "bf16", 1001, n.size()), n);
+  EXPECT_EQ(cache.get("verify/x.json", 7, 0, uniform, "bf16", 1001, u.size()), u);
+}
+
+TEST(VerifyData, ANormalTimingDistributionHasItsMeanAndDeviation) {
+  const int64_t n = 200001;  // odd: the last element takes the pair's first draw alone
+  std::vector<float> x(n);
+  fill_dist(2444243355ull, 1, {InputDist::kNormal, 0.5, 2.0}, "fp32", x.data(), n);
+  double sum = 0, sq = 0, quart = 0;
+  for (float v : x) sum += v;
+  const double mean = sum / n;
+  for (float v : x) {
+    sq += (v - mean) * (v - mean);
+    quart += std::pow(v - mean, 4);
+  }
+  const double sd = std::sqrt(sq / n);
+  EXPECT_NEAR(mean, 0.5, 0.02);
+  EXPECT_NEAR(sd, 2.0, 0.02);
+  EXPECT_NEAR(quart / n / std::pow(sd, 4), 3.0, 0.1);  // a normal's kurtosis, not a uniform's 1.8
+  // deterministic: the same stream gives the same values
+  std::vector<float> again(n);
+  fill_dist(2444243355ull, 1, {InputDist::kNormal, 0.5, 2.0}, "fp32", again.data(), n);
+  EXPECT_EQ(x, again);
+  // uniform is fill_inputs itself
+  std::vector<unsigned char> a(2 * 77), b(2 * 77);
+  fill_dist(9, 2, {InputDist::kUniform, -3, 3}, "fp16", a.data(), 77);
+  fill_inputs(9, 2, -3, 3, "fp16", b.data(), 77);
+  EXPECT_EQ(a, b);
+}
+
+TEST(VerifyData, AnInputsTimingDistributionIsReadAndChecked) {
+  auto spec_with = [](const nlohmann::json& timing) {
+    nlohmann::json j = {{"format", "kiln-verify/1"}, {"seed", 3}, {"shape", {8}},
+                        {"inputs", {{{"tensor", 0}, {"lo", -1.0}, {"hi", 1.0}}}}, {"outputs", nlohmann::json::array()}};
+    if (!timing.is_null()) j["inputs"][0]["timing"] = timing;
+    return VerifySpec::parse(j.dump(), "verify/v.json");
+  };
+  EXPECT_FALSE(spec_with(nullptr).inputs[0].timing);  // packages written before it
+  // bench on such a package, and verify always, draw from the check's range
+  EXPECT_EQ(input_dist(spec_with(nullptr).inputs[0], true), (InputDist{InputDist::kUniform, -1.0, 1.0}));
+  auto n = spec_with({{"dist", "normal"}, {"mean", 0.0}, {"std", 1.5}}).inputs[0].timing;
+  ASSERT_TRUE(n);
+  EXPECT_EQ(*n, (InputDist{InputDist::kNormal, 0.0, 1.5}));
+  const auto with_normal = spec_with({{"dist", "normal"}, {"mean", 0.0}, {"std", 1.5}}).inputs[0];
+  EXPECT_EQ(input_dist(with_normal, true), *n);                                       // bench
+  EXPECT_EQ(input_dist(with_normal, false), (InputDist{InputDist::kUniform, -1.0, 1.0}));  // verify
+  auto u = spec_with({{"dist", "uniform"}, {"lo", 0.95}, {"hi", 1.05}}).inputs[0].timing;
+  ASSERT_TRUE(u);
+  EXPECT_EQ(*u, (InputDist{InputDist::kUniform, 0.95, 1.05}));
+  for (const auto& [bad, says] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"dist", "normal"}, {"mean", 0.0}, {"std", -1.0}}, "inputs[0].timing.std"},
+           {{{"dist", "normal"}, {"mean", "0"}, {"std", 1.0}}, "inputs[0].timing.mean"},
+           {{{"dist", "uniform"}, {"lo", 1.0}, {"hi", 0.0}}, "hi below lo"},
+           {{{"dist", "cauchy"}, {"lo", 1.0}, {"hi", 2.0}}, "cauchy"},
+           {{{"mean", 0.0}}, "inputs[0].timing"},
+           {"normal", "inputs[0].timing"}}) {
+    try {
+      spec_with(bad);
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("verify/v.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(RuntimeManifest, ConfirmedFlushBytesIsReadAndChecked) {

@@ -390,6 +390,52 @@ def _verify_and_run(op, shape, dtype, params, config, seed=11):
     return v, out, [i for i, t in enumerate(L.tensors) if t["role"] == "output"][0]
 
 
+def test_verify_records_the_distribution_the_confirmation_timed_on():
+    """Each floating-point input's `timing`: the moments of the template's
+    make_inputs at the confirmation's first seed (matmul: normal draws), so
+    kiln-rt bench times on values of that kind, not on the check's uniform
+    range."""
+    v, _, _ = _verify_and_run(*VERIFY_CASES[2])  # matmul [32, 24, 40] fp16
+    mod = LIB.launch_module("matmul")
+    drawn = mod.make_inputs("matmul", [32, 24, 40], "fp16", {}, verify_data.TIMING_SEED, "cpu")
+    names = [t["name"] for t in launch_exprs.launch(LIB, "matmul", 3, "fp16", {}, VERIFY_CASES[2][4],
+                                                    TARGET_MI300X).tensors]
+    assert len(v["inputs"]) == 2
+    for spec_in in v["inputs"]:
+        x = drawn[names[spec_in["tensor"]]].to(torch.float64)
+        t = spec_in["timing"]
+        assert t["dist"] == "normal"
+        assert t["mean"] == pytest.approx(float(x.mean()), abs=1e-9)
+        assert t["std"] == pytest.approx(float(x.std(unbiased=False)), rel=1e-9)
+        assert 0.9 < t["std"] < 1.1  # randn
+        assert (spec_in["lo"], spec_in["hi"]) == (-1.0, 1.0)  # the check's range is unchanged
+
+
+def test_timing_inputs_tells_uniform_from_normal_and_skips_what_it_cannot_use():
+    class Mod:
+        @staticmethod
+        def make_inputs(op, shape, dtype, params, seed, device):
+            g = torch.Generator().manual_seed(seed)
+            return {"u": 0.95 + 0.1 * torch.rand(20000, generator=g),
+                    "n": 3.0 + 0.5 * torch.randn(20000, generator=g),
+                    "k": torch.zeros(5, dtype=torch.int64),       # not floating point
+                    "c": torch.full((7,), 2.0)}                   # constant: a zero-width uniform
+    t = verify_data.timing_inputs(Mod, "x", [20000], "fp32", {}, "cpu")
+    assert t["u"]["dist"] == "uniform"
+    assert 0.95 <= t["u"]["lo"] < 0.951 and 1.049 < t["u"]["hi"] < 1.05
+    assert t["n"]["dist"] == "normal"
+    assert t["n"]["mean"] == pytest.approx(3.0, abs=0.02) and t["n"]["std"] == pytest.approx(0.5, rel=0.03)
+    assert "k" not in t
+    assert t["c"] == {"dist": "uniform", "lo": 2.0, "hi": 2.0}
+
+    class Broken:
+        @staticmethod
+        def make_inputs(*a):
+            raise RuntimeError("no")
+    assert verify_data.timing_inputs(Broken, "x", [4], "fp32", {}, "cpu") == {}
+    assert verify_data.timing_inputs(object(), "x", [4], "fp32", {}, "cpu") == {}
+
+
 VERIFY_CASES = [
     ("softmax", [64, 96], "fp16", {}, {"BLOCK_M": 2, "BLOCK_N": 128, "num_warps": 2, "num_stages": 1}),
     ("layernorm", [8, 48], "bf16", {"eps": 1e-5}, {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 1, "num_stages": 1}),

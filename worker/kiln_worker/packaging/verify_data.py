@@ -34,6 +34,13 @@ sees the operator's behaviour, not a near-constant output:
 | cumprod | x in [0.95, 1.05) | near 1 (as make_inputs): long products neither vanish nor overflow |
 | pointwise with log, sqrt, rsqrt, reciprocal or pow | every input in [0.5, 2.5) | positive, away from 0 (as make_inputs) |
 
+Timing inputs (`timing` per floating-point input, `timing_inputs`): the
+distribution of the values the confirmation timed the kernel on (the
+template's make_inputs at the confirmation's first seed, TIMING_SEED), normal
+(`mean`, `std`) or uniform (`lo`, `hi`); kiln-rt bench fills its inputs from
+it by the same SplitMix64 stream (normal: Box-Muller on pairs of draws), not
+from the verification range. Not used by the check.
+
 Expected values: the template's `reference` on float64 copies of exactly these
 inputs (on the GPU when the worker has one, else the CPU). Per output: every
 element as a sample when it has at most 4096, else 4096 flat indices from the
@@ -224,6 +231,52 @@ def input_ranges(op: str, shape, dtype: str, params: dict, names: list[str]) -> 
     return {n: r.get(n, (-1.0, 1.0)) for n in names}
 
 
+# The confirmation's first input set (evaluation/confirm.py SEED_BASE): the
+# values whose distribution `timing` records.
+TIMING_SEED = 7919
+# Kurtosis E[(x - mean)^4] / std^4 of a normal distribution is 3, of a uniform
+# one 1.8: above the midpoint an input is recorded as normal.
+NORMAL_KURTOSIS = 2.4
+TIMING_SAMPLE = 1 << 20  # elements read per input (evenly strided)
+
+
+def timing_inputs(mod, op: str, shape, dtype: str, params: dict, device) -> dict:
+    """{input name: distribution} of the inputs the confirmation timed the job
+    on (the template's make_inputs at its first seed): {"dist": "normal",
+    "mean", "std"} or {"dist": "uniform", "lo", "hi"} (the values' range),
+    for every floating-point input. kiln-rt bench draws its timing inputs
+    from these (docs/package-format.md "verify"): a kernel's time at the
+    power limit depends on its data (all-zero inputs read a GEMM 16% faster
+    on an H200), so a package's latency is reproduced on values of the same
+    kind, not on the verification's uniform ones. {} where the module has no
+    make_inputs or it fails."""
+    import torch
+    make = getattr(mod, "make_inputs", None)
+    if make is None:
+        return {}
+    try:
+        drawn = make(op, list(shape), dtype, params, TIMING_SEED, device)
+    except Exception:  # noqa: BLE001 -- verification data does not depend on it
+        return {}
+    out = {}
+    for name, x in (drawn or {}).items():
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0:
+            continue
+        flat = x.detach().reshape(-1)
+        step = max(1, flat.numel() // TIMING_SAMPLE)
+        v = flat[::step].to(torch.float64)
+        mean = float(v.mean())
+        std = float(v.std(unbiased=False))
+        lo, hi = float(v.min()), float(v.max())
+        if not all(math.isfinite(a) for a in (mean, std, lo, hi)):
+            continue
+        kurt = float(((v - mean) ** 4).mean()) / std ** 4 if std > 0 else 0.0
+        out[name] = ({"dist": "normal", "mean": mean, "std": std} if kurt > NORMAL_KURTOSIS
+                     else {"dist": "uniform", "lo": lo, "hi": hi})
+    del drawn
+    return out
+
+
 def build(mod, op: str, shape: list, dtype: str, params: dict, job: dict, tensors: list[dict],
           tensor_shapes: list[list[int]], seed: int, device, device_section=None) -> dict:
     """The verify/<file>.json object for the job's shape: inputs generated,
@@ -255,13 +308,19 @@ def build(mod, op: str, shape: list, dtype: str, params: dict, job: dict, tensor
             else:  # the dtype's tensor (exact: the values are representable)
                 vals = torch.from_numpy(fill(seed, i, n, lo, hi, t["dtype"])).to(tdt)
             host[t["name"]] = vals.reshape(tensor_shapes[i])
-            spec_inputs.append({"tensor": i, "lo": lo, "hi": hi})
+            entry = {"tensor": i, "lo": lo, "hi": hi}
+            if t["name"] in timing:
+                entry["timing"] = timing[t["name"]]
+            spec_inputs.append(entry)
         return host, spec_inputs
 
+    timing: dict = {}
     if not on_gpu:
+        timing = timing_inputs(mod, op, shape, dtype, params, device)
         host, spec_inputs = inputs()
     with device_section or contextlib.nullcontext():
         if on_gpu:
+            timing = timing_inputs(mod, op, shape, dtype, params, device)
             host, spec_inputs = inputs()
         spec_outputs = _expected(mod, op, shape, dtype, params, job, tensors, tensor_shapes, seed, device, host)
     return {"format": FORMAT, "seed": int(seed), "shape": [int(s) for s in shape],
