@@ -21,7 +21,8 @@ timer resolution, EVENT_RESOLUTION_MS, says so: 3% of a 5 us kernel is
 (torch.matmul) where the operator is a GEMM. Table 3 (each run with an
 `rtbench.txt`, the output of `kiln-rt bench`): the runtime's own timing of
 the package against the confirmed median it carries, by the same rule (from
-`rtbench.json`, `kiln-rt bench --out`, where the run wrote one).
+`rtbench.json`, `kiln-rt bench --out`, where the run wrote one, with the SM
+clock kiln-rt ran at beside the confirmation's where the records carry them).
 """
 from __future__ import annotations
 
@@ -59,12 +60,23 @@ def within(ms: float, ref: float, eps: float = 0.0) -> tuple[bool, bool, str]:
 RTBENCH_ROW = re.compile(r"^(.*?\S)\s+(\S+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)(?:\s|$)")
 
 
-def rtbench_json_rows(path: Path) -> list[tuple[str, float, float, float]]:
-    """The same rows from `kiln-rt bench --out` (kiln-bench/1), unrounded;
-    [] without the file."""
+def clock_cell(r: dict) -> str:
+    """A kiln-bench/1 record's SM clock: the mean of its start and end NVML
+    readings and the clock its confirmation ran at (`confirmed_sm_mhz`),
+    "1530 / 1450"; "" where the record has neither."""
+    c = r.get("clock") or {}
+    mhz = [x["sm_mhz"] for x in (c.get("start"), c.get("end")) if x and x.get("sm_mhz")]
+    ran = f"{sum(mhz) / len(mhz):.0f}" if mhz else "-"
+    conf = f"{r['confirmed_sm_mhz']:.0f}" if r.get("confirmed_sm_mhz") else "-"
+    return "" if ran == conf == "-" else f"{ran} / {conf}"
+
+
+def rtbench_json_rows(path: Path) -> list[tuple]:
+    """The same rows from `kiln-rt bench --out` (kiln-bench/1), unrounded,
+    with clock_cell; [] without the file."""
     if not path.exists():
         return []
-    return [(r["kernel"], r["median_ms"], r["recorded_ms"], r["ratio"])
+    return [(r["kernel"], r["median_ms"], r["recorded_ms"], r["ratio"], clock_cell(r))
             for r in json.loads(path.read_text())["kernels"] if r.get("recorded_ms")]
 
 
@@ -79,7 +91,7 @@ def rtbench_rows(path: Path) -> list[tuple[str, float, float, float]]:
     for line in path.read_text().splitlines()[1:]:
         m = RTBENCH_ROW.match(line)
         if m and float(m.group(4)) > 0:
-            rows.append((m.group(1), float(m.group(3)), float(m.group(4)), float(m.group(5))))
+            rows.append((m.group(1), float(m.group(3)), float(m.group(4)), float(m.group(5)), ""))
     return rows
 
 
@@ -162,14 +174,16 @@ def main() -> int:
         if not rows:
             continue
         print(f"\n`kiln-rt bench` of run {name}'s package against the confirmed median it carries:\n")
-        print("| kernel | kiln-rt ms | confirmed ms | kiln-rt / confirmed | within 3% |")
-        print("| --- | ---: | ---: | ---: | --- |")
+        clocks = any(r[4] for r in rows)  # kiln-rt read NVML (kiln-bench/1 `clock`)
+        print("| kernel | kiln-rt ms | confirmed ms | kiln-rt / confirmed | within 3% |"
+              + (" SM MHz kiln-rt / confirmation |" if clocks else ""))
+        print("| --- | ---: | ---: | ---: | --- |" + (" ---: |" if clocks else ""))
         inside = below = 0
-        for label, ms, ref, ratio in rows:
+        for label, ms, ref, ratio, clock in rows:
             ok, tiny, cell = within(ratio * ref, ref, eps=1e-9)  # kiln-rt's 0.970 is within
             inside += ok
             below += tiny
-            print(f"| {label} | {ms:.4f} | {ref:.4f} | {ratio:.3f} | {cell} |")
+            print(f"| {label} | {ms:.4f} | {ref:.4f} | {ratio:.3f} | {cell} |" + (f" {clock} |" if clocks else ""))
         print(f"\n{inside} of {len(rows)} within 3% by kiln-rt bench"
               + (f"; {below} of the others differ by less than the timer's resolution." if below else "."))
     return 0

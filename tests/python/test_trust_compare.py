@@ -115,3 +115,17 @@ def test_kiln_rt_bench_json_is_preferred_to_its_table(tmp_path):
     assert "stale" not in out and "untimed" not in out
     assert "| gemm 4096 bf16 | 0.4120 | 0.4000 | 1.030 | yes |" in out
     assert "1 of 1 within 3% by kiln-rt bench." in out
+
+
+def test_kiln_rt_bench_clocks_stand_beside_the_ratio_where_recorded(tmp_path):
+    """kiln-bench/1 records with NVML readings get a clock column: the mean of
+    the start and end SM clock, then the confirmation's."""
+    out = compare(tmp_path, [GEMM], [GEMM], [], {
+        "rtbench.json": json.dumps({"format": "kiln-bench/1", "kernels": [
+            {"kernel": "gemm 4096 bf16", "median_ms": 0.384, "recorded_ms": 0.4, "ratio": 0.96,
+             "clock": {"start": {"sm_mhz": 1520.0}, "end": {"sm_mhz": 1540.0}}, "confirmed_sm_mhz": 1450.0},
+            {"kernel": "add 4096 fp32", "median_ms": 0.1, "recorded_ms": 0.1, "ratio": 1.0,
+             "clock": None, "confirmed_sm_mhz": None}]})})
+    assert "| kiln-rt / confirmed | within 3% | SM MHz kiln-rt / confirmation |" in out
+    assert "| gemm 4096 bf16 | 0.3840 | 0.4000 | 0.960 | **no** | 1530 / 1450 |" in out
+    assert "| add 4096 fp32 | 0.1000 | 0.1000 | 1.000 | yes |  |" in out
