@@ -9,6 +9,7 @@
 // SQLite failure is a CatalogError naming the file, what was being done and
 // SQLite's message; never an empty result.
 #pragma once
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <stdexcept>
@@ -135,6 +136,14 @@ struct EvaluatedCandidate {
   std::optional<double> median_ms, estimate_ms;
 };
 
+// The number of rounds a confirmation's samples were taken in: the length of
+// its conditions' "rounds" array (the worker's confirm writes one record per
+// round, each entry's samples in round order), 1 where absent.
+inline size_t confirmation_rounds(const nlohmann::json& conditions) {
+  if (!conditions.is_object() || !conditions.contains("rounds") || !conditions.at("rounds").is_array()) return 1;
+  return std::max<size_t>(1, conditions.at("rounds").size());
+}
+
 // One entry of a confirmation round (table confirmations, 0005_confirmation.sql):
 // a candidate's or a baseline's raw samples from the worker's `confirm`.
 struct ConfirmationRow {
@@ -149,6 +158,9 @@ struct ConfirmationRow {
   double median_ms = 0;                // computed from the samples when recorded
   nlohmann::json conditions = nlohmann::json::object();
   double created_at = 0;               // set when read back
+  // The rounds its samples were taken in, in equal consecutive blocks
+  // (confirmation_rounds of its conditions): what the intervals resample.
+  size_t rounds() const { return confirmation_rounds(conditions); }
 };
 
 // What Catalog::retry_failed (kiln retry) does, and what it did.

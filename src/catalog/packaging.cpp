@@ -43,7 +43,7 @@ PackageCandidate candidate_from(const Stmt& q, int at, const Catalog& c) {
 
 }  // namespace
 
-nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le) {
+nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le, size_t rounds) {
   std::vector<double> x;
   for (size_t i = 0; i + 4 <= samples_f32le.size(); i += 4) {
     float f;
@@ -54,8 +54,9 @@ nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f3
   json out = {{"median_ms", median_ms}, {"ci_low_ms", nullptr}, {"ci_high_ms", nullptr}, {"runs", n}};
   if (n >= 6) {
     // The interval `kiln best` shows: the percentile bootstrap of the median
-    // (src/stats, fixed seed), so the package and the catalog agree.
-    const stats::Interval ci = stats::bootstrap_median_ci(x);
+    // over the rounds and their samples (src/stats, fixed seed), so the
+    // package and the catalog agree.
+    const stats::Interval ci = stats::bootstrap_median_ci_rounds(x, rounds);
     out["ci_low_ms"] = ci.lo;
     out["ci_high_ms"] = ci.hi;
   }
@@ -163,8 +164,9 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
                     "WHERE b.job_id = ?1 AND c.candidate_id = ?2 AND c.basis = 'device' LIMIT 1");
       cq.bind(1, j.job_id).bind(2, best);
       if (cq.step()) {
-        j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1));
         const std::string conditions = cq.text(2);
+        j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1),
+                                        confirmation_rounds(json::parse(conditions, nullptr, /*allow_exceptions=*/false)));
         if (auto fb = confirmed_flush_bytes(conditions)) j.confirmed["flush_bytes"] = *fb;
         if (auto mhz = confirmed_sm_clock_mhz(conditions)) j.confirmed["sm_clock_mhz"] = *mhz;
         if (auto pl = confirmed_power_limited(conditions)) j.confirmed["power_limited"] = *pl;

@@ -54,7 +54,9 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
 // `flush_bytes` (confirmed_flush_bytes), `sm_clock_mhz`
 // (confirmed_sm_clock_mhz) and `power_limited` (confirmed_power_limited)
 // where the round recorded them.
-nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le);
+// `rounds`: the rounds the samples were taken in (confirmation_rounds), what
+// the interval resamples (stats::bootstrap_median_ci_rounds).
+nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le, size_t rounds = 1);
 
 // The L2 flush the confirmation round wrote before each timed call (its
 // conditions' `l2_flush_bytes`), or nullopt where the conditions (JSON text)

@@ -279,10 +279,11 @@ json confirmed_summary(const Catalog& catalog, long long job_id, long long best_
   for (const auto& r : rows)
     if (r.candidate_id && *r.candidate_id == best_id) best = &r;
   if (!best) return nullptr;
+  // Intervals over the rounds and their samples (a round's samples share its clock).
+  const stats::Interval best_ci = stats::bootstrap_median_ci_rounds(best->samples_ms, best->rounds());
   json out = {{"run_id", best->run_id}, {"basis", best->basis}, {"device", best->device},
-              {"median_ms", best->median_ms}, {"ci95_ms", interval_json(stats::bootstrap_median_ci(best->samples_ms))},
+              {"median_ms", best->median_ms}, {"ci95_ms", interval_json(best_ci)}, {"rounds", best->rounds()},
               {"n", best->samples_ms.size()}, {"runner_up", nullptr}, {"tie", false}, {"baselines", json::object()}};
-  const stats::Interval best_ci = stats::bootstrap_median_ci(best->samples_ms);
   const ConfirmationRow* runner = nullptr;
   int finalists = 0;
   for (const auto& r : rows) {
@@ -295,7 +296,7 @@ json confirmed_summary(const Catalog& catalog, long long job_id, long long best_
   }
   out["finalists"] = finalists;
   if (runner) {
-    const stats::Interval rci = stats::bootstrap_median_ci(runner->samples_ms);
+    const stats::Interval rci = stats::bootstrap_median_ci_rounds(runner->samples_ms, runner->rounds());
     out["runner_up"] = {{"candidate_id", *runner->candidate_id}, {"median_ms", runner->median_ms},
                         {"ci95_ms", interval_json(rci)},
                         {"margin", best->median_ms > 0 ? runner->median_ms / best->median_ms - 1 : 0.0}};
@@ -304,9 +305,9 @@ json confirmed_summary(const Catalog& catalog, long long job_id, long long best_
   for (const auto& r : rows) {
     if (!r.baseline) continue;
     out["baselines"][*r.baseline] = {
-        {"median_ms", r.median_ms}, {"ci95_ms", interval_json(stats::bootstrap_median_ci(r.samples_ms))},
+        {"median_ms", r.median_ms}, {"ci95_ms", interval_json(stats::bootstrap_median_ci_rounds(r.samples_ms, r.rounds()))},
         {"speedup", best->median_ms > 0 ? r.median_ms / best->median_ms : 0.0},
-        {"speedup_ci95", interval_json(stats::bootstrap_ratio_ci(r.samples_ms, best->samples_ms))}};
+        {"speedup_ci95", interval_json(stats::bootstrap_ratio_ci_rounds(r.samples_ms, best->samples_ms, best->rounds()))}};
   }
   const json& c = best->conditions;
   json summary = {{"clock_drop", c.value("clock_drop", false)}, {"identity", c.value("identity", json())}};

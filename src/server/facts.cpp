@@ -53,11 +53,11 @@ std::shared_ptr<const Confirmed> Facts::confirmed(const Catalog& catalog, const 
       c->device = mine->device;
       c->median_ms = mine->median_ms;
       c->samples_ms = mine->samples_ms;
-      c->ci = stats::bootstrap_median_ci(mine->samples_ms);
+      c->ci = stats::bootstrap_median_ci_rounds(mine->samples_ms, mine->rounds());
       for (const auto& r : rows) {
         if (!r.baseline || r.samples_ms.empty()) continue;
         c->baselines.push_back({*r.baseline, r.median_ms, mine->median_ms > 0 ? r.median_ms / mine->median_ms : 0.0,
-                                stats::bootstrap_ratio_ci(r.samples_ms, mine->samples_ms)});
+                                stats::bootstrap_ratio_ci_rounds(r.samples_ms, mine->samples_ms, mine->rounds())});
       }
     }
     return c;

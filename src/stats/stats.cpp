@@ -43,6 +43,25 @@ class MedianResampler {
     std::uniform_int_distribution<size_t> pick(0, n - 1);
     std::fill(counts_.begin(), counts_.end(), 0);
     for (size_t i = 0; i < n; ++i) ++counts_[rank_[pick(rng)]];
+    return resample_median();
+  }
+
+  // The second stage of a two-stage resample: xs taken as blocks.size()
+  // equal consecutive blocks (rounds), `blocks` the rounds drawn (with
+  // replacement, by the caller); within each drawn round its samples drawn
+  // with replacement.
+  double draw_blocks(std::mt19937_64& rng, const std::vector<size_t>& blocks) {
+    const size_t per = rank_.size() / blocks.size();
+    std::uniform_int_distribution<size_t> pick(0, per - 1);
+    std::fill(counts_.begin(), counts_.end(), 0);
+    for (size_t b : blocks)
+      for (size_t i = 0; i < per; ++i) ++counts_[rank_[b * per + pick(rng)]];
+    return resample_median();
+  }
+
+ private:
+  double resample_median() const {
+    const size_t n = rank_.size();
     const size_t mid = n / 2;
     const double upper = order_statistic(mid);
     if (n % 2) return upper;
@@ -50,7 +69,6 @@ class MedianResampler {
     return 0.5 * (lower + upper);
   }
 
- private:
   // The k-th smallest (0-based) value of the current resample.
   double order_statistic(size_t k) const {
     size_t below = 0, r = 0;
@@ -98,6 +116,49 @@ Interval bootstrap_ratio_ci(const std::vector<double>& num, const std::vector<do
   for (int i = 0; i < std::max(1, resamples); ++i) {
     const double a = resample_num.draw(rng);
     const double b = resample_den.draw(rng);
+    draws.push_back(b != 0 ? a / b : INFINITY);
+  }
+  return percentile_interval(std::move(draws), level);
+}
+
+namespace {
+
+bool in_rounds(size_t n, size_t rounds) { return rounds >= 2 && n >= rounds && n % rounds == 0; }
+
+}  // namespace
+
+Interval bootstrap_median_ci_rounds(const std::vector<double>& xs, size_t rounds, int resamples, std::uint64_t seed,
+                                    double level) {
+  require(xs, "bootstrap_median_ci_rounds");
+  if (!in_rounds(xs.size(), rounds)) return bootstrap_median_ci(xs, resamples, seed, level);
+  std::mt19937_64 rng(seed);
+  MedianResampler resample(xs);
+  std::uniform_int_distribution<size_t> pick_round(0, rounds - 1);
+  std::vector<size_t> blocks(rounds);
+  std::vector<double> draws;
+  draws.reserve(static_cast<size_t>(std::max(1, resamples)));
+  for (int i = 0; i < std::max(1, resamples); ++i) {
+    for (size_t& b : blocks) b = pick_round(rng);
+    draws.push_back(resample.draw_blocks(rng, blocks));
+  }
+  return percentile_interval(std::move(draws), level);
+}
+
+Interval bootstrap_ratio_ci_rounds(const std::vector<double>& num, const std::vector<double>& den, size_t rounds,
+                                   int resamples, std::uint64_t seed, double level) {
+  require(num, "bootstrap_ratio_ci_rounds");
+  require(den, "bootstrap_ratio_ci_rounds");
+  if (!in_rounds(num.size(), rounds) || !in_rounds(den.size(), rounds))
+    return bootstrap_ratio_ci(num, den, resamples, seed, level);
+  std::mt19937_64 rng(seed);
+  MedianResampler resample_num(num), resample_den(den);
+  std::uniform_int_distribution<size_t> pick_round(0, rounds - 1);
+  std::vector<size_t> blocks(rounds);
+  std::vector<double> draws;
+  for (int i = 0; i < std::max(1, resamples); ++i) {
+    for (size_t& b : blocks) b = pick_round(rng);  // the same rounds for both: they shared them
+    const double a = resample_num.draw_blocks(rng, blocks);
+    const double b = resample_den.draw_blocks(rng, blocks);
     draws.push_back(b != 0 ? a / b : INFINITY);
   }
   return percentile_interval(std::move(draws), level);

@@ -7,6 +7,7 @@
 // Failure: an empty sample is a std::invalid_argument (there is no median of
 // nothing); callers check sizes first.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -36,6 +37,24 @@ Interval bootstrap_median_ci(const std::vector<double>& xs, int resamples = kBoo
 Interval bootstrap_ratio_ci(const std::vector<double>& num, const std::vector<double>& den,
                             int resamples = kBootstrapResamples, std::uint64_t seed = kBootstrapSeed,
                             double level = 0.95);
+
+// The same intervals for samples taken in `rounds` equal consecutive blocks,
+// as a confirmation round takes them (each round its own lead-in, input set
+// and call order; on a GPU at its power limit its own clock, so one round's
+// samples move together and are not independent draws: on an H200 the
+// round medians of one power-limited job spread 3-6%). A two-stage
+// (hierarchical) bootstrap: `rounds` rounds drawn with replacement, then
+// within each drawn round as many samples with replacement; the median of
+// the pooled draw. For the ratio the same rounds are drawn for num and den
+// (timed interleaved in the same rounds, a round's clock moves both).
+// rounds < 2, or a sample size that is not a multiple of rounds: the plain
+// bootstraps above.
+Interval bootstrap_median_ci_rounds(const std::vector<double>& xs, size_t rounds,
+                                    int resamples = kBootstrapResamples, std::uint64_t seed = kBootstrapSeed,
+                                    double level = 0.95);
+Interval bootstrap_ratio_ci_rounds(const std::vector<double>& num, const std::vector<double>& den, size_t rounds,
+                                   int resamples = kBootstrapResamples, std::uint64_t seed = kBootstrapSeed,
+                                   double level = 0.95);
 
 struct MannWhitney {
   double u1 = 0;      // U of the first sample: pairs (x, y) with x > y, ties counting 1/2

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "stats/regression.h"
@@ -74,6 +75,83 @@ TEST(Stats, BootstrapRatioIntervalCoversTheTrueRatio) {
   }
   EXPECT_GE(covered, 175);  // nominal 190; percentile intervals of medians run a little short
   EXPECT_LE(covered, 200);
+}
+
+namespace {
+// A confirmation's samples: `rounds` rounds of `per` calls, each round at its
+// own clock (a common factor 1 + N(0, round_sd)), each call with its own noise.
+std::vector<double> in_rounds(std::mt19937_64& rng, double scale, double round_sd, int rounds = 5, int per = 20) {
+  std::normal_distribution<double> round_factor(0.0, round_sd), call(0.0, 0.002);
+  std::vector<double> xs;
+  for (int r = 0; r < rounds; ++r) {
+    const double f = 1.0 + round_factor(rng);
+    for (int i = 0; i < per; ++i) xs.push_back(scale * f * (1.0 + call(rng)));
+  }
+  return xs;
+}
+}  // namespace
+
+TEST(Stats, RoundBootstrapCoversWhatTheRoundsClocksMove) {
+  // Runs whose rounds each settle at their own clock (2% apart): the interval
+  // over the samples alone treats 100 calls as independent and covers the
+  // job's true median in under half the runs; the one over the rounds and
+  // their samples in most.
+  int iid = 0, rounds = 0;
+  for (int seed = 0; seed < 200; ++seed) {
+    std::mt19937_64 rng(5000 + seed);
+    const std::vector<double> xs = in_rounds(rng, 1.0, 0.02);
+    iid += bootstrap_median_ci(xs, 2000, seed).contains(1.0);
+    rounds += bootstrap_median_ci_rounds(xs, 5, 2000, seed).contains(1.0);
+  }
+  EXPECT_LT(iid, 100);
+  EXPECT_GE(rounds, 150);  // five rounds: a percentile interval over five clusters runs short of 95%
+  EXPECT_GT(rounds, iid + 60);
+}
+
+TEST(Stats, RoundBootstrapIsDeterministicAndFallsBackWithoutRounds) {
+  std::mt19937_64 rng(3);
+  const std::vector<double> xs = in_rounds(rng, 0.4, 0.01);
+  const Interval a = bootstrap_median_ci_rounds(xs, 5), b = bootstrap_median_ci_rounds(xs, 5);
+  EXPECT_EQ(a.lo, b.lo);
+  EXPECT_EQ(a.hi, b.hi);
+  EXPECT_TRUE(a.contains(median(xs)));
+  // one round, or a size that is not a multiple of the rounds: the plain bootstrap, bit for bit
+  for (size_t r : {size_t(0), size_t(1), size_t(3), size_t(200)}) {
+    const Interval plain = bootstrap_median_ci(xs), got = bootstrap_median_ci_rounds(xs, r);
+    EXPECT_EQ(got.lo, plain.lo) << r;
+    EXPECT_EQ(got.hi, plain.hi) << r;
+  }
+  EXPECT_THROW(bootstrap_median_ci_rounds({}, 5), std::invalid_argument);
+}
+
+TEST(Stats, RoundRatioBootstrapDrawsTheSameRoundsForBoth) {
+  // Kernel and baseline timed in the same rounds: a round's clock moves both,
+  // their ratio (1.05) does not move with it. Drawing the same rounds for
+  // both cancels the clock in the ratio; resampling the two apart counts it
+  // twice (a wider interval, here about 3.6x).
+  int paired = 0, apart = 0;
+  double paired_width = 0, apart_width = 0;
+  for (int seed = 0; seed < 200; ++seed) {
+    std::mt19937_64 rng(9000 + seed);
+    std::normal_distribution<double> round_factor(0.0, 0.02), call(0.0, 0.002);
+    std::vector<double> kernel, eager;
+    for (int r = 0; r < 5; ++r) {
+      const double f = 1.0 + round_factor(rng);
+      for (int i = 0; i < 20; ++i) kernel.push_back(f * (1.0 + call(rng)));
+      for (int i = 0; i < 20; ++i) eager.push_back(1.05 * f * (1.0 + call(rng)));
+    }
+    const Interval p = bootstrap_ratio_ci_rounds(eager, kernel, 5, 2000, seed);
+    const Interval q = bootstrap_ratio_ci(eager, kernel, 2000, seed);
+    paired += p.contains(1.05);
+    apart += q.contains(1.05);
+    paired_width += p.hi - p.lo;
+    apart_width += q.hi - q.lo;
+  }
+  std::printf("ratio coverage: paired rounds %d/200 (mean width %.5f), samples apart %d/200 (%.5f)\n", paired,
+              paired_width / 200, apart, apart_width / 200);
+  EXPECT_GE(paired, 170);
+  EXPECT_LE(paired, 200);
+  EXPECT_LT(paired_width, 0.5 * apart_width);  // the rounds' common clock cancels in the ratio
 }
 
 namespace {

@@ -108,6 +108,10 @@ def test_cpu_kiln_best_json_and_text(cpu_run):
     for row in out:
         c = row["confirmed"]
         assert c["basis"] == "cpu" and c["n"] == 12 and c["finalists"] >= 3
+        # the interval resamples the rounds the samples were taken in
+        rounds = db_rows(cpu_run["cat"], f"SELECT conditions FROM confirmations WHERE run_id = '{c['run_id']}' "
+                                         "AND candidate_id IS NOT NULL LIMIT 1")[0][0]
+        assert c["rounds"] == len(json.loads(rounds)["rounds"]) >= 2 and c["n"] % c["rounds"] == 0
         lo, hi = c["ci95_ms"]
         assert lo <= c["median_ms"] <= hi
         ru = c["runner_up"]
