@@ -84,9 +84,7 @@ std::optional<double> confirmed_sm_clock_mhz(const std::string& conditions_json)
     }
   }
   if (mhz.empty()) return std::nullopt;
-  std::sort(mhz.begin(), mhz.end());
-  const size_t n = mhz.size();
-  return n % 2 ? mhz[n / 2] : 0.5 * (mhz[n / 2 - 1] + mhz[n / 2]);
+  return stats::median(std::move(mhz));
 }
 
 std::optional<bool> confirmed_power_limited(const std::string& conditions_json) {

@@ -195,23 +195,25 @@ Variant parse_variant(const Ctx& c, const json& v, const std::string& p) {
   r.candidate_id = c.integer(v, "candidate_id", p, -1);
   r.basis = c.str(v, "basis", p, false);
   r.value_ms = c.number(v, "value_ms", p, 0);
-  if (v.contains("confirmed") && v.at("confirmed").is_object() && v.at("confirmed").contains("median_ms") &&
-      v.at("confirmed").at("median_ms").is_number())
-    r.confirmed_median_ms = v.at("confirmed").at("median_ms").get<double>();
-  if (v.contains("confirmed") && v.at("confirmed").is_object() && v.at("confirmed").contains("flush_bytes")) {
-    const auto& fb = v.at("confirmed").at("flush_bytes");
-    if (!fb.is_number_integer() || fb.get<int64_t>() <= 0) c.fail(p + ".confirmed.flush_bytes", "expected a positive integer");
-    r.confirmed_flush_bytes = fb.get<int64_t>();
-  }
-  if (v.contains("confirmed") && v.at("confirmed").is_object() && v.at("confirmed").contains("sm_clock_mhz")) {
-    const auto& mhz = v.at("confirmed").at("sm_clock_mhz");
-    if (!mhz.is_number() || !(mhz.get<double>() > 0)) c.fail(p + ".confirmed.sm_clock_mhz", "expected a positive number");
-    r.confirmed_sm_clock_mhz = mhz.get<double>();
-  }
-  if (v.contains("confirmed") && v.at("confirmed").is_object() && v.at("confirmed").contains("power_limited")) {
-    const auto& pl = v.at("confirmed").at("power_limited");
-    if (!pl.is_boolean()) c.fail(p + ".confirmed.power_limited", "expected true or false");
-    r.confirmed_power_limited = pl.get<bool>();
+  if (v.contains("confirmed") && v.at("confirmed").is_object()) {
+    const json& conf = v.at("confirmed");
+    if (conf.contains("median_ms") && conf.at("median_ms").is_number())
+      r.confirmed_median_ms = conf.at("median_ms").get<double>();
+    if (conf.contains("flush_bytes")) {
+      const auto& fb = conf.at("flush_bytes");
+      if (!fb.is_number_integer() || fb.get<int64_t>() <= 0) c.fail(p + ".confirmed.flush_bytes", "expected a positive integer");
+      r.confirmed_flush_bytes = fb.get<int64_t>();
+    }
+    if (conf.contains("sm_clock_mhz")) {
+      const auto& mhz = conf.at("sm_clock_mhz");
+      if (!mhz.is_number() || !(mhz.get<double>() > 0)) c.fail(p + ".confirmed.sm_clock_mhz", "expected a positive number");
+      r.confirmed_sm_clock_mhz = mhz.get<double>();
+    }
+    if (conf.contains("power_limited")) {
+      const auto& pl = conf.at("power_limited");
+      if (!pl.is_boolean()) c.fail(p + ".confirmed.power_limited", "expected true or false");
+      r.confirmed_power_limited = pl.get<bool>();
+    }
   }
   r.device = c.str(v, "device", p, false);
   r.driver = c.str(v, "driver", p, false);
