@@ -47,14 +47,20 @@ def confirmed(b: dict):
     return med, ci, bool((c.get("conditions") or {}).get("clock_drop"))
 
 
-def within(ms: float, ref: float, eps: float = 0.0) -> tuple[bool, bool, str]:
-    """(within 3% (+ eps), a miss below EVENT_RESOLUTION_MS, the table's cell)."""
-    ok = abs(ms / ref - 1) <= 0.03 + eps
+def verdict_cell(ok: bool, ms: float, ref: float) -> tuple[bool, str]:
+    """(a miss below EVENT_RESOLUTION_MS, the table's cell) for a verdict `ok`
+    on `ms` against `ref`."""
     gap_us = (ms - ref) * 1e3
     tiny = not ok and abs(gap_us) <= EVENT_RESOLUTION_MS * 1e3
     cell = "yes" if ok else (f"**no** ({gap_us:+.2f} us: within the timer's "
                              f"{EVENT_RESOLUTION_MS * 1e3:.1f} us resolution)" if tiny else "**no**")
-    return ok, tiny, cell
+    return tiny, cell
+
+
+def within(ms: float, ref: float, eps: float = 0.0) -> tuple[bool, bool, str]:
+    """(within 3% (+ eps), a miss below EVENT_RESOLUTION_MS, the table's cell)."""
+    ok = abs(ms / ref - 1) <= 0.03 + eps
+    return (ok, *verdict_cell(ok, ms, ref))
 
 
 RTBENCH_ROW = re.compile(r"^(.*?\S)\s+(\S+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)(?:\s|$)")
@@ -120,11 +126,8 @@ def main() -> int:
         total += 1
         ok = holds(ma, ca, mb, cb)
         held += ok
-        gap_us = (mb - ma) * 1e3
-        tiny = not ok and abs(gap_us) <= EVENT_RESOLUTION_MS * 1e3
+        tiny, cell = verdict_cell(ok, mb, ma)
         below += tiny
-        cell = "yes" if ok else (f"**no** ({gap_us:+.2f} us: within the timer's "
-                                 f"{EVENT_RESOLUTION_MS * 1e3:.1f} us resolution)" if tiny else "**no**")
         flag = lambda d: " (clock drop)" if d else ""  # noqa: E731
         print(f"| {k[0]} {k[1]} {k[2]} | {ma:.4f} [{ca[0]:.4f}, {ca[1]:.4f}]{flag(da)} | "
               f"{mb:.4f} [{cb[0]:.4f}, {cb[1]:.4f}]{flag(db)} | {mb / ma:.3f} | {cell} |")
