@@ -6,14 +6,18 @@ Two kernels, picked by the config's BLOCK_N:
 
 * `layernorm_kernel` (BLOCK_N >= cols): BLOCK_M whole rows in registers; mean,
   then variance of (x - mean), then the output. One read of x; weight and bias
-  loaded once per program. Config knobs (common.ROW_KNOBS, absent = off):
+  loaded once per program. EVEN_N (cols == BLOCK_N) drops the column mask, so
+  the loads and stores are full 16-byte vectors. Config knobs
+  (common.ROW_KNOBS, absent = off):
   `stream` (evict-first loads, streaming stores) and `programs` (a persistent
   grid walking the row blocks, the next block's load software-pipelined
   num_stages deep).
 * `layernorm_looped_kernel` (BLOCK_N < cols): pass 1 walks the row in chunks
   accumulating per-lane sums of (x - s) and (x - s)^2, shifted by the row's first
   element s so the E[x^2] - E[x]^2 form does not cancel catastrophically when the
-  mean is large; pass 2 re-reads the row and writes the output. Two reads.
+  mean is large; pass 2 re-reads the row (mostly from L2, with the `l2hint`
+  knob) and writes the output. Two reads. EVEN_N (cols % BLOCK_N == 0) drops
+  the column mask, as in the one-pass kernel.
 
 The math is in fp32 whatever the storage dtype.
 """
@@ -38,82 +42,105 @@ _PREFERRED = [(2, 8), (1, 8), (1, 16), (2, 16), (1, 4)]
 
 @common.jit_helper
 def _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+                    BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr,
+                    STORE_CACHE: tl.constexpr):
     """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel; w, b: the
     loaded weight and bias rows (storage dtype)."""
-    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
+    # Rows past the end re-read the last row (no row mask on the loads, so they stay
+    # vectorised); they are not stored.
+    rows, row_mask, rows_in = rowwise.row_block(rb, n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
-    mask = row_mask[:, None] & col_mask[None, :]
-    offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=LOAD_POLICY).to(tl.float32)
+    if EVEN_N:
+        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], eviction_policy=LOAD_POLICY)
+    else:
+        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=col_mask[None, :],
+                    other=0.0, eviction_policy=LOAD_POLICY)
+    x = x.to(tl.float32)
     mean = tl.sum(x, axis=1) / n_cols
-    xc = tl.where(mask, x - mean[:, None], 0.0)
+    if EVEN_N:
+        xc = x - mean[:, None]
+    else:
+        xc = tl.where(col_mask[None, :], x - mean[:, None], 0.0)
     var = tl.sum(xc * xc, axis=1) / n_cols
     rstd = 1.0 / tl.sqrt(var + eps)
 
     out = xc * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
-    tl.store(out_ptr + offs, out.to(out_ptr.dtype.element_ty), mask=mask, cache_modifier=STORE_CACHE)
+    out_offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    if EVEN_N:
+        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None],
+                 cache_modifier=STORE_CACHE)
+    else:
+        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
+                 mask=row_mask[:, None] & col_mask[None, :], cache_modifier=STORE_CACHE)
 
 
 @triton.jit
 def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERSISTENT: tl.constexpr,
-                     STAGES: tl.constexpr, LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
+                     PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
+                     LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     # weight and bias: loaded once per program, broadcast over its rows
     cols = tl.arange(0, BLOCK_N)
-    w = tl.load(w_ptr + cols, mask=cols < n_cols)
-    b = tl.load(b_ptr + cols, mask=cols < n_cols)
+    if EVEN_N:
+        w = tl.load(w_ptr + cols)
+        b = tl.load(b_ptr + cols)
+    else:
+        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0)
+        b = tl.load(b_ptr + cols, mask=cols < n_cols, other=0.0)
     if PERSISTENT:
         # grid < row blocks: walk them with a stride, the next block's load
         # software-pipelined STAGES deep.
         for rb in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
-            _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M, BLOCK_N,
+            _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M, BLOCK_N, EVEN_N,
                             LOAD_POLICY, STORE_CACHE)
     else:
         _layernorm_rows(x_ptr, out_ptr, w, b, tl.program_id(0), n_rows, n_cols, eps, BLOCK_M, BLOCK_N,
-                        LOAD_POLICY, STORE_CACHE)
+                        EVEN_N, LOAD_POLICY, STORE_CACHE)
 
 
 @triton.jit
 def layernorm_looped_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
                             FIRST_POLICY: tl.constexpr, SECOND_POLICY: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_mask = rows < n_rows
-    row_offs = rows.to(tl.int64)[:, None] * n_cols
+    x_row, out_row, row_mask = rowwise.looped_rows(x_ptr, out_ptr, n_rows, n_cols, BLOCK_M)
 
-    # Pass 1: shifted per-lane sums (shift = first element of the row).
-    shift = tl.load(x_ptr + rows.to(tl.int64) * n_cols, mask=row_mask, other=0.0).to(tl.float32)
+    # Pass 1: shifted per-lane sums (shift = first element of the row, [BLOCK_M, 1]).
+    shift = tl.load(x_row).to(tl.float32)
     s1 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     s2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        mask = row_mask[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0,
-                    eviction_policy=FIRST_POLICY).to(tl.float32)
-        d = tl.where(mask, x - shift[:, None], 0.0)
+        if EVEN_N:
+            d = tl.load(x_row + cols[None, :], eviction_policy=FIRST_POLICY).to(tl.float32) - shift
+        else:
+            col_mask = (cols < n_cols)[None, :]
+            x = tl.load(x_row + cols[None, :], mask=col_mask, other=0.0,
+                        eviction_policy=FIRST_POLICY).to(tl.float32)
+            d = tl.where(col_mask, x - shift, 0.0)
         s1 += d
         s2 += d * d
     mean_d = tl.sum(s1, axis=1) / n_cols
     var = tl.maximum(tl.sum(s2, axis=1) / n_cols - mean_d * mean_d, 0.0)
-    mean = shift + mean_d
+    mean = tl.sum(shift, axis=1) + mean_d
     rstd = 1.0 / tl.sqrt(var + eps)
 
     # Pass 2: normalise, scale, shift.
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         col_mask = cols < n_cols
-        mask = row_mask[:, None] & col_mask[None, :]
-        x = tl.load(x_ptr + row_offs + cols[None, :], mask=mask, other=0.0,
-                    eviction_policy=SECOND_POLICY).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=col_mask, eviction_policy=FIRST_POLICY).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=col_mask, eviction_policy=FIRST_POLICY).to(tl.float32)
+        if EVEN_N:
+            x = tl.load(x_row + cols[None, :], eviction_policy=SECOND_POLICY).to(tl.float32)
+            w = tl.load(w_ptr + cols, eviction_policy=FIRST_POLICY).to(tl.float32)
+            b = tl.load(b_ptr + cols, eviction_policy=FIRST_POLICY).to(tl.float32)
+        else:
+            x = tl.load(x_row + cols[None, :], mask=col_mask[None, :], other=0.0,
+                        eviction_policy=SECOND_POLICY).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=col_mask, other=0.0, eviction_policy=FIRST_POLICY).to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=col_mask, other=0.0, eviction_policy=FIRST_POLICY).to(tl.float32)
         out = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
-        tl.store(out_ptr + row_offs + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_row + cols[None, :], out.to(out_ptr.dtype.element_ty),
+                 mask=row_mask[:, None] & col_mask[None, :])
 
 
 # ---------------------------------------------------------------------------
@@ -143,7 +170,10 @@ def output_like(op, inputs, params):
 
 def config_space(op, shape, dtype, params, target):
     """One-pass configs (BLOCK_N = row padded to pow2) when it fits, then looped
-    configs with BLOCK_N in 512..4096 smaller than the row.
+    configs with BLOCK_N in 512..4096 smaller than the row. On NVIDIA a few
+    looped tiles with the `l2hint` knob lead, as for rmsnorm (whose looped
+    kernel with the hint and without the column mask measured best there);
+    layernorm's looped kernel had measured slower with the column mask.
 
     One-pass tiles come first, the one that measured best on an H200 for
     [16384, 4096] bf16 (two rows, 8 warps: 0.0703 ms) leading, each with its knob
@@ -154,13 +184,15 @@ def config_space(op, shape, dtype, params, target):
     # At most 32 values per thread: the looped kernel keeps two fp32 accumulators
     # per element.
     return common.norm_row_space(shape, dtype, target, _PREFERRED, [512, 1024, 2048, 4096], 32,
-                                 MAX_ONE_PASS, MAX_CONFIGS)
+                                 MAX_ONE_PASS, MAX_CONFIGS, looped_lead=True)
 
 
 def launch(op, inputs, out, config, params):
     _check(op)
     x = inputs["x"]
-    rowwise.launch(_KERNELS, config, x.shape, out, x, inputs["weight"], inputs["bias"], out, *x.shape, _eps(params))
+    assert x.is_contiguous() and out.is_contiguous(), "layernorm: contiguous rows"
+    rowwise.launch(_KERNELS, config, x.shape, out, x, inputs["weight"], inputs["bias"], out, *x.shape, _eps(params),
+                   even_n=True)
     return out
 
 
@@ -169,7 +201,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     rows, cols = shape
     args = rowwise.args(dtype, shape, [("x_ptr", rows * cols), ("w_ptr", cols), ("b_ptr", cols),
                                        ("out_ptr", rows * cols)], ("eps", "fp32", _eps(params)))
-    return rowwise.spec(_KERNELS, config, shape, args, target)
+    return rowwise.spec(_KERNELS, config, shape, args, target, even_n=True)
 
 
 def traffic(op, shape, dtype, params):

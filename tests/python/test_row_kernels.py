@@ -54,6 +54,7 @@ def _knobbed(config):
     ("layernorm", [13, 33], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 3, "programs": 4, "stream": 1}),
     ("rmsnorm", [13, 33], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 1, "num_stages": 2, "programs": 3, "stream": 1}),
     ("rmsnorm", [9, 64], {"BLOCK_M": 1, "BLOCK_N": 64, "num_warps": 2, "num_stages": 1, "programs": 4}),  # EVEN_N
+    ("layernorm", [9, 64], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2, "programs": 3}),  # EVEN_N
     ("row_sum", [13, 33], {"BLOCK_M": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2, "programs": 3, "stream": 1}),
     ("row_sum", [5, 1100], {"BLOCK_M": 1, "BLOCK_N": 512, "num_warps": 2, "num_stages": 1, "stream": 1}),  # looped
     ("row_max", [13, 64], {"BLOCK_M": 4, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2, "programs": 2, "stream": 1}),
@@ -84,9 +85,10 @@ def test_row_anchor_spaces():
         for tg in (TARGETS["sm_90"], H200_FULL):  # compute_units from the target, or by arch
             space = mod.config_space(op, [16384, 4096], dtype, params, tg)
             assert 24 <= len(space) <= 48, (op, len(space))
-            # rmsnorm: three two-pass tiles with the l2hint knob lead (the measured best:
-            # one row in 2048-chunks on 8 warps); the others start with their one-pass best
-            lead = 3 if op == "rmsnorm" else 0
+            # rmsnorm and layernorm: three two-pass tiles with the l2hint knob lead
+            # (rmsnorm's measured best: one row in 2048-chunks on 8 warps); the others
+            # start with their one-pass best
+            lead = 3 if op in ("rmsnorm", "layernorm") else 0
             if lead:
                 assert space[0] == {"BLOCK_M": 1, "BLOCK_N": 2048, "num_warps": 8, "num_stages": 1,
                                     "l2hint": 1}
@@ -139,11 +141,13 @@ def test_row_knobs_cross_compile(target):
 
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
 @pytest.mark.parametrize("knobs", [{}, {"l2hint": 1}], ids=["plain", "l2hint"])
-def test_two_pass_row_kernels_several_rows(op, knobs):
+@pytest.mark.parametrize("cols", [1100, 1024], ids=["tail", "even"])
+def test_two_pass_row_kernels_several_rows(op, knobs, cols):
     """The looped (two-pass) row kernels with several rows per program and the
     l2hint knob (evict_last on the first read, evict_first on the second):
-    the same result as the reference, the last row block partly past the end."""
-    shape = [5, 1100]
+    the same result as the reference, the last row block partly past the end,
+    with a column tail and without one (EVEN_N where the template has it)."""
+    shape = [5, cols]
     params = defaults(op, {})
     for dtype in ("fp32", "bf16"):
         config = {"BLOCK_M": 2, "BLOCK_N": 256, "num_warps": 2, "num_stages": 1, **knobs}
@@ -152,6 +156,8 @@ def test_two_pass_row_kernels_several_rows(op, knobs):
         spec = module_for(op).compile_spec(op, shape, dtype, params, config, TARGETS["sm_90"])
         want = ("evict_last", "evict_first") if knobs else ("", "")
         assert (spec["constexprs"]["FIRST_POLICY"], spec["constexprs"]["SECOND_POLICY"]) == want
+        if op != "softmax":
+            assert spec["constexprs"]["EVEN_N"] == (cols % 256 == 0)
 
 
 def test_row_hints_bytes_in_flight():
