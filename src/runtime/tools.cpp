@@ -302,23 +302,28 @@ std::string bench_clock_text(const nlohmann::json& record) {
 
 std::string bench_note(const nlohmann::json& record) {
   const std::string verdict = record.value("verdict", "");
+  const std::optional<double> ratio = record_number(record, "ratio");
+  const bool beyond = ratio && std::abs(*ratio - 1) > kBenchTolerance;
+  const double gap_ms = record_number(record, "median_ms").value_or(0) - record_number(record, "recorded_ms").value_or(0);
+  const double resolution_ms = record_number(record, "resolution_ms").value_or(0);
   std::string note;
   char s[128];
   if (verdict == "slower") {
     std::snprintf(s, sizeof s, "SLOWER >%.0f%%", kBenchTolerance * 100);
     note = s;
-  } else if (verdict == "below_resolution") {
-    const double gap_ms = record_number(record, "median_ms").value_or(0) - record_number(record, "recorded_ms").value_or(0);
-    std::snprintf(s, sizeof s, "+%.2f us, within the timer's %.1f us resolution", gap_ms * 1e3,
-                  record_number(record, "resolution_ms").value_or(0) * 1e3);
+  } else if (verdict == "below_resolution" || (beyond && std::abs(gap_ms) <= resolution_ms)) {
+    // slower, or faster, by more than the tolerance but by less than the timer can tell
+    std::snprintf(s, sizeof s, "%+.2f us, within the timer's %.1f us resolution", gap_ms * 1e3, resolution_ms * 1e3);
     note = s;
   }
-  const std::optional<double> ratio = record_number(record, "ratio");
   const std::optional<double> ran = bench_clock_mhz(record);
   const std::optional<double> confirmed = record_number(record, "confirmed_sm_mhz");
-  if (ratio && std::abs(*ratio - 1) > kBenchTolerance && ran && confirmed && *confirmed > 0) {
-    std::snprintf(s, sizeof s, "ran at %.0f MHz, confirmed at %.0f MHz (%+.1f%%)", *ran, *confirmed,
-                  (*ran / *confirmed - 1) * 100);
+  if (beyond && ran && confirmed && *confirmed > 0) {
+    const double off = *ran / *confirmed - 1;
+    if (std::abs(off) < kClockAgreement)
+      std::snprintf(s, sizeof s, "at the confirmation's clock (%.0f MHz)", *confirmed);
+    else
+      std::snprintf(s, sizeof s, "ran at %.0f MHz, confirmed at %.0f MHz (%+.1f%%)", *ran, *confirmed, off * 100);
     note += (note.empty() ? "" : "; ") + std::string(s);
   }
   return note;

@@ -138,11 +138,17 @@ std::optional<double> bench_clock_mhz(const nlohmann::json& record);
 // package does not say the confirmation's, "-" where the run's is unknown.
 std::string bench_clock_text(const nlohmann::json& record);
 
+// Two SM clocks closer than this (relative) are the same clock to bench_note.
+inline constexpr double kClockAgreement = 0.01;
+
 // kiln-rt bench's note for a record ("" when none): "SLOWER >3%" for a slower
-// kernel, the gap and the timer's resolution for one below it, and, where the
-// ratio is more than kBenchTolerance from 1 (either way) and both clocks are
-// known, "ran at 1530 MHz, confirmed at 1450 MHz (+5.5%)". The clock explains
-// a ratio and never changes the verdict: a slower kernel is still SLOWER.
+// kernel; the gap and the timer's resolution where the ratio is more than
+// kBenchTolerance from 1 (either way) by less than the resolution; and, where
+// the ratio is beyond the tolerance and both clocks are known, "ran at 1530
+// MHz, confirmed at 1450 MHz (+5.5%)", or "at the confirmation's clock (1980
+// MHz)" when they agree within kClockAgreement (the clock is not the cause).
+// The note explains a ratio and never changes the verdict: a slower kernel is
+// still SLOWER.
 std::string bench_note(const nlohmann::json& record);
 
 }  // namespace kiln::rt

@@ -360,6 +360,22 @@ TEST(RuntimeTiming, TheNoteExplainsARatioBeyondTheToleranceByTheClockWithoutChan
   small["ratio"] = 0.0051 / 0.0049;
   small["verdict"] = "below_resolution";
   EXPECT_EQ(bench_note(small), "+0.20 us, within the timer's 0.5 us resolution");
+  // and 0.4 us faster (verdict within): the resolution note too
+  small["median_ms"] = 0.0045;
+  small["ratio"] = 0.0045 / 0.0049;
+  small["verdict"] = "within";
+  EXPECT_EQ(bench_note(small), "-0.40 us, within the timer's 0.5 us resolution");
+  // a faster reading beyond the resolution: no resolution note
+  small["median_ms"] = 0.0040;
+  small["ratio"] = 0.0040 / 0.0049;
+  EXPECT_EQ(bench_note(small), "");
+}
+
+TEST(RuntimeTiming, TheNoteSaysWhenTheClockIsTheConfirmations) {
+  // 3.9% faster at the confirmation's clock (within 1%): the clock is not the cause
+  EXPECT_EQ(bench_note(gemm_record(1.5376, 1455.0, 1445.0, 1450.0)), "at the confirmation's clock (1450 MHz)");
+  // 1.2% apart: a different clock
+  EXPECT_EQ(bench_note(gemm_record(1.5376, 1468.0, 1468.0, 1450.0)), "ran at 1468 MHz, confirmed at 1450 MHz (+1.2%)");
 }
 
 TEST(RuntimeClockProbe, WithoutNvmlEveryReadingIsUnknown) {
