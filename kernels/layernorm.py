@@ -41,15 +41,9 @@ _PREFERRED = [(2, 8), (1, 8), (1, 16), (2, 16), (1, 4)]
 
 
 @common.jit_helper
-def _add_pair(a1, a2, b1, b2):
-    """tl.reduce's combine function of two sums reduced together."""
-    return a1 + b1, a2 + b2
-
-
-@common.jit_helper
 def _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, ONE_REDUCE: tl.constexpr,
-                    LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
+                    BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr,
+                    STORE_CACHE: tl.constexpr):
     """Row block `rb` (BLOCK_M whole rows) of the one-pass kernel; w, b: the
     loaded weight and bias rows (storage dtype)."""
     # Rows past the end re-read the last row (no row mask on the loads, so they stay
@@ -63,24 +57,12 @@ def _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M: tl.c
         x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=col_mask[None, :],
                     other=0.0, eviction_policy=LOAD_POLICY)
     x = x.to(tl.float32)
-    if ONE_REDUCE:
-        # Sum and sum of squares in one reduction (one cross-warp exchange, not
-        # two in a row), shifted by the row's first element as in the looped kernel.
-        shift = tl.load(x_ptr + rows_in * n_cols).to(tl.float32)
-        d = x - shift[:, None]
-        if not EVEN_N:
-            d = tl.where(col_mask[None, :], d, 0.0)
-        s1, s2 = tl.reduce((d, d * d), 1, _add_pair)
-        mean_d = s1 / n_cols
-        var = tl.maximum(s2 / n_cols - mean_d * mean_d, 0.0)
-        xc = x - (shift + mean_d)[:, None]
+    mean = tl.sum(x, axis=1) / n_cols
+    if EVEN_N:
+        xc = x - mean[:, None]
     else:
-        mean = tl.sum(x, axis=1) / n_cols
-        if EVEN_N:
-            xc = x - mean[:, None]
-        else:
-            xc = tl.where(col_mask[None, :], x - mean[:, None], 0.0)
-        var = tl.sum(xc * xc, axis=1) / n_cols
+        xc = tl.where(col_mask[None, :], x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / n_cols
     rstd = 1.0 / tl.sqrt(var + eps)
 
     out = xc * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
@@ -96,7 +78,7 @@ def _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M: tl.c
 @triton.jit
 def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
-                     ONE_REDUCE: tl.constexpr, PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
+                     PERSISTENT: tl.constexpr, STAGES: tl.constexpr,
                      LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     # weight and bias: loaded once per program, broadcast over its rows
     cols = tl.arange(0, BLOCK_N)
@@ -111,10 +93,10 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps,
         # software-pipelined STAGES deep.
         for rb in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_M), tl.num_programs(0), num_stages=STAGES):
             _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M, BLOCK_N, EVEN_N,
-                            ONE_REDUCE, LOAD_POLICY, STORE_CACHE)
+                            LOAD_POLICY, STORE_CACHE)
     else:
         _layernorm_rows(x_ptr, out_ptr, w, b, tl.program_id(0), n_rows, n_cols, eps, BLOCK_M, BLOCK_N,
-                        EVEN_N, ONE_REDUCE, LOAD_POLICY, STORE_CACHE)
+                        EVEN_N, LOAD_POLICY, STORE_CACHE)
 
 
 @triton.jit
@@ -170,18 +152,6 @@ _check = checks.operators("layernorm", OPERATORS)
 _eps = checks.eps("layernorm", 1e-5)
 
 
-def _sums(config, shape) -> dict:
-    """The one-pass kernel's ONE_REDUCE constexpr from the config's `sums` knob
-    (1: sum and sum of squares in one reduction; absent = 0: mean, then the
-    variance about it). The looped kernel always sums both in one pass."""
-    sums = bool(config.get("sums", 0))
-    if config["BLOCK_N"] >= shape[1]:
-        return {"ONE_REDUCE": sums}
-    if sums:
-        raise ValueError("layernorm: `sums` applies to the one-pass kernel only (BLOCK_N >= cols)")
-    return {}
-
-
 def make_inputs(op, shape, dtype, params, seed, device):
     _check(op)
     return rowwise.inputs(shape, dtype, seed, device, vectors=("weight", "bias"))
@@ -200,21 +170,21 @@ def output_like(op, inputs, params):
 
 def config_space(op, shape, dtype, params, target):
     """One-pass configs (BLOCK_N = row padded to pow2) when it fits, then looped
-    configs with BLOCK_N in 512..4096 smaller than the row. On NVIDIA a few
-    looped tiles with the `l2hint` knob lead, as for rmsnorm (whose looped
-    kernel with the hint and without the column mask measured best there);
-    layernorm's looped kernel had measured slower with the column mask.
+    configs with BLOCK_N in 512..4096 smaller than the row.
 
     One-pass tiles come first, the one that measured best on an H200 for
     [16384, 4096] bf16 (two rows, 8 warps: 0.0703 ms) leading, each with its knob
     variants (common.row_variants: streaming cache hints, a persistent
-    software-pipelined grid; not yet measured on a GPU). At most MAX_CONFIGS
-    configs before the AMD knobs."""
+    software-pipelined grid). At most MAX_CONFIGS configs before the AMD knobs.
+
+    Unlike rmsnorm's, no looped tile leads: on an H200 ([16384, 4096] bf16)
+    the best hinted looped tile read 0.0760 ms against 0.0703 for the one-pass
+    lead, with EVEN_N in both (bench/results/h200-2026-12-03-trust-clock)."""
     _check(op)
     # At most 32 values per thread: the looped kernel keeps two fp32 accumulators
     # per element.
     return common.norm_row_space(shape, dtype, target, _PREFERRED, [512, 1024, 2048, 4096], 32,
-                                 MAX_ONE_PASS, MAX_CONFIGS, looped_lead=True)
+                                 MAX_ONE_PASS, MAX_CONFIGS)
 
 
 def launch(op, inputs, out, config, params):
@@ -222,7 +192,7 @@ def launch(op, inputs, out, config, params):
     x = inputs["x"]
     assert x.is_contiguous() and out.is_contiguous(), "layernorm: contiguous rows"
     rowwise.launch(_KERNELS, config, x.shape, out, x, inputs["weight"], inputs["bias"], out, *x.shape, _eps(params),
-                   even_n=True, **_sums(config, x.shape))
+                   even_n=True)
     return out
 
 
@@ -231,7 +201,7 @@ def compile_spec(op, shape, dtype, params, config, target):
     rows, cols = shape
     args = rowwise.args(dtype, shape, [("x_ptr", rows * cols), ("w_ptr", cols), ("b_ptr", cols),
                                        ("out_ptr", rows * cols)], ("eps", "fp32", _eps(params)))
-    return rowwise.spec(_KERNELS, config, shape, args, target, even_n=True, **_sums(config, shape))
+    return rowwise.spec(_KERNELS, config, shape, args, target, even_n=True)
 
 
 def traffic(op, shape, dtype, params):
