@@ -138,20 +138,22 @@ def main() -> int:
     pairs = []
     for a, b in zip(night_a, night_b):
         sa = a["entries"][0]["samples_ms"]
-        pairs.append({"previous": sa, "now": b["entries"][0]["samples_ms"]})
-        pairs.append({"previous": sa, "now": b["entries"][1]["samples_ms"]})
+        rounds = {"rounds_previous": args.rounds, "rounds_now": args.rounds}  # each night's confirmation rounds
+        pairs.append({"previous": sa, "now": b["entries"][0]["samples_ms"], **rounds})
+        pairs.append({"previous": sa, "now": b["entries"][1]["samples_ms"], **rounds})
     decisions = decide(args.kiln, pairs, args.min_effect)
 
     print(f"\n{dev.name} · {len(jobs)} jobs · {args.rounds} rounds x {args.reps} calls · "
           f"injected slowdown {args.slowdown:.0%} · min effect {args.min_effect:.0%} · {time.time() - t0:.0f} s\n")
     print("| job | A ms | B ms | A/A ratio | A/A p | A/A verdict | slowed ms | ratio | p | verdict | clock drop |")
     print("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | --- |")
-    false_alarms = detected = 0
+    false_alarms = detected = covered = 0
     rows = []
     for i, ((c, job, cfg), a, b) in enumerate(zip(jobs, night_a, night_b)):
         aa, inj = decisions[2 * i], decisions[2 * i + 1]
         false_alarms += aa["verdict"] == "regressed"
         detected += inj["verdict"] == "regressed"
+        covered += aa["ratio_ci95"][0] <= 1.0 <= aa["ratio_ci95"][1]
         drop = a["conditions"]["clock_drop"] or b["conditions"]["clock_drop"]
         name = f"{c['op']} {'x'.join(map(str, c['shape']))} {c['dtype']}"
         print(f"| {name} | {a['entries'][0]['median_ms']:.4f} | {b['entries'][0]['median_ms']:.4f} | "
@@ -162,11 +164,13 @@ def main() -> int:
     n = len(jobs)
     print(f"\nA/A false regressions: {false_alarms} of {n} (goal: at most 1 in 20)")
     print(f"{args.slowdown:.0%} slowdown detected: {detected} of {n} (goal: at least 19 of 20)")
+    print(f"A/A ratio's 95% interval (over each night's rounds) covers 1.0: {covered} of {n}")
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
     (out / "aa.json").write_text(json.dumps({
         "device": dev.name, "rounds": args.rounds, "reps": args.reps, "slowdown": args.slowdown,
         "min_effect": args.min_effect, "false_regressions": false_alarms, "detected": detected, "jobs": n,
+        "aa_interval_covers_1": covered,
         "median_wall_s": statistics.median(r["a"]["timings"]["time_s"] for r in rows) if rows else None,
         "rows": rows}, indent=1))
     print(f"details: {out / 'aa.json'}")

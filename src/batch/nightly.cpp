@@ -58,6 +58,7 @@ std::optional<NightlyBest> read_best(const Catalog& catalog, long long job_id, c
       if (c.candidate_id && *c.candidate_id == row->candidate_id) {
         b.samples = c.samples_ms;
         b.samples_basis = c.basis;
+        b.samples_rounds = c.rounds();
       }
   return b;
 }
@@ -72,7 +73,8 @@ void decide(NightlyJob& r, double threshold, double min_effect) {
              r.now->samples_basis == r.previous->samples_basis) {
     // Both bests have raw samples from a confirmation round: decided by the
     // Mann-Whitney test plus the minimum effect (stats/regression.h).
-    r.test = stats::decide_regression(r.previous->samples, r.now->samples, {0.01, min_effect});
+    r.test = stats::decide_regression(r.previous->samples, r.now->samples, {0.01, min_effect},
+                                      r.previous->samples_rounds, r.now->samples_rounds);
     r.ratio = r.test->ratio;
     r.status = r.test->verdict == "regressed"  ? NightlyStatus::Regression
                : r.test->verdict == "improved" ? NightlyStatus::Improved

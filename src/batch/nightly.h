@@ -61,6 +61,7 @@ struct NightlyBest {
   long long candidate_id = 0;
   std::vector<double> samples;           // the best's raw samples from its confirmation round ({} if none)
   std::string samples_basis;             // device | cpu
+  size_t samples_rounds = 0;             // the rounds they were taken in (ConfirmationRow::rounds; 0: unknown)
 };
 
 struct NightlyJob {

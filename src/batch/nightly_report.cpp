@@ -31,7 +31,8 @@ json best_json(const std::optional<NightlyBest>& b) {
   if (!b) return nullptr;
   return {{"job_id", b->job_id}, {"key", b->key}, {"basis", b->basis}, {"ms", b->ms},
           {"device", b->device.empty() ? json(nullptr) : json(b->device)},
-          {"candidate_id", b->candidate_id}, {"confirmed_samples", b->samples.size()}};
+          {"candidate_id", b->candidate_id}, {"confirmed_samples", b->samples.size()},
+          {"confirmed_rounds", b->samples_rounds}};
 }
 
 json decision_json(const NightlyJob& r, const NightlyReport& rep) {

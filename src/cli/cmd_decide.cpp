@@ -9,6 +9,8 @@ namespace kiln {
 using namespace kiln::cli;
 
 // kiln decide: {"pairs": [{"previous": [ms...], "now": [ms...]}, ...]} on stdin
+// (optional per pair "rounds_previous" / "rounds_now": the confirmation rounds
+// each sample was taken in, which ratio_ci95 then resamples)
 // -> {"decisions": [{verdict, p, median_ratio, ratio_ci95, n_previous, n_now}, ...]}:
 // kiln nightly's decision (stats/regression.h) for tools that time outside a
 // catalog (bench/trust/aa_nightly.py's A/A and injected-slowdown counts).
@@ -23,7 +25,9 @@ int cmd_decide(const Args& args) {
     if (vm.count("help")) {
       std::cout << "usage: kiln decide [--min-effect 0.03] [--alpha 0.01] < pairs.json\n"
                    "kiln nightly's regression decision on raw samples: stdin {\"pairs\": [{\"previous\":\n"
-                   "[ms, ...], \"now\": [ms, ...]}, ...]}, stdout {\"decisions\": [...]}.\n"
+                   "[ms, ...], \"now\": [ms, ...]}, ...]}, stdout {\"decisions\": [...]}. Optional per pair:\n"
+                   "\"rounds_previous\", \"rounds_now\" (the confirmation rounds each sample was taken in;\n"
+                   "ratio_ci95 then resamples the rounds and the calls within them).\n"
                 << d;
       return 0;
     }
@@ -40,14 +44,19 @@ int cmd_decide(const Args& args) {
     json out = json::array();
     for (const auto& p : in["pairs"]) {
       std::vector<double> a, b;
+      size_t rounds_a = 0, rounds_b = 0;
       try {
         a = p.at("previous").get<std::vector<double>>();
         b = p.at("now").get<std::vector<double>>();
+        rounds_a = p.value("rounds_previous", size_t{0});
+        rounds_b = p.value("rounds_now", size_t{0});
       } catch (const std::exception&) {
-        throw UsageError("kiln decide: each pair needs number lists 'previous' and 'now'");
+        throw UsageError(
+            "kiln decide: each pair needs number lists 'previous' and 'now' (and, optionally, counts "
+            "'rounds_previous' and 'rounds_now')");
       }
       if (a.empty() || b.empty()) throw UsageError("kiln decide: a pair with an empty sample");
-      const auto dd = stats::decide_regression(a, b, rs);
+      const auto dd = stats::decide_regression(a, b, rs, rounds_a, rounds_b);
       out.push_back({{"verdict", dd.verdict}, {"p", dd.p}, {"median_ratio", dd.ratio},
                      {"ratio_ci95", json::array({dd.ratio_ci.lo, dd.ratio_ci.hi})},
                      {"n_previous", dd.n_previous}, {"n_now", dd.n_now}});

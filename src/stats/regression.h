@@ -19,7 +19,7 @@ struct RegressionSettings {
 struct RegressionDecision {
   std::string verdict;       // regressed | improved | unchanged
   double ratio = 0;          // median(now) / median(previous)
-  Interval ratio_ci;         // bootstrap 95% interval of that ratio
+  Interval ratio_ci;         // bootstrap 95% interval of that ratio (over the rounds where known)
   double p = 1;              // Mann-Whitney U, two-sided
   int n_previous = 0, n_now = 0;
 };
@@ -27,7 +27,12 @@ struct RegressionDecision {
 // "regressed" when p < alpha AND ratio > 1 + min_effect; "improved" when
 // p < alpha AND ratio < 1 / (1 + min_effect); else "unchanged". Both samples
 // must be non-empty (std::invalid_argument otherwise).
+// rounds_previous / rounds_now: the confirmation rounds each sample was taken
+// in (0: not known). They shape ratio_ci only (bootstrap_ratio_ci_unpaired_rounds:
+// a round's samples move together, so the calls alone claim a precision two
+// runs do not have); the test, and so the verdict, is on the calls.
 RegressionDecision decide_regression(const std::vector<double>& previous, const std::vector<double>& now,
-                                     const RegressionSettings& settings = {});
+                                     const RegressionSettings& settings = {}, size_t rounds_previous = 0,
+                                     size_t rounds_now = 0);
 
 }  // namespace kiln::stats

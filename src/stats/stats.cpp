@@ -125,6 +125,26 @@ namespace {
 
 bool in_rounds(size_t n, size_t rounds) { return rounds >= 2 && n >= rounds && n % rounds == 0; }
 
+// The median of one resample of xs: two-stage (its rounds with replacement,
+// then the samples within each drawn round) where xs splits into `rounds`
+// evenly, else call by call (MedianResampler::draw).
+class RoundsResampler {
+ public:
+  RoundsResampler(const std::vector<double>& xs, size_t rounds)
+      : resample_(xs), blocks_(in_rounds(xs.size(), rounds) ? rounds : 0) {}
+
+  double draw(std::mt19937_64& rng) {
+    if (blocks_.empty()) return resample_.draw(rng);
+    std::uniform_int_distribution<size_t> pick_round(0, blocks_.size() - 1);
+    for (size_t& b : blocks_) b = pick_round(rng);
+    return resample_.draw_blocks(rng, blocks_);
+  }
+
+ private:
+  MedianResampler resample_;
+  std::vector<size_t> blocks_;  // the rounds drawn; empty: no rounds
+};
+
 }  // namespace
 
 Interval bootstrap_median_ci_rounds(const std::vector<double>& xs, size_t rounds, int resamples, std::uint64_t seed,
@@ -132,15 +152,10 @@ Interval bootstrap_median_ci_rounds(const std::vector<double>& xs, size_t rounds
   require(xs, "bootstrap_median_ci_rounds");
   if (!in_rounds(xs.size(), rounds)) return bootstrap_median_ci(xs, resamples, seed, level);
   std::mt19937_64 rng(seed);
-  MedianResampler resample(xs);
-  std::uniform_int_distribution<size_t> pick_round(0, rounds - 1);
-  std::vector<size_t> blocks(rounds);
+  RoundsResampler resample(xs, rounds);
   std::vector<double> draws;
   draws.reserve(static_cast<size_t>(std::max(1, resamples)));
-  for (int i = 0; i < std::max(1, resamples); ++i) {
-    for (size_t& b : blocks) b = pick_round(rng);
-    draws.push_back(resample.draw_blocks(rng, blocks));
-  }
+  for (int i = 0; i < std::max(1, resamples); ++i) draws.push_back(resample.draw(rng));
   return percentile_interval(std::move(draws), level);
 }
 
@@ -160,6 +175,23 @@ Interval bootstrap_ratio_ci_rounds(const std::vector<double>& num, const std::ve
     const double a = resample_num.draw_blocks(rng, blocks);
     const double b = resample_den.draw_blocks(rng, blocks);
     draws.push_back(b != 0 ? a / b : INFINITY);
+  }
+  return percentile_interval(std::move(draws), level);
+}
+
+Interval bootstrap_ratio_ci_unpaired_rounds(const std::vector<double>& num, size_t num_rounds,
+                                            const std::vector<double>& den, size_t den_rounds, int resamples,
+                                            std::uint64_t seed, double level) {
+  require(num, "bootstrap_ratio_ci_unpaired_rounds");
+  require(den, "bootstrap_ratio_ci_unpaired_rounds");
+  std::mt19937_64 rng(seed);
+  RoundsResampler a(num, num_rounds), b(den, den_rounds);
+  std::vector<double> draws;
+  draws.reserve(static_cast<size_t>(std::max(1, resamples)));
+  for (int i = 0; i < std::max(1, resamples); ++i) {
+    const double x = a.draw(rng);
+    const double y = b.draw(rng);
+    draws.push_back(y != 0 ? x / y : INFINITY);
   }
   return percentile_interval(std::move(draws), level);
 }

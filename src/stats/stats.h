@@ -56,6 +56,17 @@ Interval bootstrap_ratio_ci_rounds(const std::vector<double>& num, const std::ve
                                    int resamples = kBootstrapResamples, std::uint64_t seed = kBootstrapSeed,
                                    double level = 0.95);
 
+// The ratio median(num) / median(den) of two samples timed apart (two runs,
+// not paired), each taken in its own confirmation rounds: num_rounds and
+// den_rounds. A side whose samples split into its rounds evenly (at least 2)
+// is drawn two-stage as bootstrap_median_ci_rounds draws it, with rounds of
+// its own; a side that does not is drawn call by call. With neither, the
+// same interval as bootstrap_ratio_ci, bit for bit.
+Interval bootstrap_ratio_ci_unpaired_rounds(const std::vector<double>& num, size_t num_rounds,
+                                            const std::vector<double>& den, size_t den_rounds,
+                                            int resamples = kBootstrapResamples, std::uint64_t seed = kBootstrapSeed,
+                                            double level = 0.95);
+
 struct MannWhitney {
   double u1 = 0;      // U of the first sample: pairs (x, y) with x > y, ties counting 1/2
   double z = 0;       // normal approximation, with the tie correction and a 0.5 continuity correction

@@ -154,6 +154,59 @@ TEST(Stats, RoundRatioBootstrapDrawsTheSameRoundsForBoth) {
   EXPECT_LT(paired_width, 0.5 * apart_width);  // the rounds' common clock cancels in the ratio
 }
 
+TEST(Stats, UnpairedRoundRatioCoversTwoRunsEachAtItsOwnClocks) {
+  // Two runs of a job 5% apart, each in 5 rounds at clocks of their own (2%
+  // apart): the interval over the calls alone covers the true 1.05 in few
+  // runs; the one over each run's rounds, drawn apart (the runs share no
+  // rounds), in most.
+  int calls = 0, rounds = 0;
+  for (int seed = 0; seed < 200; ++seed) {
+    std::mt19937_64 rng(7000 + seed);
+    const std::vector<double> before = in_rounds(rng, 1.0, 0.02), now = in_rounds(rng, 1.05, 0.02);
+    calls += bootstrap_ratio_ci(now, before, 2000, seed).contains(1.05);
+    rounds += bootstrap_ratio_ci_unpaired_rounds(now, 5, before, 5, 2000, seed).contains(1.05);
+  }
+  EXPECT_LT(calls, 100);
+  EXPECT_GE(rounds, 150);
+  EXPECT_GT(rounds, calls + 60);
+}
+
+TEST(Stats, UnpairedRoundRatioFallsBackSideBySide) {
+  std::mt19937_64 rng(11);
+  const std::vector<double> a = in_rounds(rng, 1.05, 0.01), b = in_rounds(rng, 1.0, 0.01);
+  // no rounds on either side (or sizes they do not split): bootstrap_ratio_ci bit for bit
+  for (size_t r : {size_t(0), size_t(1), size_t(3)}) {
+    const Interval plain = bootstrap_ratio_ci(a, b), got = bootstrap_ratio_ci_unpaired_rounds(a, r, b, r);
+    EXPECT_EQ(got.lo, plain.lo) << r;
+    EXPECT_EQ(got.hi, plain.hi) << r;
+  }
+  // rounds on one side only: wider than none, narrower than or as wide as both
+  const Interval none = bootstrap_ratio_ci_unpaired_rounds(a, 0, b, 0);
+  const Interval one = bootstrap_ratio_ci_unpaired_rounds(a, 5, b, 0);
+  const Interval both = bootstrap_ratio_ci_unpaired_rounds(a, 5, b, 5);
+  EXPECT_GT(one.hi - one.lo, none.hi - none.lo);
+  EXPECT_GT(both.hi - both.lo, one.hi - one.lo);
+  // deterministic, and different round counts per side (4 x 25 against 5 x 20)
+  const Interval again = bootstrap_ratio_ci_unpaired_rounds(a, 4, b, 5);
+  EXPECT_EQ(again.lo, bootstrap_ratio_ci_unpaired_rounds(a, 4, b, 5).lo);
+  EXPECT_TRUE(again.contains(median(a) / median(b)));
+  EXPECT_THROW(bootstrap_ratio_ci_unpaired_rounds({}, 5, b, 5), std::invalid_argument);
+}
+
+TEST(Regression, TheRatioIntervalIsOverTheRoundsWhereKnownAndTheVerdictIsNot) {
+  std::mt19937_64 rng(21);
+  const std::vector<double> before = in_rounds(rng, 1.0, 0.02), now = in_rounds(rng, 1.0, 0.02);
+  const RegressionDecision calls = decide_regression(before, now);
+  const RegressionDecision rounds = decide_regression(before, now, {}, 5, 5);
+  EXPECT_EQ(rounds.verdict, calls.verdict);
+  EXPECT_EQ(rounds.p, calls.p);
+  EXPECT_EQ(rounds.ratio, calls.ratio);
+  const Interval want = bootstrap_ratio_ci_unpaired_rounds(now, 5, before, 5);
+  EXPECT_EQ(rounds.ratio_ci.lo, want.lo);
+  EXPECT_EQ(rounds.ratio_ci.hi, want.hi);
+  EXPECT_GT(rounds.ratio_ci.hi - rounds.ratio_ci.lo, calls.ratio_ci.hi - calls.ratio_ci.lo);
+}
+
 namespace {
 std::vector<double> draw(std::mt19937_64& rng, double scale, int n = 100) {
   // Kernel timings: a floor plus right-skewed noise, with rare outliers.

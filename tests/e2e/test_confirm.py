@@ -229,6 +229,10 @@ def test_nightly_decides_on_raw_samples(tmp_path, scale, status):
     assert job["status"] == status, job
     d = job["decision"]
     assert d["decided_by"] == "mann-whitney" and d["n_now"] == d["n_previous"] == 100
+    rounds = job["new"]["confirmed_rounds"]
+    assert rounds == job["previous"]["confirmed_rounds"] >= 2 and 100 % rounds == 0
+    lo, hi = d["ratio_ci95"]
+    assert lo <= d["median_ratio"] <= hi
     assert (d["p"] < 0.01) == (status != "same")
     assert r.returncode == (4 if status == "regression" else 0), r.stderr
     assert "decided by" in (tmp_path / "r.md").read_text()
@@ -246,6 +250,21 @@ def test_kiln_decide(tmp_path):
     assert d[0]["verdict"] == "regressed" and d[1]["verdict"] == "unchanged" and d[1]["p"] == 1.0
     r = subprocess.run([str(KILN), "decide"], input="{}", capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "pairs" in r.stderr
+    # five rounds a side, each round at its own clock: the interval over the rounds is wider
+    # than over the calls; the verdict and p are the calls'
+    clocks = np.repeat(1 + rng.normal(0, 0.02, 10), 20)
+    c, e = (clocks[:100] * (1 + rng.gamma(4, 0.004, 100))).tolist(), (clocks[100:] * (1 + rng.gamma(4, 0.004, 100))).tolist()
+    pairs = [{"previous": c, "now": e}, {"previous": c, "now": e, "rounds_previous": 5, "rounds_now": 5}]
+    r = subprocess.run([str(KILN), "decide"], input=json.dumps({"pairs": pairs}), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    calls, rounds = json.loads(r.stdout)["decisions"]
+    assert rounds["p"] == calls["p"] and rounds["verdict"] == calls["verdict"]
+    width = [d["ratio_ci95"][1] - d["ratio_ci95"][0] for d in (calls, rounds)]
+    assert width[1] > 1.5 * width[0], width
+    r = subprocess.run([str(KILN), "decide"], input=json.dumps({"pairs": [dict(pairs[1], rounds_now="five")]}),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "rounds_now" in r.stderr
 
 
 def test_a_docs_copy_of_the_catalog_keeps_what_kiln_best_reads(cpu_run, tmp_path):
