@@ -49,30 +49,17 @@ def _layernorm_rows(x_ptr, out_ptr, w, b, rb, n_rows, n_cols, eps, BLOCK_M: tl.c
     # Rows past the end re-read the last row (no row mask on the loads, so they stay
     # vectorised); they are not stored.
     rows, row_mask, rows_in = rowwise.row_block(rb, n_rows, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    col_mask = cols < n_cols
-    if EVEN_N:
-        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], eviction_policy=LOAD_POLICY)
-    else:
-        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=col_mask[None, :],
-                    other=0.0, eviction_policy=LOAD_POLICY)
-    x = x.to(tl.float32)
+    x = rowwise.load_rows(x_ptr, rows_in, n_cols, BLOCK_N, EVEN_N, LOAD_POLICY)
     mean = tl.sum(x, axis=1) / n_cols
     if EVEN_N:
         xc = x - mean[:, None]
     else:
-        xc = tl.where(col_mask[None, :], x - mean[:, None], 0.0)
+        xc = tl.where((tl.arange(0, BLOCK_N) < n_cols)[None, :], x - mean[:, None], 0.0)
     var = tl.sum(xc * xc, axis=1) / n_cols
     rstd = 1.0 / tl.sqrt(var + eps)
 
     out = xc * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
-    out_offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
-    if EVEN_N:
-        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None],
-                 cache_modifier=STORE_CACHE)
-    else:
-        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
-                 mask=row_mask[:, None] & col_mask[None, :], cache_modifier=STORE_CACHE)
+    rowwise.store_rows(out_ptr, out, rows, row_mask, n_cols, BLOCK_N, EVEN_N, STORE_CACHE)
 
 
 @triton.jit

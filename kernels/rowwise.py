@@ -4,7 +4,9 @@ tensor, and a looped kernel walking a row in BLOCK_N chunks, picked by the
 config's BLOCK_N), and reduce.py (one kernel).
 
 * @jit helpers for the kernels: `row_block` (a block's rows, their mask, the
-  rows to read), `looped_rows` (a looped kernel's row pointers),
+  rows to read), `load_rows` / `store_rows` (a one-pass kernel's rows in and
+  out, without a column mask where EVEN_N), `looped_rows` (a looped kernel's
+  row pointers),
   `online_softmax_start` and `online_softmax_step` (the running max and sum
   of online softmax);
 * the host side of a one-pass / looped pair: `kernel` (which of the two a
@@ -33,6 +35,36 @@ def row_block(rb, n_rows, BLOCK_M: tl.constexpr):
     row_mask = rows < n_rows
     rows_in = tl.minimum(rows, n_rows - 1).to(tl.int64)
     return rows, row_mask, rows_in
+
+
+@common.jit_helper
+def load_rows(x_ptr, rows_in, n_cols, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr):
+    """A one-pass kernel's rows `rows_in` (row_block's) of x, [BLOCK_M, BLOCK_N]
+    in fp32: without a column mask where EVEN_N (cols == BLOCK_N, full 16-byte
+    vectors), else the columns past n_cols read as 0."""
+    cols = tl.arange(0, BLOCK_N)
+    if EVEN_N:
+        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], eviction_policy=LOAD_POLICY)
+    else:
+        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=(cols < n_cols)[None, :],
+                    other=0.0, eviction_policy=LOAD_POLICY)
+    return x.to(tl.float32)
+
+
+@common.jit_helper
+def store_rows(out_ptr, out, rows, row_mask, n_cols, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,
+               STORE_CACHE: tl.constexpr):
+    """Stores a one-pass kernel's `out` [BLOCK_M, BLOCK_N] to rows `rows`
+    (row_block's; those past the end masked) in out's dtype, with a column
+    mask unless EVEN_N."""
+    cols = tl.arange(0, BLOCK_N)
+    out_offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    if EVEN_N:
+        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_mask[:, None],
+                 cache_modifier=STORE_CACHE)
+    else:
+        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty),
+                 mask=row_mask[:, None] & (cols < n_cols)[None, :], cache_modifier=STORE_CACHE)
 
 
 @common.jit_helper
