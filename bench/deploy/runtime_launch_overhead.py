@@ -41,7 +41,10 @@ def main(rows=64, cols=1000):
     try:
         ck = softmax_kernel.warmup(x, y, cols, BLOCK=1024, num_warps=4, grid=grid)
         out = {"what": "triton CompiledKernel launch", "kernel": "softmax_kernel", "shape": [rows, cols]}
-        out.update(measure(lambda: ck[grid](x, y, cols)))
+        # CompiledKernel's runner takes a 3-dim grid and every argument of the
+        # kernel's signature, constexprs included (as JITFunction.run passes them)
+        grid3 = (rows, 1, 1)
+        out.update(measure(lambda: ck[grid3](x, y, cols, 1024)))
         print(json.dumps(out))
     except Exception as exc:  # the compiled-kernel entry point changes between Triton versions
         print(json.dumps({"what": "triton CompiledKernel launch", "error": repr(exc)}))
