@@ -63,16 +63,14 @@ nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f3
   return out;
 }
 
-std::optional<long long> confirmed_flush_bytes(const std::string& conditions_json) {
-  const json c = json::parse(conditions_json, nullptr, /*allow_exceptions=*/false);
+std::optional<long long> confirmed_flush_bytes(const json& c) {
   if (!c.is_object() || !c.contains("l2_flush_bytes")) return std::nullopt;
   const json& v = c.at("l2_flush_bytes");
   if (!v.is_number_integer() || v.get<long long>() <= 0) return std::nullopt;
   return v.get<long long>();
 }
 
-std::optional<double> confirmed_sm_clock_mhz(const std::string& conditions_json) {
-  const json c = json::parse(conditions_json, nullptr, /*allow_exceptions=*/false);
+std::optional<double> confirmed_sm_clock_mhz(const json& c) {
   if (!c.is_object() || !c.contains("rounds") || !c.at("rounds").is_array()) return std::nullopt;
   std::vector<double> mhz;
   for (const json& r : c.at("rounds")) {
@@ -87,8 +85,7 @@ std::optional<double> confirmed_sm_clock_mhz(const std::string& conditions_json)
   return stats::median(std::move(mhz));
 }
 
-std::optional<bool> confirmed_power_limited(const std::string& conditions_json) {
-  const json c = json::parse(conditions_json, nullptr, /*allow_exceptions=*/false);
+std::optional<bool> confirmed_power_limited(const json& c) {
   if (!c.is_object() || !c.contains("sustained") || !c.at("sustained").is_object()) return std::nullopt;
   const json& s = c.at("sustained");
   if (!s.contains("power_limited") || !s.at("power_limited").is_boolean()) return std::nullopt;
@@ -162,9 +159,8 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
                     "WHERE b.job_id = ?1 AND c.candidate_id = ?2 AND c.basis = 'device' LIMIT 1");
       cq.bind(1, j.job_id).bind(2, best);
       if (cq.step()) {
-        const std::string conditions = cq.text(2);
-        j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1),
-                                        confirmation_rounds(json::parse(conditions, nullptr, /*allow_exceptions=*/false)));
+        const json conditions = json::parse(cq.text(2), nullptr, /*allow_exceptions=*/false);  // once, for all four
+        j.confirmed = confirmed_summary(cq.dbl(0), cq.blob(1), confirmation_rounds(conditions));
         if (auto fb = confirmed_flush_bytes(conditions)) j.confirmed["flush_bytes"] = *fb;
         if (auto mhz = confirmed_sm_clock_mhz(conditions)) j.confirmed["sm_clock_mhz"] = *mhz;
         if (auto pl = confirmed_power_limited(conditions)) j.confirmed["power_limited"] = *pl;

@@ -59,11 +59,12 @@ std::vector<PackageJob> package_jobs(const Catalog& catalog, const std::string& 
 nlohmann::json confirmed_summary(double median_ms, const std::string& samples_f32le, size_t rounds = 1);
 
 // The L2 flush the confirmation round wrote before each timed call (its
-// conditions' `l2_flush_bytes`), or nullopt where the conditions (JSON text)
-// do not say (a CPU round, an older catalog, unparsable text): a deployment's
+// conditions' `l2_flush_bytes`), or nullopt where the conditions do not say
+// (a CPU round, an older catalog; unparsable text, parsed without exceptions
+// into a discarded value, says nothing either): a deployment's
 // timing flushes as much, so that a kernel at the GPU's power limit rests as
 // long between calls as it did when its number was taken.
-std::optional<long long> confirmed_flush_bytes(const std::string& conditions_json);
+std::optional<long long> confirmed_flush_bytes(const nlohmann::json& conditions);
 
 // The SM clock the confirmation ran at: the median of its rounds' NVML
 // readings at the start and the end of each round (conditions
@@ -71,11 +72,11 @@ std::optional<long long> confirmed_flush_bytes(const std::string& conditions_jso
 // 0 only), or nullopt where no round has one (a CPU round, no NVML, an older
 // catalog, unparsable text). kiln-rt bench prints it beside its own reading,
 // so that a deployment sees the clock a ratio was taken at.
-std::optional<double> confirmed_sm_clock_mhz(const std::string& conditions_json);
+std::optional<double> confirmed_sm_clock_mhz(const nlohmann::json& conditions);
 
 // Whether the confirmation found the kernel at the GPU's power limit
 // (conditions `sustained.power_limited`), or nullopt where it does not say.
-std::optional<bool> confirmed_power_limited(const std::string& conditions_json);
+std::optional<bool> confirmed_power_limited(const nlohmann::json& conditions);
 
 // One kernel timed on a deployment node (`kiln-rt tune`).
 struct ImportedKernel {

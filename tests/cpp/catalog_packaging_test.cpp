@@ -196,37 +196,43 @@ TEST_F(PackagingTest, ConfirmedFromTheConfirmationRoundWhereTheCatalogHasOne) {
   EXPECT_EQ(clocked["flush_bytes"], 268435456);
 }
 
+namespace {
+// A confirmation's conditions as package_jobs hands them over: parsed without
+// exceptions (unparsable text is a discarded value).
+nlohmann::json conditions(const char* text) { return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false); }
+}  // namespace
+
 TEST(ConfirmedClock, TheMedianOfTheRoundsStartAndEndClocksOrNothing) {
-  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": [{"start": {"sm_clock_mhz": 1485, "power_w": 699.1},
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions(R"({"rounds": [{"start": {"sm_clock_mhz": 1485, "power_w": 699.1},
                                                   "end": {"sm_clock_mhz": 1420}},
                                                  {"start": {"sm_clock_mhz": 1470}, "end": {"sm_clock_mhz": 1440}},
-                                                 {"start": {"sm_clock_mhz": 1455}, "end": {"sm_clock_mhz": 1450}}]})"),
+                                                 {"start": {"sm_clock_mhz": 1455}, "end": {"sm_clock_mhz": 1450}}]})")),
             1452.5);  // 1420 1440 1450 1455 1470 1485
-  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": [{"start": {"sm_clock_mhz": 1485}, "end": {}}]})"), 1485.0);
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions(R"({"rounds": [{"start": {"sm_clock_mhz": 1485}, "end": {}}]})")), 1485.0);
   // what is not a positive number is left out, not counted as 0
-  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": [{"start": {"sm_clock_mhz": 0}, "end": {"sm_clock_mhz": 1420}},
-                                                 {"start": {"sm_clock_mhz": "1470"}, "end": {"sm_clock_mhz": 1440}}]})"),
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions(R"({"rounds": [{"start": {"sm_clock_mhz": 0}, "end": {"sm_clock_mhz": 1420}},
+                                                 {"start": {"sm_clock_mhz": "1470"}, "end": {"sm_clock_mhz": 1440}}]})")),
             1430.0);
-  EXPECT_EQ(confirmed_sm_clock_mhz(R"j({"rounds": [{"start": {"source": "none (CPU)"}, "end": {"source": "none (CPU)"}}]})j"),
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions(R"j({"rounds": [{"start": {"source": "none (CPU)"}, "end": {"source": "none (CPU)"}}]})j")),
             std::nullopt);
-  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": []})"), std::nullopt);
-  EXPECT_EQ(confirmed_sm_clock_mhz(R"({"rounds": 5})"), std::nullopt);
-  EXPECT_EQ(confirmed_sm_clock_mhz("{}"), std::nullopt);
-  EXPECT_EQ(confirmed_sm_clock_mhz("not json"), std::nullopt);
-  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"mhz": 1450, "power_limited": true}})"), true);
-  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"mhz": 1950, "power_limited": false}})"), false);
-  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"preheat_s": 0.3}})"), std::nullopt);  // a CPU round
-  EXPECT_EQ(confirmed_power_limited(R"({"sustained": {"power_limited": 1}})"), std::nullopt);
-  EXPECT_EQ(confirmed_power_limited("{}"), std::nullopt);
-  EXPECT_EQ(confirmed_power_limited("not json"), std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions(R"({"rounds": []})")), std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions(R"({"rounds": 5})")), std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions("{}")), std::nullopt);
+  EXPECT_EQ(confirmed_sm_clock_mhz(conditions("not json")), std::nullopt);
+  EXPECT_EQ(confirmed_power_limited(conditions(R"({"sustained": {"mhz": 1450, "power_limited": true}})")), true);
+  EXPECT_EQ(confirmed_power_limited(conditions(R"({"sustained": {"mhz": 1950, "power_limited": false}})")), false);
+  EXPECT_EQ(confirmed_power_limited(conditions(R"({"sustained": {"preheat_s": 0.3}})")), std::nullopt);  // a CPU round
+  EXPECT_EQ(confirmed_power_limited(conditions(R"({"sustained": {"power_limited": 1}})")), std::nullopt);
+  EXPECT_EQ(confirmed_power_limited(conditions("{}")), std::nullopt);
+  EXPECT_EQ(confirmed_power_limited(conditions("not json")), std::nullopt);
 }
 
 TEST(ConfirmedFlushBytes, ReadsTheRoundsFlushOrNothing) {
-  EXPECT_EQ(confirmed_flush_bytes(R"({"l2_flush_bytes": 268435456, "reps": 20})"), 268435456);
-  EXPECT_EQ(confirmed_flush_bytes(R"({"l2_flush_bytes": 0})"), std::nullopt);  // the CPU's rounds
-  EXPECT_EQ(confirmed_flush_bytes(R"({"l2_flush_bytes": "256M"})"), std::nullopt);
-  EXPECT_EQ(confirmed_flush_bytes("{}"), std::nullopt);
-  EXPECT_EQ(confirmed_flush_bytes("not json"), std::nullopt);
+  EXPECT_EQ(confirmed_flush_bytes(conditions(R"({"l2_flush_bytes": 268435456, "reps": 20})")), 268435456);
+  EXPECT_EQ(confirmed_flush_bytes(conditions(R"({"l2_flush_bytes": 0})")), std::nullopt);  // the CPU's rounds
+  EXPECT_EQ(confirmed_flush_bytes(conditions(R"({"l2_flush_bytes": "256M"})")), std::nullopt);
+  EXPECT_EQ(confirmed_flush_bytes(conditions("{}")), std::nullopt);
+  EXPECT_EQ(confirmed_flush_bytes(conditions("not json")), std::nullopt);
 }
 
 TEST_F(PackagingTest, AMeasuredBestCarriesTheDriverAndUuidTheWorkerReported) {
