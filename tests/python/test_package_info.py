@@ -35,6 +35,7 @@ for p in (str(HOME / "worker"), str(HOME), str(HOME / "tests" / "python" / "fixt
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from kiln_worker.evaluation import confirm  # noqa: E402
 from kiln_worker.packaging import launch_exprs, package_info, verify_data  # noqa: E402
 from kiln_worker.packaging.shape_expr import ExprError, cdiv, dims, emin, evaluate, parse  # noqa: E402
 from kiln_worker.codeobject.targetcompile import kernel_args  # noqa: E402
@@ -397,7 +398,7 @@ def test_verify_records_the_distribution_the_confirmation_timed_on():
     range."""
     v, _, _ = _verify_and_run(*VERIFY_CASES[2])  # matmul [32, 24, 40] fp16
     mod = LIB.launch_module("matmul")
-    drawn = mod.make_inputs("matmul", [32, 24, 40], "fp16", {}, verify_data.TIMING_SEED, "cpu")
+    drawn = mod.make_inputs("matmul", [32, 24, 40], "fp16", {}, confirm.SEED_BASE, "cpu")
     names = [t["name"] for t in launch_exprs.launch(LIB, "matmul", 3, "fp16", {}, VERIFY_CASES[2][4],
                                                     TARGET_MI300X).tensors]
     assert len(v["inputs"]) == 2

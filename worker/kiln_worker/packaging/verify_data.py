@@ -36,7 +36,7 @@ sees the operator's behaviour, not a near-constant output:
 
 Timing inputs (`timing` per floating-point input, `timing_inputs`): the
 distribution of the values the confirmation timed the kernel on (the
-template's make_inputs at the confirmation's first seed, TIMING_SEED), normal
+template's make_inputs at the confirmation's first seed, confirm.SEED_BASE), normal
 (`mean`, `std`) or uniform (`lo`, `hi`); kiln-rt bench fills its inputs from
 it by the same SplitMix64 stream (normal: Box-Muller on pairs of draws), not
 from the verification range. Not used by the check.
@@ -231,9 +231,6 @@ def input_ranges(op: str, shape, dtype: str, params: dict, names: list[str]) -> 
     return {n: r.get(n, (-1.0, 1.0)) for n in names}
 
 
-# The confirmation's first input set (evaluation/confirm.py SEED_BASE): the
-# values whose distribution `timing` records.
-TIMING_SEED = 7919
 # Kurtosis E[(x - mean)^4] / std^4 of a normal distribution is 3, of a uniform
 # one 1.8: above the midpoint an input is recorded as normal.
 NORMAL_KURTOSIS = 2.4
@@ -255,7 +252,9 @@ def timing_inputs(mod, op: str, shape, dtype: str, params: dict, device) -> dict
     if make is None:
         return {}
     try:
-        drawn = make(op, list(shape), dtype, params, TIMING_SEED, device)
+        # the confirmation's first input set: the values whose distribution `timing` records
+        from ..evaluation.confirm import SEED_BASE
+        drawn = make(op, list(shape), dtype, params, SEED_BASE, device)
     except Exception:  # noqa: BLE001 -- verification data does not depend on it
         return {}
     out = {}
@@ -296,6 +295,7 @@ def build(mod, op: str, shape: list, dtype: str, params: dict, job: dict, tensor
     on_gpu = str(device).startswith("cuda")
 
     def inputs():
+        timing = timing_inputs(mod, op, shape, dtype, params, device)
         host, spec_inputs = {}, []
         for i, t in enumerate(tensors):
             if t["role"] != "input":
@@ -314,13 +314,10 @@ def build(mod, op: str, shape: list, dtype: str, params: dict, job: dict, tensor
             spec_inputs.append(entry)
         return host, spec_inputs
 
-    timing: dict = {}
     if not on_gpu:
-        timing = timing_inputs(mod, op, shape, dtype, params, device)
         host, spec_inputs = inputs()
     with device_section or contextlib.nullcontext():
         if on_gpu:
-            timing = timing_inputs(mod, op, shape, dtype, params, device)
             host, spec_inputs = inputs()
         spec_outputs = _expected(mod, op, shape, dtype, params, job, tensors, tensor_shapes, seed, device, host)
     return {"format": FORMAT, "seed": int(seed), "shape": [int(s) for s in shape],
