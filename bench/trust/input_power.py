@@ -2,15 +2,16 @@
 """Does a power-limited kernel's latency depend on its input values? The same
 JIT-compiled kernels timed on inputs drawn from different distributions, in
 one process, interleaved: Kiln's confirmation draws normal inputs
-(kernels/*.make_inputs), kiln-rt bench times on the package's verification
-inputs (uniform in the ranges of worker/kiln_worker/packaging/verify_data.py).
+(kernels/*.make_inputs); kiln-rt bench timed on the package's verification
+inputs (uniform in the ranges of worker/kiln_worker/packaging/verify_data.py)
+until packages recorded the confirmation's distribution (verify `timing`).
 
 Kernels: the catalog's best configs of matmul 8192^3 bf16 and attention
-4x32x2048x128 bf16 on an H200 (bench/results/h200-2026-12-03-trust-inputs),
+4x32x2048x128 bf16 on an H200 (results: bench/results/h200-2026-12-03-trust-flush/input_power.txt),
 and cuBLAS (torch.matmul) on the same matmul inputs. Inputs per kernel:
   normal      torch.randn (what the confirmation times)
   uniform     uniform in the verification range ([-1, 1) for matmul; q, k in
-              [-2, 2), v in [-1, 1) for attention: what kiln-rt bench times)
+              [-2, 2), v in [-1, 1) for attention: what kiln-rt bench timed)
   uniform-sd1 uniform with the normal's standard deviation ([-sqrt 3, sqrt 3))
   zeros       all zero (the bound: no bits toggle)
 Timing: triton.testing.do_bench (L2 flush, median of 300 ms), the variants in
