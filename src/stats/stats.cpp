@@ -87,42 +87,6 @@ Interval percentile_interval(std::vector<double> draws, double level) {
   return {quantile_sorted(draws, tail), quantile_sorted(draws, 1 - tail)};
 }
 
-}  // namespace
-
-double median(std::vector<double> xs) {
-  require(xs, "median");
-  std::sort(xs.begin(), xs.end());
-  const size_t n = xs.size();
-  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
-}
-
-Interval bootstrap_median_ci(const std::vector<double>& xs, int resamples, std::uint64_t seed, double level) {
-  require(xs, "bootstrap_median_ci");
-  std::mt19937_64 rng(seed);
-  MedianResampler resample(xs);
-  std::vector<double> draws;
-  draws.reserve(static_cast<size_t>(std::max(1, resamples)));
-  for (int i = 0; i < std::max(1, resamples); ++i) draws.push_back(resample.draw(rng));
-  return percentile_interval(std::move(draws), level);
-}
-
-Interval bootstrap_ratio_ci(const std::vector<double>& num, const std::vector<double>& den, int resamples,
-                            std::uint64_t seed, double level) {
-  require(num, "bootstrap_ratio_ci");
-  require(den, "bootstrap_ratio_ci");
-  std::mt19937_64 rng(seed);
-  MedianResampler resample_num(num), resample_den(den);
-  std::vector<double> draws;
-  for (int i = 0; i < std::max(1, resamples); ++i) {
-    const double a = resample_num.draw(rng);
-    const double b = resample_den.draw(rng);
-    draws.push_back(b != 0 ? a / b : INFINITY);
-  }
-  return percentile_interval(std::move(draws), level);
-}
-
-namespace {
-
 bool in_rounds(size_t n, size_t rounds) { return rounds >= 2 && n >= rounds && n % rounds == 0; }
 
 // The median of one resample of xs: two-stage (its rounds with replacement,
@@ -145,18 +109,58 @@ class RoundsResampler {
   std::vector<size_t> blocks_;  // the rounds drawn; empty: no rounds
 };
 
-}  // namespace
-
-Interval bootstrap_median_ci_rounds(const std::vector<double>& xs, size_t rounds, int resamples, std::uint64_t seed,
-                                    double level) {
-  require(xs, "bootstrap_median_ci_rounds");
-  if (!in_rounds(xs.size(), rounds)) return bootstrap_median_ci(xs, resamples, seed, level);
+// The percentile interval of the medians of `resamples` resamples of xs
+// (RoundsResampler: over its rounds where it has them).
+Interval median_ci(const std::vector<double>& xs, size_t rounds, int resamples, std::uint64_t seed, double level) {
   std::mt19937_64 rng(seed);
   RoundsResampler resample(xs, rounds);
   std::vector<double> draws;
   draws.reserve(static_cast<size_t>(std::max(1, resamples)));
   for (int i = 0; i < std::max(1, resamples); ++i) draws.push_back(resample.draw(rng));
   return percentile_interval(std::move(draws), level);
+}
+
+// The percentile interval of median(num) / median(den) over resamples that
+// draw the two apart, each over its own rounds where it has them.
+Interval ratio_ci_apart(const std::vector<double>& num, size_t num_rounds, const std::vector<double>& den,
+                        size_t den_rounds, int resamples, std::uint64_t seed, double level) {
+  std::mt19937_64 rng(seed);
+  RoundsResampler a(num, num_rounds), b(den, den_rounds);
+  std::vector<double> draws;
+  draws.reserve(static_cast<size_t>(std::max(1, resamples)));
+  for (int i = 0; i < std::max(1, resamples); ++i) {
+    const double x = a.draw(rng);
+    const double y = b.draw(rng);
+    draws.push_back(y != 0 ? x / y : INFINITY);
+  }
+  return percentile_interval(std::move(draws), level);
+}
+
+}  // namespace
+
+double median(std::vector<double> xs) {
+  require(xs, "median");
+  std::sort(xs.begin(), xs.end());
+  const size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+Interval bootstrap_median_ci(const std::vector<double>& xs, int resamples, std::uint64_t seed, double level) {
+  require(xs, "bootstrap_median_ci");
+  return median_ci(xs, 0, resamples, seed, level);
+}
+
+Interval bootstrap_ratio_ci(const std::vector<double>& num, const std::vector<double>& den, int resamples,
+                            std::uint64_t seed, double level) {
+  require(num, "bootstrap_ratio_ci");
+  require(den, "bootstrap_ratio_ci");
+  return ratio_ci_apart(num, 0, den, 0, resamples, seed, level);
+}
+
+Interval bootstrap_median_ci_rounds(const std::vector<double>& xs, size_t rounds, int resamples, std::uint64_t seed,
+                                    double level) {
+  require(xs, "bootstrap_median_ci_rounds");
+  return median_ci(xs, rounds, resamples, seed, level);  // without rounds: bootstrap_median_ci's draws
 }
 
 Interval bootstrap_ratio_ci_rounds(const std::vector<double>& num, const std::vector<double>& den, size_t rounds,
@@ -184,16 +188,7 @@ Interval bootstrap_ratio_ci_unpaired_rounds(const std::vector<double>& num, size
                                             std::uint64_t seed, double level) {
   require(num, "bootstrap_ratio_ci_unpaired_rounds");
   require(den, "bootstrap_ratio_ci_unpaired_rounds");
-  std::mt19937_64 rng(seed);
-  RoundsResampler a(num, num_rounds), b(den, den_rounds);
-  std::vector<double> draws;
-  draws.reserve(static_cast<size_t>(std::max(1, resamples)));
-  for (int i = 0; i < std::max(1, resamples); ++i) {
-    const double x = a.draw(rng);
-    const double y = b.draw(rng);
-    draws.push_back(y != 0 ? x / y : INFINITY);
-  }
-  return percentile_interval(std::move(draws), level);
+  return ratio_ci_apart(num, num_rounds, den, den_rounds, resamples, seed, level);
 }
 
 MannWhitney mann_whitney_u(const std::vector<double>& x, const std::vector<double>& y) {
