@@ -62,10 +62,7 @@ def rmsnorm_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
                    LOAD_POLICY: tl.constexpr, STORE_CACHE: tl.constexpr):
     # the weight: loaded once per program, broadcast over its rows
     cols = tl.arange(0, BLOCK_N)
-    if EVEN_N:
-        w = tl.load(w_ptr + cols)
-    else:
-        w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0)
+    w = rowwise.load_masked(w_ptr + cols, cols < n_cols, EVEN_N, "")
     if PERSISTENT:
         # grid < row blocks: walk them with a stride, the next block's load
         # software-pipelined STAGES deep.
@@ -87,11 +84,7 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        if EVEN_N:
-            x = tl.load(x_row + cols[None, :], eviction_policy=FIRST_POLICY).to(tl.float32)
-        else:
-            x = tl.load(x_row + cols[None, :], mask=(cols < n_cols)[None, :], other=0.0,
-                        eviction_policy=FIRST_POLICY).to(tl.float32)
+        x = rowwise.load_masked(x_row + cols[None, :], (cols < n_cols)[None, :], EVEN_N, FIRST_POLICY).to(tl.float32)
         acc += x * x
     rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / n_cols + eps)
 
@@ -99,13 +92,8 @@ def rmsnorm_looped_kernel(x_ptr, w_ptr, out_ptr, n_rows, n_cols, eps,
     for start in range(0, n_cols, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         col_mask = cols < n_cols
-        if EVEN_N:
-            x = tl.load(x_row + cols[None, :], eviction_policy=SECOND_POLICY).to(tl.float32)
-            w = tl.load(w_ptr + cols, eviction_policy=FIRST_POLICY).to(tl.float32)
-        else:
-            x = tl.load(x_row + cols[None, :], mask=col_mask[None, :], other=0.0,
-                        eviction_policy=SECOND_POLICY).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=col_mask, other=0.0, eviction_policy=FIRST_POLICY).to(tl.float32)
+        x = rowwise.load_masked(x_row + cols[None, :], col_mask[None, :], EVEN_N, SECOND_POLICY).to(tl.float32)
+        w = rowwise.load_masked(w_ptr + cols, col_mask, EVEN_N, FIRST_POLICY).to(tl.float32)
         out = x * rstd[:, None] * w[None, :]
         tl.store(out_row + cols[None, :], out.to(out_ptr.dtype.element_ty),
                  mask=row_mask[:, None] & col_mask[None, :])

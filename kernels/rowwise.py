@@ -4,8 +4,9 @@ tensor, and a looped kernel walking a row in BLOCK_N chunks, picked by the
 config's BLOCK_N), and reduce.py (one kernel).
 
 * @jit helpers for the kernels: `row_block` (a block's rows, their mask, the
-  rows to read), `load_rows` / `store_rows` (a one-pass kernel's rows in and
-  out, without a column mask where EVEN_N), `looped_rows` (a looped kernel's
+  rows to read), `load_masked` (a load without its column mask where
+  EVEN_N), `load_rows` / `store_rows` (a one-pass kernel's rows in and
+  out), `looped_rows` (a looped kernel's
   row pointers),
   `online_softmax_start` and `online_softmax_step` (the running max and sum
   of online softmax);
@@ -38,17 +39,24 @@ def row_block(rb, n_rows, BLOCK_M: tl.constexpr):
 
 
 @common.jit_helper
+def load_masked(ptrs, mask, EVEN_N: tl.constexpr, POLICY: tl.constexpr):
+    """tl.load of `ptrs` in their storage dtype: without `mask` where EVEN_N
+    (the row is whole BLOCK_N blocks: unpredicated, full 16-byte vectors),
+    else masked, what it masks read as 0."""
+    if EVEN_N:
+        x = tl.load(ptrs, eviction_policy=POLICY)
+    else:
+        x = tl.load(ptrs, mask=mask, other=0.0, eviction_policy=POLICY)
+    return x
+
+
+@common.jit_helper
 def load_rows(x_ptr, rows_in, n_cols, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr, LOAD_POLICY: tl.constexpr):
     """A one-pass kernel's rows `rows_in` (row_block's) of x, [BLOCK_M, BLOCK_N]
-    in fp32: without a column mask where EVEN_N (cols == BLOCK_N, full 16-byte
-    vectors), else the columns past n_cols read as 0."""
+    in fp32 (load_masked: the columns past n_cols read as 0)."""
     cols = tl.arange(0, BLOCK_N)
-    if EVEN_N:
-        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], eviction_policy=LOAD_POLICY)
-    else:
-        x = tl.load(x_ptr + rows_in[:, None] * n_cols + cols[None, :], mask=(cols < n_cols)[None, :],
-                    other=0.0, eviction_policy=LOAD_POLICY)
-    return x.to(tl.float32)
+    return load_masked(x_ptr + rows_in[:, None] * n_cols + cols[None, :], (cols < n_cols)[None, :], EVEN_N,
+                       LOAD_POLICY).to(tl.float32)
 
 
 @common.jit_helper
